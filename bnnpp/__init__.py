@@ -1,0 +1,17 @@
+"""bnnpp: Bayesian neural networks on JAX and NumPyro.
+
+Define a network as a NumPyro model with hierarchical priors, fit it with one flag
+(``bnnpp.fit(..., method=...)``), and analyse every posterior the same way in ArviZ.
+"""
+
+import time as _time
+
+_IMPORT_START = _time.perf_counter()
+
+from bnnpp import data, metrics, models, priors  # noqa: E402
+from bnnpp.inference import Posterior, Prediction, fit, load, registered  # noqa: E402
+
+__all__ = ["Posterior", "Prediction", "data", "fit", "load", "metrics", "models", "priors", "registered"]
+__version__ = "0.1.0"
+
+IMPORT_SECONDS = _time.perf_counter() - _IMPORT_START

@@ -1,0 +1,41 @@
+"""The ``bnnpp`` command line: one file per command, each a thin wrapper over library code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bnnpp.cli import fit as fit_cmd
+
+__all__ = ["main"]
+
+
+class CLIError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bnnpp",
+        description="Bayesian neural networks on JAX/NumPyro: fit, predict, analyse.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    fit_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``bnnpp`` console script; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ValueError, TypeError) as e:
+        if not getattr(e, "bnnpp_user_error", False):
+            raise
+        print(f"bnnpp {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

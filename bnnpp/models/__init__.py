@@ -1,0 +1,16 @@
+"""Bayesian networks as NumPyro models ``model(x, y=None)``; they never import inference."""
+
+from bnnpp.models.layers import dense
+from bnnpp.models.mlp import ACTIVATIONS, LIKELIHOODS, MLP, mlp, mlp_from_spec
+
+__all__ = ["ACTIVATIONS", "LIKELIHOODS", "MLP", "dense", "from_spec", "mlp"]
+
+_BUILDERS = {"mlp": mlp_from_spec}
+
+
+def from_spec(spec: dict):
+    """Rebuild a model from the ``spec()`` dict a saved posterior carries."""
+    kind = spec.get("type")
+    if kind not in _BUILDERS:
+        raise ValueError(f"unknown model type {kind!r} in saved spec; known: {', '.join(_BUILDERS)}")
+    return _BUILDERS[kind](spec)

@@ -1,0 +1,54 @@
+"""Layer helpers that build NumPyro sample sites for Bayesian layers.
+
+Site naming scheme (used by :func:`bnnpp.models.mlp` and by any network written with
+:func:`dense`):
+
+=====================  ==================  ==========================================
+site                   shape               what it is
+=====================  ==================  ==========================================
+``<name>.w``           ``(in, units)``     weight matrix; ArviZ dims ``<name>.in``, ``<name>.out``
+``<name>.b``           ``(units,)``        bias; ArviZ dim ``<name>.out``
+``<name>.scale``       ``()``/``(units,)`` prior scale σ, when the hyperprior is on σ
+``<name>.variance``    ``()``/``(units,)`` prior variance σ², for ``inverse_gamma``
+=====================  ==================  ==========================================
+
+With ``per="network"`` the single scale site is ``network.scale`` / ``network.variance``.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from bnnpp.priors import Prior
+
+__all__ = ["dense"]
+
+
+def dense(name: str, x: jnp.ndarray, units: int, prior: Prior, *, scale=None) -> jnp.ndarray:
+    """A Bayesian affine layer ``x @ w + b`` with ``w``, ``b`` drawn from ``prior``.
+
+    Args:
+        name: layer name, the prefix of its sites (``<name>.w``, ``<name>.b``, ...).
+        x: inputs of shape ``(n, in)``.
+        units: number of outputs.
+        prior: a :class:`bnnpp.priors.Prior`.
+        scale: the prior scale to use instead of sampling one for this layer. Required for a
+            hierarchical prior with ``per="network"``: sample it once with
+            ``prior.sample_scale("network")`` and pass it to every layer.
+
+    Returns:
+        Pre-activations of shape ``(n, units)``.
+    """
+    if not isinstance(prior, Prior):
+        raise TypeError(f"prior must be a bnnpp.priors.Prior such as priors.normal(1.0), got {prior!r}")
+    if scale is None:
+        if prior.hierarchical and prior.per == "network":
+            raise ValueError(
+                "a per='network' hyperprior needs one shared scale: s = prior.sample_scale('network'), "
+                "then dense(..., scale=s) for every layer"
+            )
+        scale = prior.sample_scale(name, units)
+    n_in = x.shape[-1]
+    w = prior.sample(f"{name}.w", (n_in, units), scale, dims=(f"{name}.in", f"{name}.out"))
+    b = prior.sample(f"{name}.b", (units,), scale, dims=(f"{name}.out",))
+    return x @ w + b

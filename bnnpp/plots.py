@@ -1,0 +1,85 @@
+"""Matplotlib figures of posterior-predictive uncertainty. Every function returns a Figure."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import matplotlib
+
+matplotlib.use("Agg", force=False)
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+__all__ = ["decision_map", "regression_bands"]
+
+
+def decision_map(
+    predict: Callable[[np.ndarray], object],
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    resolution: int = 100,
+    margin: float = 0.5,
+    title: str = "",
+):
+    """Two panels over a grid covering ``x`` (2-D inputs): the posterior-predictive
+    probability of class 1 and its standard deviation over posterior draws, with the points
+    ``(x, y)`` on top (the seed study's uncertainty picture).
+
+    Args:
+        predict: ``predict(grid) -> Prediction`` with ``probs`` ``(S, m, C)``, e.g.
+            ``posterior.predict``.
+        x: ``(n, 2)`` points to show; y: ``(n,)`` their labels.
+        resolution: grid points per axis.
+    Returns:
+        A matplotlib Figure with two axes.
+    """
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise ValueError(f"decision_map needs 2-D inputs (n, 2), got shape {x.shape}")
+    lo, hi = x.min(0) - margin, x.max(0) + margin
+    g0, g1 = np.meshgrid(np.linspace(lo[0], hi[0], resolution), np.linspace(lo[1], hi[1], resolution))
+    grid = np.c_[g0.ravel(), g1.ravel()].astype(np.float32)
+    pred = predict(grid)
+    p1 = pred.probs[..., 1]
+    panels = [(p1.mean(0), "predictive p(class 1)", "RdBu_r", (0, 1)), (p1.std(0), "sd of p(class 1) over draws", "viridis", None)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
+    for ax, (z, label, cmap, lim) in zip(axes, panels):
+        kw = {"vmin": lim[0], "vmax": lim[1]} if lim else {}
+        cs = ax.contourf(g0, g1, z.reshape(g0.shape), levels=20, cmap=cmap, **kw)
+        fig.colorbar(cs, ax=ax, label=label)
+        ax.scatter(x[y == 0, 0], x[y == 0, 1], s=8, c="tab:blue", edgecolors="k", linewidths=0.3, label="class 0")
+        ax.scatter(x[y == 1, 0], x[y == 1, 1], s=8, c="tab:red", edgecolors="k", linewidths=0.3, label="class 1")
+        ax.set_xlabel("x₁")
+        ax.set_ylabel("x₂")
+        ax.set_title(label)
+    axes[0].legend(loc="lower left", fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def regression_bands(prediction, x_grid: np.ndarray, x: np.ndarray, y: np.ndarray, *, title: str = ""):
+    """The predictive mean with ±2σ epistemic and ±2σ total bands over ``x_grid`` ``(m, 1)``,
+    with the training points ``(x, y)``.
+
+    Args:
+        prediction: a regression ``Prediction`` at ``x_grid``.
+    Returns:
+        A matplotlib Figure.
+    """
+    xg = np.asarray(x_grid)[:, 0]
+    order = np.argsort(xg)
+    xg = xg[order]
+    mean = prediction.mean[order]
+    epi, tot = prediction.epistemic_std[order], prediction.std[order]
+    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    ax.fill_between(xg, mean - 2 * tot, mean + 2 * tot, color="tab:orange", alpha=0.25, label="±2σ total")
+    ax.fill_between(xg, mean - 2 * epi, mean + 2 * epi, color="tab:blue", alpha=0.35, label="±2σ epistemic")
+    ax.plot(xg, mean, color="tab:blue", lw=1.5, label="predictive mean")
+    ax.scatter(np.asarray(x)[:, 0], y, s=12, c="k", zorder=3, label="training data")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    ax.legend(loc="upper right", fontsize=8)
+    if title:
+        ax.set_title(title)
+    return fig
