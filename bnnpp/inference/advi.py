@@ -60,7 +60,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     """Fit ``model`` to ``(x, y)`` by ADVI.
 
     Options (defaults in ``DEFAULTS``): ``num_steps``; ``learning_rate`` for the default Adam,
-    or ``optimizer``, any optax transformation (then ``learning_rate`` is unused);
+    or ``optimizer``, any optax transformation (giving both is an error);
     ``num_particles``; ``guide``; ``num_samples`` posterior draws kept; ``init_scale`` initial
     sd of the guide; ``init_radius``: guide means start uniform in (−r, r) on the
     unconstrained space (a start near zero lets hierarchical scales collapse to a
@@ -124,4 +124,13 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     return Posterior(samples, info, model, x, y, sites)
 
 
-register(Backend("advi", fit, DEFAULTS, validate, "mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)"))
+register(
+    Backend(
+        "advi",
+        fit,
+        DEFAULTS,
+        validate,
+        "mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
+        exclusive=(("optimizer", "learning_rate"),),
+    )
+)

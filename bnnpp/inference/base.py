@@ -52,6 +52,8 @@ class Backend:
         defaults: every option the backend takes, with its default.
         validate: ``validate(options) -> None``; raises ValueError/TypeError on a bad value.
         summary: one line for help texts.
+        exclusive: pairs of options that must not be given together (the first replaces the
+            second, e.g. ``("optimizer", "learning_rate")``).
     """
 
     name: str
@@ -59,6 +61,7 @@ class Backend:
     defaults: dict[str, Any]
     validate: Callable[[dict[str, Any]], None]
     summary: str = ""
+    exclusive: tuple[tuple[str, str], ...] = ()
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Reject unknown options, validate values, return defaults updated with ``options``."""
@@ -68,6 +71,9 @@ class Backend:
                 f"method {self.name!r} does not take option(s) {', '.join(unknown)}; "
                 f"it takes: {', '.join(sorted(self.defaults))}"
             )
+        for a, b in self.exclusive:
+            if a in options and b in options:
+                raise ValueError(f"pass either {a} or {b}, not both: {a} replaces {b}")
         merged = {**self.defaults, **options}
         self.validate(merged)
         return merged

@@ -51,4 +51,4 @@ def dense(name: str, x: jnp.ndarray, units: int, prior: Prior, *, scale=None) ->
     n_in = x.shape[-1]
     w = prior.sample(f"{name}.w", (n_in, units), scale, dims=(f"{name}.in", f"{name}.out"))
     b = prior.sample(f"{name}.b", (units,), scale, dims=(f"{name}.out",))
-    return x @ w + b
+    return x @ w + b.reshape((1,) * (x.ndim - 1) + (units,))

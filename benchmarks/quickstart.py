@@ -1,0 +1,91 @@
+"""The README's moons demo, timed: cold start (empty compilation cache) and warm start.
+
+Runs ``bnnpp fit --data moons --out DIR`` in fresh processes exactly as a user would, and
+records the wall time of each command, the time split that the command itself reports
+(import, compile, fit, predict, write) and the test accuracy.
+
+    python benchmarks/quickstart.py            # cold + warm, writes results/quickstart.{json,md}
+    python benchmarks/quickstart.py --quick    # cold only, into --results (used by a smoke test)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+COMMAND = ["bnnpp", "fit", "--data", "moons", "--out"]
+
+
+def run_once(out: str, cache: str) -> dict:
+    """One demo run in a new process; returns wall seconds and the metrics it wrote."""
+    env = {**os.environ, "BNNPP_CACHE_DIR": cache}
+    cmd = [sys.executable, "-m", "bnnpp", *COMMAND[1:], out, "--quiet"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"demo failed:\n{proc.stderr}")
+    with open(os.path.join(out, "metrics.json")) as f:
+        report = json.load(f)
+    return {"wall_seconds": wall, "seconds": report["seconds"], "test": report["test"], "steps": report["steps_run"]}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="cold run only")
+    ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for quickstart.{json,md}")
+    args = ap.parse_args(argv)
+    os.makedirs(args.results, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = os.path.join(tmp, "cache")
+        runs = {"cold": run_once(os.path.join(tmp, "cold"), cache)}
+        if not args.quick:
+            runs["warm"] = run_once(os.path.join(tmp, "warm"), cache)
+    result = {
+        "benchmark": "quickstart",
+        "command": " ".join(COMMAND) + " DIR",
+        "produced_by": "python benchmarks/quickstart.py" + (" --quick" if args.quick else ""),
+        "date": dt.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "target": "cold demo < 30 s wall with test accuracy >= 0.86",
+        "runs": runs,
+    }
+    rows = [
+        "| start | wall s | import s | compile s | fit s (incl. compile) | predict s | write s | test accuracy |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in runs.items():
+        s = r["seconds"]
+        rows.append(
+            f"| {name} | {r['wall_seconds']:.1f} | {s['import']:.1f} | {s['compile']:.1f} | {s['fit']:.1f} | "
+            f"{s['predict']:.1f} | {s['write']:.1f} | {r['test']['accuracy']:.3f} |"
+        )
+    md = "\n".join(
+        [
+            "# quickstart: the README moons demo",
+            "",
+            f"Command: `{result['command']}` (run by `{result['produced_by']}`), {result['date']}, {result['machine']}.",
+            f"Target: {result['target']}.",
+            "",
+            *rows,
+            "",
+        ]
+    )
+    with open(os.path.join(args.results, "quickstart.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    with open(os.path.join(args.results, "quickstart.md"), "w") as f:
+        f.write(md)
+    print(md)
+    return result
+
+
+if __name__ == "__main__":
+    main()

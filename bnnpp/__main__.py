@@ -1,0 +1,7 @@
+"""``python -m bnnpp`` runs the command line."""
+
+import sys
+
+from bnnpp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,111 @@
+"""ADVI against closed-form posteriors, on moons, and its NaN handling."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import bnnpp
+from bnnpp import metrics, priors
+from bnnpp.inference._loop import run_chunked
+
+SIGMA, TAU = 0.5, 1.0  # known noise sd, prior sd of every coefficient
+
+
+def _linear_data(correlated: bool, n: int = 100, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n, 2))
+    z -= z.mean(0)
+    if correlated:
+        x = z @ np.array([[1.0, 0.8], [0.0, 0.6]])
+    else:
+        q, _ = np.linalg.qr(z)  # centred, orthogonal columns → independent posterior coordinates
+        x = q * np.sqrt(n)
+    y = x @ np.array([1.5, -0.7]) + 0.3 + rng.normal(0, SIGMA, n)
+    return x.astype(np.float32), y.astype(np.float32)
+
+
+def _closed_form(x, y):
+    """Posterior of θ = (w1, w2, b) for y ~ N(xw + b, σ²), θ ~ N(0, τ² I)."""
+    phi = np.c_[x, np.ones(len(x))].astype(np.float64)
+    precision = np.eye(3) / TAU**2 + phi.T @ phi / SIGMA**2
+    cov = np.linalg.inv(precision)
+    return cov @ phi.T @ y / SIGMA**2, np.sqrt(np.diag(cov))
+
+
+@pytest.mark.parametrize("guide, correlated", [("normal", False), ("fullrank", True)])
+def test_conjugate_linear_regression(guide, correlated):
+    x, y = _linear_data(correlated)
+    mean, sd = _closed_form(x, y)
+    model = bnnpp.models.mlp((), likelihood="gaussian", noise=SIGMA, prior=priors.normal(TAU))
+    # a decaying step size removes the stochastic-optimisation jitter from the final guide
+    schedule = optax.exponential_decay(2e-2, transition_steps=1000, decay_rate=0.7)
+    post = bnnpp.fit(model, (x, y), seed=0, progress=False, guide=guide, num_steps=15000,
+                     optimizer=optax.adam(schedule), num_samples=4000)
+    w = post.samples["dense_0.w"][0, :, :, 0]
+    b = post.samples["dense_0.b"][0, :, 0]
+    draws = np.c_[w, b]
+    # Mean-field is exact for a Gaussian posterior with independent coordinates (orthogonal
+    # design) and full-rank is exact for any Gaussian posterior; what remains is Monte-Carlo
+    # error (sd/√4000 ≈ 1.6% of an sd) and optimisation noise: 0.05 absolute (the issue's
+    # bar, ≈ 1 posterior sd here) and 15% on the sds.
+    np.testing.assert_allclose(draws.mean(0), mean, atol=0.05)
+    np.testing.assert_allclose(draws.std(0), sd, rtol=0.15)
+
+
+def test_moons_accuracy(moons):
+    model = bnnpp.models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))
+    post = bnnpp.fit(model, moons, method="advi", seed=0, progress=False)
+    pred = post.predict(moons.x_test)
+    assert pred.probs.shape == (1000, 300, 2)
+    assert metrics.accuracy(pred.mean, moons.y_test) >= 0.85
+    assert post.info["steps_run"] == 10000 and post.info["stopped_at"] is None
+    # the ELBO improved: the last 10% of the loss is far below the first step's
+    loss = post.info["loss"]
+    assert loss.shape == (10000,) and loss[-1000:].mean() < loss[0]
+
+
+@pytest.mark.parametrize("guide", ["normal", "lowrank", "fullrank"])
+def test_guides_give_same_posterior_shapes(guide, moons):
+    model = bnnpp.models.mlp((3,), num_classes=2, prior=priors.normal(priors.half_normal(1.0)))
+    post = bnnpp.fit(model, moons, seed=1, progress=False, guide=guide, num_steps=200, num_samples=10)
+    assert post.samples["dense_0.w"].shape == (1, 10, 2, 3)
+    assert post.samples["dense_0.scale"].shape == (1, 10)
+    assert np.all(post.samples["dense_0.scale"] > 0)
+
+
+def test_loop_stops_at_first_nonfinite_step_and_keeps_last_finite_state():
+    def step(count):
+        loss = jnp.where(count >= 37, jnp.nan, count.astype(jnp.float32))
+        return count + 1, loss
+
+    with pytest.warns(RuntimeWarning, match="step 37"):
+        res = run_chunked(step, jnp.int32(0), 100, progress=False, desc="t", chunk_size=16)
+    assert res.stopped_at == 37
+    assert int(res.state) == 37  # the state before the failing step
+    assert res.losses.shape == (38,) and np.isnan(res.losses[-1]) and np.all(np.isfinite(res.losses[:-1]))
+
+
+def test_loop_masks_tail_of_last_chunk():
+    res = run_chunked(lambda c: (c + 1, c.astype(jnp.float32)), jnp.int32(0), 50, progress=False, desc="t", chunk_size=16)
+    assert int(res.state) == 50 and res.stopped_at is None
+    np.testing.assert_array_equal(res.losses, np.arange(50))
+
+
+def test_divergent_fit_keeps_finite_parameters(moons):
+    model = bnnpp.models.mlp((5,), num_classes=2, prior=priors.normal(priors.half_normal(1.0)))
+    with pytest.warns(RuntimeWarning, match="NaN/inf at step"):
+        post = bnnpp.fit(model, moons, progress=False, optimizer=optax.sgd(1e12), num_steps=500, num_samples=20)
+    assert post.info["stopped_at"] is not None and post.info["steps_run"] == post.info["stopped_at"] + 1
+    assert all(np.all(np.isfinite(v)) for v in post.info["guide_params"].values())
+
+
+def test_chunk_compiles_once(moons, compile_counter):
+    model = bnnpp.models.mlp((4,), num_classes=2)
+    before = compile_counter()
+    bnnpp.fit(model, moons, progress=False, num_steps=1000, chunk_size=100, num_samples=5)
+    # init, one training chunk, posterior sampling: ten chunks must not mean ten compiles
+    assert compile_counter() - before <= 6

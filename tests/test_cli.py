@@ -1,0 +1,84 @@
+"""The command line: one end-to-end run in a subprocess, and bad input in-process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import arviz as az
+import pytest
+
+from bnnpp.cli import main
+
+
+def test_fit_end_to_end(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "BNNPP_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "bnnpp", "fit", "--data", "moons", "--method", "advi", "--hidden", "5,5",
+           "--activation", "tanh", "--prior", "normal", "--hyperprior", "inverse-gamma", "--steps", "4000",
+           "--seed", "0", "--out", str(out), "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "test accuracy" in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "posterior.nc", "uncertainty.png"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bnnpp-")]  # temp folder removed
+    idata = az.from_netcdf(out / "posterior.nc")
+    assert {"chain", "draw"} <= set(idata.posterior.dims)
+    assert idata.posterior["dense_0.variance"].dims == ("chain", "draw")
+    report = json.loads((out / "metrics.json").read_text())
+    assert 0.8 <= report["test"]["accuracy"] <= 1.0
+    assert set(report["seconds"]) >= {"import", "compile", "fit", "predict"}
+    assert report["steps_run"] == 4000
+    assert (out / "uncertainty.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fit_sinusoid_regression(tmp_path):
+    out = tmp_path / "sin"
+    code = main(["fit", "--data", "sinusoid", "--hidden", "20", "--prior", "normal", "--hyperprior", "half-normal",
+                 "--steps", "300", "--num-samples", "50", "--out", str(out), "--quiet", "--no-cache"])
+    assert code == 0
+    report = json.loads((out / "metrics.json").read_text())
+    assert set(report["test"]) >= {"rmse", "nll", "coverage_95"}
+
+
+def test_help_lists_every_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--data", "--method", "--hidden", "--activation", "--prior", "--hyperprior", "--steps", "--seed",
+                 "--out", "--learning-rate", "--num-particles", "--guide", "--num-samples", "--per", "--scale"):
+        assert flag in text
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--hyperprior", "fixed", "--scale", "-1"], "positive"),
+        (["--hyperprior", "inverse-gamma", "--hyperprior-params", "1,0"], "positive"),
+        (["--steps", "0"], "num_steps"),
+        (["--learning-rate", "-0.1"], "learning_rate"),
+        (["--prior", "flat", "--hyperprior", "half-cauchy"], "no hyperprior"),
+        (["--data-noise", "-1"], "noise"),
+        (["--obs-noise", "1"], "regression"),
+        (["--seed", "-3"], "seed"),
+    ],
+)
+def test_bad_input_one_line_error_no_output(argv, match, tmp_path, capsys):
+    out = tmp_path / "never"
+    code = main(["fit", "--out", str(out), "--quiet", "--no-cache", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("bnnpp fit: error:") and "\n" not in err and "Traceback" not in err
+    assert match in err
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv", [["--method", "sgd9"], ["--prior", "gauss"], ["--hidden", "5,x"], ["--guide", "diag"]])
+def test_argparse_rejects_unknown_choices(argv, tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--out", str(tmp_path / "x"), *argv])
+    assert e.value.code == 2
+    assert "bnnpp fit: error: argument" in capsys.readouterr().err

@@ -1,0 +1,103 @@
+"""The mlp model's documented site names and shapes, and the data plate's scaling."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from numpyro import handlers
+
+from bnnpp import models, priors
+
+
+def _trace(model, x, y=None, **kw):
+    return handlers.trace(handlers.seed(model, jax.random.PRNGKey(0))).get_trace(x, y, **kw)
+
+
+def _shapes(tr):
+    return {k: tuple(v["value"].shape) for k, v in tr.items() if v["type"] in ("sample", "deterministic")}
+
+
+X = np.zeros((7, 2), np.float32)
+Y = np.zeros(7, np.int32)
+
+
+def test_mlp_sites_fixed_scale():
+    tr = _trace(models.mlp((5, 5), num_classes=2), X, Y)
+    assert _shapes(tr) == {
+        "dense_0.w": (2, 5),
+        "dense_0.b": (5,),
+        "dense_1.w": (5, 5),
+        "dense_1.b": (5,),
+        "dense_2.w": (5, 2),
+        "dense_2.b": (2,),
+        "logits": (7, 2),
+        "y": (7,),
+    }
+    assert tr["y"]["is_observed"]
+    assert tr["dense_0.w"]["infer"]["dims"] == ("dense_0.in", "dense_0.out")
+
+
+@pytest.mark.parametrize(
+    "hyper, site",
+    [(priors.inverse_gamma(1.0, 1.0), "variance"), (priors.half_normal(1.0), "scale"), (priors.half_cauchy(2.0), "scale")],
+)
+def test_mlp_sites_with_hyperprior(hyper, site):
+    tr = _trace(models.mlp((5, 5), num_classes=2, prior=priors.normal(hyper)), X, Y)
+    shapes = _shapes(tr)
+    for i in range(3):
+        assert shapes[f"dense_{i}.{site}"] == ()
+    assert len(shapes) == 8 + 3
+
+
+def test_mlp_scale_scopes():
+    net = _shapes(_trace(models.mlp((5, 5), num_classes=2, prior=priors.laplace(priors.half_cauchy(1.0), per="network")), X, Y))
+    assert net["network.scale"] == () and not any(k.startswith("dense_0.scale") for k in net)
+    unit = _shapes(_trace(models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.inverse_gamma(), per="unit")), X, Y))
+    assert unit["dense_0.variance"] == (5,) and unit["dense_2.variance"] == (2,)
+
+
+def test_regression_learned_and_fixed_noise():
+    xr, yr = np.zeros((4, 1), np.float32), np.zeros(4, np.float32)
+    learned = _shapes(_trace(models.mlp((3,), likelihood="gaussian"), xr, yr))
+    assert learned["noise"] == () and learned["mean"] == (4,)
+    fixed = _shapes(_trace(models.mlp((3,), likelihood="gaussian", noise=0.5), xr, yr))
+    assert "noise" not in fixed
+    assert _shapes(_trace(models.mlp((), likelihood="bernoulli"), X, Y))["logits"] == (7,)
+
+
+def test_subsample_scales_likelihood():
+    tr = _trace(models.mlp((5,), num_classes=2), X, Y, subsample_size=3)
+    assert tr["y"]["value"].shape == (3,)
+    # the plate multiplies the minibatch log-likelihood by N / batch = 7 / 3
+    assert tr["y"]["scale"] == pytest.approx(7 / 3)
+    assert tr["dense_0.w"]["value"].shape == (2, 5)  # weights are outside the data plate
+
+
+def test_dense_network_scope_needs_shared_scale():
+    p = priors.normal(priors.half_normal(1.0), per="network")
+    with pytest.raises(ValueError, match="sample_scale"):
+        _trace(lambda x, y=None: models.dense("l", x, 3, p), X)
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_classes=None), "num_classes"),
+        (dict(num_classes=2, activation="swish2"), "activation"),
+        (dict(likelihood="poisson"), "likelihood"),
+        (dict(likelihood="gaussian", noise=-1.0), "noise"),
+        (dict(num_classes=2, noise=1.0), "gaussian"),
+        (dict(num_classes=2, hidden=(5, 0)), "≥ 1"),
+    ],
+)
+def test_mlp_bad_arguments(kwargs, match):
+    kwargs = {"hidden": (5, 5), **kwargs}
+    hidden = kwargs.pop("hidden")
+    with pytest.raises(ValueError, match=match):
+        models.mlp(hidden, **kwargs)
+
+
+def test_spec_round_trip():
+    m = models.mlp((4, 3), activation="relu", num_classes=3, prior=priors.cauchy(priors.half_cauchy(0.5), per="unit"))
+    assert models.from_spec(m.spec()).spec() == m.spec()

@@ -1,0 +1,31 @@
+"""The README's test command is the one CI runs; the quickstart benchmark runs."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_readme_test_command_is_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    command = [line for line in ci if line.startswith("python3 -m venv")]
+    assert len(command) == 1
+    readme = (ROOT / "README.md").read_text()
+    assert command[0] in readme
+    assert "bnnpp fit --data moons" in readme
+
+
+@pytest.mark.slow
+def test_quickstart_benchmark_quick(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quickstart.py"), "--quick", "--results", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "quickstart.json").read_text())
+    assert set(result["runs"]["cold"]) == {"wall_seconds", "seconds", "test", "steps"}
+    assert 0 < result["runs"]["cold"]["test"]["accuracy"] <= 1
