@@ -32,7 +32,9 @@ def to_arviz(posterior) -> az.InferenceData:
             (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in, dense_0.out``);
         log_likelihood: ``y`` ``(chain, draw, obs)``, so ``az.loo``/``az.waic`` work;
         observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
-        sample_stats: optimisation traces such as ``loss`` ``(chain, step)``.
+        sample_stats: optimisation traces such as ``loss`` ``(chain, step)``;
+        variational_params: the fitted guide's parameters (VI backends), so a saved fit keeps
+            its variational posterior and not only the draws.
     Attributes carry the method, seed and package versions; the posterior group's ``bnnpp``
     attribute holds the JSON that :func:`bnnpp.load` reads back.
     """
@@ -61,6 +63,15 @@ def to_arviz(posterior) -> az.InferenceData:
             attrs=attrs,
         )
         idata.add_groups({"sample_stats": stats})
+    params = posterior.info.get("guide_params")
+    if params:
+        idata.add_groups(
+            {
+                "variational_params": xr.Dataset(
+                    {k: ([f"{k}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v)) for k, v in params.items()}
+                )
+            }
+        )
     idata.posterior.attrs["bnnpp"] = posterior.meta_json()
     return idata
 

@@ -98,6 +98,8 @@ def gaussian_nll(loc: np.ndarray, scale: np.ndarray, y: np.ndarray) -> float:
     """Mean NLL of the posterior predictive, a mixture over draws of N(loc_s, scale_s²):
     −(1/n) Σᵢ log (1/S) Σ_s N(yᵢ | loc_sᵢ, scale_sᵢ²). ``loc``, ``scale``: ``(S, n)``."""
     loc = np.asarray(loc, np.float64)
+    if loc.ndim != 2:
+        raise ValueError(f"loc must have shape (S, n) (draws, points), got {loc.shape}; use loc[None] for one draw")
     scale = np.broadcast_to(np.asarray(scale, np.float64), loc.shape)
     z = (np.asarray(y)[None] - loc) / scale
     logp = -0.5 * z**2 - np.log(scale) - 0.5 * np.log(2 * np.pi)

@@ -57,14 +57,17 @@ __all__ = [
 
 Per = Literal["layer", "network", "unit"]
 _PERS = ("layer", "network", "unit")
+_KINDS = ("normal", "laplace", "cauchy", "student_t", "flat", "scale_mixture")
 
 
 def _positive(name: str, value: Any) -> float:
     """Return ``value`` as a float, or raise a one-line ValueError if it is not > 0."""
+    if isinstance(value, (str, bytes, bool)):
+        raise TypeError(f"{name} must be a positive number, got {value!r}")
     try:
         v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be a positive number, got {value!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name} must be a positive finite number, got {value!r}") from None
     if not math.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}; pass e.g. {name}=1.0")
     return v
@@ -127,7 +130,7 @@ def inverse_gamma(a: float = 1.0, b: float = 1.0) -> Hyperprior:
     Normal weight prior; σ = sqrt(σ²). The site is ``<scope>.variance``."""
     return Hyperprior(
         "inverse_gamma",
-        (_positive("inverse_gamma concentration a", a), _positive("inverse_gamma rate b", b)),
+        (_positive("inverse_gamma concentration a", a), _positive("inverse_gamma scale b", b)),
         "variance",
     )
 
@@ -232,9 +235,13 @@ class Prior:
     params: tuple[float, ...] = ()
 
     def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise ValueError(f"unknown prior kind {self.kind!r}; use one of {', '.join(_KINDS)}")
         if self.per not in _PERS:
             raise ValueError(f"per must be one of {', '.join(_PERS)}, got {self.per!r}")
         if self.kind == "flat":
+            if self.scale is not None:
+                raise ValueError("the flat prior has no scale, so it takes no hyperprior; use priors.flat()")
             return
         if isinstance(self.scale, Hyperprior):
             return
@@ -410,6 +417,8 @@ def prior(
     key = name.replace("_", "-").lower()
     if key not in PRIORS:
         raise ValueError(f"unknown prior {name!r}; choose one of {', '.join(PRIORS)}")
+    if per not in _PERS:
+        raise ValueError(f"per must be one of {', '.join(_PERS)}, got {per!r}")
     if key == "flat":
         if isinstance(scale, Hyperprior):
             raise ValueError("the flat prior has no scale, so it takes no hyperprior; use --hyperprior fixed")

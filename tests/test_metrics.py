@@ -186,6 +186,11 @@ def test_gaussian_nll_single_draw_matches_scipy():
     assert metrics.gaussian_nll(loc, 0.7, y) == pytest.approx(expected_scalar, rel=1e-12)
 
 
+def test_gaussian_nll_rejects_one_dimensional_loc():
+    with pytest.raises(ValueError, match=r"\(S, n\)"):
+        metrics.gaussian_nll(np.zeros(3), 1.0, np.zeros(3))
+
+
 def test_gaussian_nll_single_draw_far_in_the_tail():
     """40 sd away, the density underflows nowhere in log space: NLL = 800 + log(sqrt(2π))."""
     assert metrics.gaussian_nll(np.zeros((1, 1)), np.ones((1, 1)), np.array([40.0])) == pytest.approx(

@@ -72,6 +72,10 @@ def test_save_load_round_trip(post, moons, tmp_path):
         np.testing.assert_array_equal(back.samples[k], v)
     np.testing.assert_array_equal(back.info["loss"], post.info["loss"])
     assert back.info["method"] == "advi"
+    assert back.info["options"] == json.loads(json.dumps(post.info["options"], default=repr))
+    assert back.info["guide_params"].keys() == post.info["guide_params"].keys()
+    for k, v in post.info["guide_params"].items():
+        np.testing.assert_array_equal(back.info["guide_params"][k], v)
     np.testing.assert_allclose(back.predict(moons.x_test).mean, post.predict(moons.x_test).mean, rtol=1e-6)
     idata = az.from_netcdf(path)
     assert idata.posterior.sizes["chain"] == 1 and idata.posterior.sizes["draw"] == 200

@@ -408,6 +408,26 @@ def test_bad_per_raises(make):
         make()
 
 
+def test_bad_per_raises_for_flat_by_name():
+    with pytest.raises(ValueError, match="per"):
+        priors.prior("flat", per="bogus")
+
+
+@pytest.mark.parametrize(
+    "make, exc",
+    [
+        (lambda: priors.half_normal("2"), TypeError),
+        (lambda: priors.normal(True), TypeError),
+        (lambda: priors.normal(10**400), TypeError),
+        (lambda: priors.Prior("gauss", 1.0), ValueError),
+        (lambda: priors.Prior("flat", priors.half_normal(1.0)), ValueError),
+    ],
+)
+def test_constructor_rejects_strings_overflow_unknown_kinds(make, exc):
+    with pytest.raises(exc):
+        make()
+
+
 @pytest.mark.parametrize("pi", [0.0, 1.0, -0.1, 1.5, float("nan")])
 def test_scale_mixture_pi_outside_unit_interval_raises(pi):
     with pytest.raises(ValueError, match="pi"):
