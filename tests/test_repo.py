@@ -21,6 +21,15 @@ def test_readme_test_command_is_what_ci_runs():
     assert "bnnpp fit --data moons" in readme
 
 
+def test_readme_python_example_runs(tmp_path, monkeypatch):
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) <= 12
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "README.md", "exec"), {})
+    assert (tmp_path / "runs" / "posterior.nc").is_file()
+
+
 @pytest.mark.slow
 def test_quickstart_benchmark_quick(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quickstart.py"), "--quick", "--results", str(tmp_path)],

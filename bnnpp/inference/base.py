@@ -455,13 +455,16 @@ class Posterior:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the posterior as one netCDF file (the InferenceData of :meth:`to_arviz`, with
-        info and the model spec as JSON in its attributes). Written to a temporary file and
-        moved into place, so a failure leaves nothing half-written. Never pickles."""
+        info and the model spec as JSON in its attributes; guide parameters in the
+        ``variational_params`` group). The parent folder is created if needed; the file is
+        written to a temporary name and moved into place, so a failure leaves nothing
+        half-written. Never pickles."""
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
-        if not os.path.isdir(folder):
-            raise ValueError(f"folder {folder} does not exist: create it first")
+        if os.path.exists(folder) and not os.path.isdir(folder):
+            raise ValueError(f"{folder} is a file, not a folder: choose another path")
         idata = self.to_arviz()
+        os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".nc.tmp", dir=folder)
         os.close(fd)
         try:
