@@ -1,14 +1,16 @@
-"""Matplotlib figures of posterior-predictive uncertainty. Every function returns a Figure."""
+"""Matplotlib figures of posterior-predictive uncertainty. Every function returns a Figure.
+
+Figures are built with ``matplotlib.figure.Figure`` rather than pyplot: nothing touches the
+global backend or figure registry, so they work headless and leak nothing in loops. In a
+notebook, display one by leaving it as the cell's value; save with ``fig.savefig(path)``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-import matplotlib
-
-matplotlib.use("Agg", force=False)
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import numpy as np
+from matplotlib.figure import Figure
 
 __all__ = ["decision_map", "regression_bands"]
 
@@ -42,7 +44,8 @@ def decision_map(
     pred = predict(grid)
     p1 = pred.probs[..., 1]
     panels = [(p1.mean(0), "predictive p(class 1)", "RdBu_r", (0, 1)), (p1.std(0), "sd of p(class 1) over draws", "viridis", None)]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4.2), constrained_layout=True)
+    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
     for ax, (z, label, cmap, lim) in zip(axes, panels):
         kw = {"vmin": lim[0], "vmax": lim[1]} if lim else {}
         cs = ax.contourf(g0, g1, z.reshape(g0.shape), levels=20, cmap=cmap, **kw)
@@ -72,7 +75,8 @@ def regression_bands(prediction, x_grid: np.ndarray, x: np.ndarray, y: np.ndarra
     xg = xg[order]
     mean = prediction.mean[order]
     epi, tot = prediction.epistemic_std[order], prediction.std[order]
-    fig, ax = plt.subplots(figsize=(7, 4.2), constrained_layout=True)
+    fig = Figure(figsize=(7, 4.2), layout="constrained")
+    ax = fig.subplots()
     ax.fill_between(xg, mean - 2 * tot, mean + 2 * tot, color="tab:orange", alpha=0.25, label="±2σ total")
     ax.fill_between(xg, mean - 2 * epi, mean + 2 * epi, color="tab:blue", alpha=0.35, label="±2σ epistemic")
     ax.plot(xg, mean, color="tab:blue", lw=1.5, label="predictive mean")
