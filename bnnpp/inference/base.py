@@ -207,8 +207,14 @@ def latent_sites(model: Callable, x: np.ndarray, y: np.ndarray | None = None) ->
     """
     found: dict[str, SiteInfo] = {}
 
+    def improper_as_zeros(site):
+        # an improper prior (priors.flat) cannot be sampled; only its shape matters here
+        fn = site.get("fn") if site["type"] == "sample" else None
+        return jnp.zeros(fn.shape()) if fn is not None and isinstance(_unwrap(fn), dist.ImproperUniform) else None
+
     def trace_once(key):
-        tr = handlers.trace(handlers.seed(model, key)).get_trace(x, y)
+        seeded = handlers.seed(model, key)
+        tr = handlers.trace(handlers.substitute(seeded, substitute_fn=improper_as_zeros)).get_trace(x, y)
         for name, site in tr.items():
             if site["type"] != "sample" or site["is_observed"]:
                 continue
