@@ -54,7 +54,7 @@ def to_arviz(posterior) -> az.InferenceData:
         attrs=attrs,
     )
     traces = {
-        k: v for k, v in posterior.info.items() if isinstance(v, np.ndarray) and v.ndim == 1 and k != "x"
+        k: v for k, v in posterior.info.items() if isinstance(v, np.ndarray) and v.ndim == 1
     }
     if traces:
         stats = xr.Dataset(

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
@@ -190,8 +191,6 @@ class ScaleMixtureNormal(dist.Distribution):
         super().__init__(batch_shape=jnp.shape(self.pi), validate_args=validate_args)
 
     def sample(self, key, sample_shape=()):
-        import jax
-
         k1, k2 = jax.random.split(key)
         shape = sample_shape + self.batch_shape
         pick_first = jax.random.bernoulli(k1, self.pi, shape)

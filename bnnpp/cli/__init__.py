@@ -6,12 +6,9 @@ import argparse
 import sys
 
 from bnnpp.cli import fit as fit_cmd
+from bnnpp.cli._errors import CLIError
 
-__all__ = ["main"]
-
-
-class CLIError(Exception):
-    """A user error: printed as one line, exit status 2."""
+__all__ = ["CLIError", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,9 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.handler(args)
-    except (ValueError, TypeError) as e:
-        if not getattr(e, "bnnpp_user_error", False):
-            raise
+    except CLIError as e:
         print(f"bnnpp {args.command}: error: {e}", file=sys.stderr)
         return 2
 

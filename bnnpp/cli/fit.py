@@ -15,6 +15,7 @@ import numpy as np
 
 import bnnpp
 from bnnpp import metrics, priors
+from bnnpp.cli._errors import CLIError
 from bnnpp.inference.base import check_data, get_backend, registered
 
 # CLI flag → backend option name; only flags the user gives are passed on, so a flag that the
@@ -26,11 +27,6 @@ METHOD_FLAGS = {
     "guide": "guide",
     "num_samples": "num_samples",
 }
-
-
-def _user_error(e: Exception) -> Exception:
-    e.bnnpp_user_error = True  # type: ignore[attr-defined]
-    return e
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -155,7 +151,7 @@ def fit_and_report(args) -> dict:
     try:
         dataset, model, options = _build(args)
     except (ValueError, TypeError) as e:
-        raise _user_error(e) from None
+        raise CLIError(str(e)) from None
     if not args.no_cache:
         cache = os.environ.get("BNNPP_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bnnpp", "jax"))
         import jax

@@ -29,7 +29,7 @@ class LoopResult:
         losses: ``(steps_run,)`` loss per step (the last one is the non-finite loss if stopped).
         steps_run: steps attempted (``num_steps`` unless stopped early).
         stopped_at: index of the first non-finite step, or ``None``.
-        compile_seconds: seconds to compile the chunk.
+        compile_seconds: compile seconds reported by the caller (the chunk alone, or every program of the fit).
         run_seconds: seconds spent running chunks.
     """
 
@@ -46,25 +46,27 @@ def _all_finite(tree) -> jnp.ndarray:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
 
 
+def _mean_loss(losses: np.ndarray) -> dict:
+    return {"loss": f"{np.nanmean(losses):.4g}"}
+
+
 def default_chunk_size(num_steps: int, updates: int = 20) -> int:
     """Steps per compiled chunk so that the bar updates about ``updates`` times."""
     return max(1, math.ceil(num_steps / updates))
 
 
-def compile_all(lowered: dict[str, Any]) -> tuple[dict[str, Any], float]:
+def compile_all(lowered: dict[str, Any]) -> dict[str, Any]:
     """Compile several lowered programs at once, one thread each, so that they can overlap
     on a multi-core machine. Compilation dominates small BNN fits (shared/PERFORMANCE-NOTES.md);
     on the 2-core CI machine this saved about 10% of the compile time of ADVI's init + chunk
     (5.4 s against 6.0 s, two runs each), because XLA already uses more than one core.
 
     Returns:
-        The compiled programs under the same keys, and the wall seconds spent.
+        The compiled programs under the same keys.
     """
-    t0 = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max(1, min(len(lowered), os.cpu_count() or 1))) as pool:
         futures = {k: pool.submit(v.compile) for k, v in lowered.items()}
-        compiled = {k: f.result() for k, f in futures.items()}
-    return compiled, time.perf_counter() - t0
+        return {k: f.result() for k, f in futures.items()}
 
 
 def _abstract(tree):
@@ -115,7 +117,7 @@ def drive(
     *,
     progress: bool,
     desc: str,
-    postfix: Callable[[np.ndarray], dict] = lambda losses: {"loss": f"{np.nanmean(losses):.4g}"},
+    postfix: Callable[[np.ndarray], dict] = _mean_loss,
     compile_seconds: float = 0.0,
 ) -> LoopResult:
     """Run a chunk compiled from :func:`lower_chunk` until ``num_steps`` steps are done or a
@@ -161,7 +163,7 @@ def run_chunked(
     progress: bool,
     desc: str,
     chunk_size: int | None = None,
-    postfix: Callable[[np.ndarray], dict] = lambda losses: {"loss": f"{np.nanmean(losses):.4g}"},
+    postfix: Callable[[np.ndarray], dict] = _mean_loss,
 ) -> LoopResult:
     """Lower, compile and drive a training chunk in one call (see :func:`lower_chunk` and
     :func:`drive`); ``chunk_size`` defaults to ``num_steps / 20``."""

@@ -102,7 +102,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         "chunk": lower_chunk(step, state_shape, o["num_steps"], chunk_size),
         "draw": jax.jit(draw).lower(key_draw, state_shape),
     }
-    programs, _ = compile_all(lowered)
+    programs = compile_all(lowered)
     compile_seconds = time.perf_counter() - t0
 
     res = drive(
