@@ -32,7 +32,10 @@ def to_arviz(posterior) -> az.InferenceData:
             (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in, dense_0.out``);
         log_likelihood: ``y`` ``(chain, draw, obs)``, so ``az.loo``/``az.waic`` work;
         observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
-        sample_stats: optimisation traces such as ``loss`` ``(chain, step)``;
+        sample_stats: optimisation traces such as ``loss``, ``nll``, ``kl`` ``(chain, step)``
+            (VI and MAP), and per-draw sampler statistics ``(chain, draw)`` from
+            ``info["sample_stats"]`` (NUTS: ``diverging``, ``acceptance_rate``, ``step_size``,
+            ``tree_depth``, ``n_steps``, ``energy``; SG-MCMC: ``step_size``);
         variational_params: the fitted guide's parameters (VI backends), so a saved fit keeps
             its variational posterior and not only the draws.
     Attributes carry the method, seed and package versions; the posterior group's ``bnnpp``
@@ -56,13 +59,21 @@ def to_arviz(posterior) -> az.InferenceData:
     traces = {
         k: v for k, v in posterior.info.items() if isinstance(v, np.ndarray) and v.ndim == 1
     }
-    if traces:
-        stats = xr.Dataset(
-            {k: (("chain", "step"), np.asarray(v)[None]) for k, v in traces.items()},
-            coords={"chain": [0], "step": np.arange(len(next(iter(traces.values()))))},
-            attrs=attrs,
-        )
-        idata.add_groups({"sample_stats": stats})
+    per_draw = posterior.info.get("sample_stats") or {}
+    if traces or per_draw:
+        # one optimisation run per fit: its traces carry the (single) chain axis when the
+        # posterior has one chain, and only a step axis otherwise
+        trace_dims = ("chain", "step") if posterior.num_chains == 1 else ("step",)
+        variables = {
+            k: (trace_dims, np.asarray(v)[None] if len(trace_dims) == 2 else np.asarray(v)) for k, v in traces.items()
+        }
+        variables.update({k: (("chain", "draw"), np.asarray(v)) for k, v in per_draw.items()})
+        coords = {"chain": np.arange(posterior.num_chains)}
+        if traces:
+            coords["step"] = np.arange(len(next(iter(traces.values()))))
+        if per_draw:
+            coords["draw"] = np.arange(posterior.num_draws)
+        idata.add_groups({"sample_stats": xr.Dataset(variables, coords=coords, attrs=attrs)})
     params = posterior.info.get("guide_params")
     if params:
         idata.add_groups(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bnnpp.inference import advi  # noqa: F401  (registers "advi")
+from bnnpp.inference import advi, bbb, map, nuts, sgld  # noqa: F401  (importing registers each backend)
 from bnnpp.inference.base import Posterior, Prediction, check_data, get_backend, load, registered
 
 __all__ = ["Posterior", "Prediction", "fit", "load", "registered"]

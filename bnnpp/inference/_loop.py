@@ -26,7 +26,9 @@ class LoopResult:
 
     Attributes:
         state: the last state whose loss and parameters were finite.
-        losses: ``(steps_run,)`` loss per step (the last one is the non-finite loss if stopped).
+        losses: ``(steps_run,)`` loss per step, or ``(steps_run, k)`` when the step returns
+            several terms (e.g. Bayes-by-Backprop's loss, NLL, KL); the last row is the
+            non-finite one if stopped.
         steps_run: steps attempted (``num_steps`` unless stopped early).
         stopped_at: index of the first non-finite step, or ``None``.
         compile_seconds: compile seconds reported by the caller (the chunk alone, or every program of the fit).
@@ -83,7 +85,7 @@ def lower_chunk(step: Callable[[Any], tuple[Any, jnp.ndarray]], state: Any, num_
     becomes true, ``bad_step`` records its index and the previous state is kept.
     """
     state = _abstract(state)
-    loss_dtype = jax.eval_shape(step, state)[1].dtype
+    loss_info = jax.eval_shape(step, state)[1]  # a scalar loss, or a vector of loss terms
 
     def chunk(carry, start):
         def body(c, i):
@@ -92,10 +94,10 @@ def lower_chunk(step: Callable[[Any], tuple[Any, jnp.ndarray]], state: Any, num_
 
             def do(s):
                 new, loss = step(s)
-                return new, loss, jnp.logical_and(jnp.isfinite(loss), _all_finite(new))
+                return new, loss, jnp.logical_and(jnp.all(jnp.isfinite(loss)), _all_finite(new))
 
             def skip(s):
-                return s, jnp.full((), jnp.nan, loss_dtype), jnp.array(True)
+                return s, jnp.full(loss_info.shape, jnp.nan, loss_info.dtype), jnp.array(True)
 
             new, loss, ok = jax.lax.cond(active, do, skip, st)
             bad = jnp.logical_and(active, ~ok)
@@ -137,7 +139,7 @@ def drive(
                 losses = losses[: int(carry[2]) - start + 1]
             pieces.append(losses)
             bar.update(len(losses))
-            finite = losses[np.isfinite(losses)]
+            finite = losses[np.all(np.isfinite(losses.reshape(len(losses), -1)), axis=1)]
             if finite.size:
                 bar.set_postfix(postfix(finite), refresh=False)
             if stopped:

@@ -483,7 +483,11 @@ class Posterior:
     def meta_json(self) -> str:
         """The JSON stored in a saved file: info (without trace arrays), model spec, sites."""
         # arrays (traces, guide parameters) live in their own netCDF groups, not in the JSON
-        info = {k: v for k, v in self.info.items() if not isinstance(v, (np.ndarray, jax.Array)) and k != "guide_params"}
+        info = {
+            k: v
+            for k, v in self.info.items()
+            if not isinstance(v, (np.ndarray, jax.Array)) and k not in ("guide_params", "sample_stats")
+        }
         spec = self.model.spec() if hasattr(self.model, "spec") else None
         sites = {k: {"shape": list(v.shape), "dims": list(v.dims)} for k, v in self.sites.items()}
         return json.dumps(_json_safe({"info": info, "model": spec, "sites": sites}))
@@ -522,7 +526,9 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     if "sample_stats" in idata.groups():
         for name, var in idata.sample_stats.data_vars.items():
             if "step" in var.dims:
-                info[name] = np.asarray(var.values[0])
+                info[name] = np.asarray(var.values[0] if var.ndim == 2 else var.values)
+            elif "draw" in var.dims:
+                info.setdefault("sample_stats", {})[name] = np.asarray(var.values)
     if "variational_params" in idata.groups():
         info["guide_params"] = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
     if model is None and meta["model"] is not None:

@@ -13,15 +13,29 @@ site                   shape               what it is
 =====================  ==================  ==========================================
 
 With ``per="network"`` the single scale site is ``network.scale`` / ``network.variance``.
+
+**The layer effect.** A layer does not sample its weights directly: it sends one NumPyro
+message of type :data:`LAYER_EFFECT` carrying the layer's name, inputs, width, prior and
+scale, whose default behaviour samples ``<name>.w`` and ``<name>.b`` and returns ``x @ w + b``.
+Every inference method that works with weight sites (NUTS, SGLD, MAP, ADVI) simply sees
+those sites. A handler may instead answer the message itself, e.g. Bayes-by-Backprop's
+local reparameterisation, which samples pre-activations without ever forming ``w``
+(Kingma, Salimans & Welling 2015). Models stay free of inference code: the handler lives
+in the backend.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
+from numpyro.primitives import _PYRO_STACK, apply_stack
 
 from bnnpp.priors import Prior
 
-__all__ = ["dense"]
+__all__ = ["LAYER_EFFECT", "dense"]
+
+#: ``msg["type"]`` of the message a Bayesian layer sends (see the module docstring).
+#: Fields: ``kind`` (``"dense"``), ``layer`` (the name), ``args`` = ``(name, x, units, prior, scale)``.
+LAYER_EFFECT = "bnnpp_layer"
 
 
 def dense(name: str, x: jnp.ndarray, units: int, prior: Prior, *, scale=None) -> jnp.ndarray:
@@ -48,6 +62,16 @@ def dense(name: str, x: jnp.ndarray, units: int, prior: Prior, *, scale=None) ->
                 "then dense(..., scale=s) for every layer"
             )
         scale = prior.sample_scale(name, units)
+    args = (name, x, units, prior, scale)
+    if not _PYRO_STACK:  # called outside any handler: nothing can intercept
+        return _dense_default(*args)
+    msg = {"type": LAYER_EFFECT, "kind": "dense", "layer": name, "fn": _dense_default, "args": args,
+           "kwargs": {}, "value": None}
+    return apply_stack(msg)["value"]
+
+
+def _dense_default(name: str, x: jnp.ndarray, units: int, prior: Prior, scale) -> jnp.ndarray:
+    """Sample ``<name>.w`` ``(in, units)`` and ``<name>.b`` ``(units,)``; return ``x @ w + b``."""
     n_in = x.shape[-1]
     w = prior.sample(f"{name}.w", (n_in, units), scale, dims=(f"{name}.in", f"{name}.out"))
     b = prior.sample(f"{name}.b", (units,), scale, dims=(f"{name}.out",))
