@@ -43,6 +43,33 @@ def test_fit_sinusoid_regression(tmp_path):
     assert set(report["test"]) >= {"rmse", "nll", "coverage_95"}
 
 
+# small settings per method so that `bnnpp fit --method M` runs end to end for every M
+CLI_SMALL = {
+    "map": ["--steps", "300"],
+    "advi": ["--steps", "300", "--num-samples", "50"],
+    "bbb": ["--epochs", "300", "--num-samples", "50", "--estimator", "flipout"],
+    "nuts": ["--num-chains", "1", "--num-warmup", "50", "--num-samples", "50"],
+    "sgld": ["--num-chains", "2", "--num-samples", "50", "--burn-in", "100", "--thinning", "2"],
+}
+
+
+@pytest.mark.parametrize("method", sorted(CLI_SMALL))
+def test_fit_every_method(method, tmp_path):
+    out = tmp_path / method
+    code = main(["fit", "--data", "moons", "--method", method, *CLI_SMALL[method], "--out", str(out), "--quiet", "--no-cache"])
+    assert code == 0
+    report = json.loads((out / "metrics.json").read_text())
+    assert report["method"] == method and 0 <= report["test"]["accuracy"] <= 1
+    idata = az.from_netcdf(out / "posterior.nc")
+    assert idata.posterior["dense_0.w"].dims == ("chain", "draw", "dense_0.in", "dense_0.out")
+
+
+def test_every_registered_method_has_small_cli_settings():
+    import bnnpp
+
+    assert set(bnnpp.registered()) == set(CLI_SMALL)
+
+
 def test_help_lists_every_option(capsys):
     with pytest.raises(SystemExit) as e:
         main(["fit", "--help"])
@@ -51,6 +78,19 @@ def test_help_lists_every_option(capsys):
     for flag in ("--data", "--method", "--hidden", "--activation", "--prior", "--hyperprior", "--steps", "--seed",
                  "--out", "--learning-rate", "--num-particles", "--guide", "--num-samples", "--per", "--scale"):
         assert flag in text
+    from bnnpp.cli.fit import METHOD_FLAGS, _flag
+
+    # every option of every method is reachable from the command line, except the optimizer
+    # object (Python API only)
+    options = {opt for _, opt, _ in METHOD_FLAGS}
+    import bnnpp
+    from bnnpp.inference.base import get_backend
+
+    for m in bnnpp.registered():
+        missing = set(get_backend(m).defaults) - options - {"optimizer", "chunk_size"}
+        assert not missing, (m, missing)
+    for dest, _, _ in METHOD_FLAGS:
+        assert _flag(dest) in text
 
 
 @pytest.mark.parametrize(
@@ -64,6 +104,12 @@ def test_help_lists_every_option(capsys):
         (["--data-noise", "-1"], "noise"),
         (["--obs-noise", "1"], "regression"),
         (["--seed", "-3"], "seed"),
+        (["--method", "bbb", "--steps", "100"], "--steps does not apply to --method bbb; it takes --epochs"),
+        (["--method", "map", "--num-chains", "2"], "--num-chains does not apply to --method map"),
+        (["--method", "nuts", "--num-chains", "0"], "num_chains"),
+        (["--method", "bbb", "--batch-size", "5000"], "batch_size 5000 is larger than the 700 training rows"),
+        (["--method", "sgld", "--step-size", "0"], "step_size"),
+        (["--method", "advi", "--learn-prior"], "--learn-prior does not apply to --method advi"),
     ],
 )
 def test_bad_input_one_line_error_no_output(argv, match, tmp_path, capsys):

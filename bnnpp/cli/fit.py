@@ -18,15 +18,59 @@ from bnnpp import metrics, priors
 from bnnpp.cli._errors import CLIError
 from bnnpp.inference.base import check_data, get_backend, registered
 
-# CLI flag → backend option name; only flags the user gives are passed on, so a flag that the
-# chosen method does not take is reported by the backend as an error instead of ignored.
-METHOD_FLAGS = {
-    "steps": "num_steps",
-    "learning_rate": "learning_rate",
-    "num_particles": "num_particles",
-    "guide": "guide",
-    "num_samples": "num_samples",
-}
+# Every inference flag: (dest, backend option, argparse kwargs). Only flags the user gives are
+# passed on; a flag whose option the chosen method does not take is an error naming the flags
+# it does take. The help text lists the methods that take each flag (read from the registry).
+METHOD_FLAGS: list[tuple[str, str, dict]] = [
+    ("steps", "num_steps", {"type": int, "help": "optimisation steps"}),
+    ("epochs", "epochs", {"type": int, "help": "passes over the training data"}),
+    ("batch_size", "batch_size", {"type": int, "help": "minibatch rows per step"}),
+    ("learning_rate", "learning_rate", {"type": float, "help": "Adam learning rate"}),
+    ("num_particles", "num_particles", {"type": int, "help": "Monte-Carlo samples per ELBO estimate"}),
+    ("guide", "guide", {"choices": ["normal", "lowrank", "fullrank"], "help": "variational family (normal = mean-field)"}),
+    ("init_scale", "init_scale", {"type": float, "help": "initial sd of the variational factors"}),
+    ("init_loc", "init_loc", {"choices": ["glorot", "uniform"], "help": "initial variational means"}),
+    ("init_radius", "init_radius", {"type": float, "help": "start values uniform in (-r, r) on the unconstrained space"}),
+    ("kl", "kl", {"choices": ["analytic", "mc"], "help": "closed-form KL where prior and q are Gaussian, or Monte-Carlo"}),
+    ("kl_weighting", "kl_weighting", {"choices": ["uniform", "blundell"], "help": "KL weight per minibatch: 1/M or 2^(M-i)/(2^M-1)"}),
+    ("estimator", "estimator", {"choices": ["reparam", "local", "flipout"], "help": "gradient estimator for dense layers"}),
+    ("learn_prior", "learn_prior", {"action": "store_const", "const": True, "help": "train the scale mixture's pi, sigma1, sigma2"}),
+    ("num_samples", "num_samples", {"type": int, "help": "posterior draws kept (per chain for MCMC)"}),
+    ("num_chains", "num_chains", {"type": int, "help": "independent chains"}),
+    ("num_warmup", "num_warmup", {"type": int, "help": "NUTS warm-up (adaptation) iterations per chain"}),
+    ("target_accept_prob", "target_accept_prob", {"type": float, "help": "NUTS target acceptance probability"}),
+    ("max_tree_depth", "max_tree_depth", {"type": int, "help": "NUTS maximum tree depth"}),
+    ("chain_method", "chain_method", {"choices": ["vectorized", "parallel", "sequential"], "help": "how NUTS runs its chains"}),
+    ("variant", "variant", {"choices": ["sgld", "psgld", "sghmc"], "help": "stochastic-gradient MCMC variant"}),
+    ("step_size", "step_size", {"type": float, "help": "SG-MCMC base step size"}),
+    ("schedule", "schedule", {"choices": ["constant", "polynomial", "cyclical"], "help": "SG-MCMC step-size schedule"}),
+    ("num_cycles", "num_cycles", {"type": int, "help": "cycles of the cyclical schedule"}),
+    ("decay_steps", "decay_steps", {"type": float, "help": "polynomial schedule: h0 (1 + t/decay_steps)^-gamma"}),
+    ("gamma", "gamma", {"type": float, "help": "polynomial schedule exponent, in (0.5, 1]"}),
+    ("exploration", "exploration", {"type": float, "help": "cyclical schedule: share of each cycle without noise"}),
+    ("num_integration_steps", "num_integration_steps", {"type": int, "help": "SGHMC steps per transition"}),
+    ("friction", "friction", {"type": float, "help": "SGHMC friction"}),
+    ("rms_decay", "rms_decay", {"type": float, "help": "pSGLD RMSprop decay"}),
+    ("rms_eps", "rms_eps", {"type": float, "help": "pSGLD RMSprop epsilon"}),
+    ("dense_mass", "dense_mass", {"action": "store_const", "const": True, "help": "NUTS: adapt a dense mass matrix"}),
+    ("burn_in", "burn_in", {"type": int, "help": "SG-MCMC steps discarded before keeping draws"}),
+    ("thinning", "thinning", {"type": int, "help": "keep every k-th SG-MCMC step"}),
+]
+
+
+def _takers(option: str) -> str:
+    """The methods that take ``option``, with their defaults: ``"advi=10000, map=5000"``."""
+    out = []
+    for m in registered():
+        defaults = get_backend(m).defaults
+        if option in defaults:
+            d = defaults[option]
+            out.append(m if isinstance(d, bool) else f"{m}={'full batch' if d is None and option == 'batch_size' else d}")
+    return ", ".join(out) or "no method"
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -70,13 +114,17 @@ def add_parser(sub) -> None:
     g.add_argument("--scale", type=float, default=1.0, help="the fixed prior scale when --hyperprior fixed")
     g.add_argument("--per", default="layer", choices=["layer", "network", "unit"], help="scope of a sampled scale")
     g.add_argument("--obs-noise", type=float, default=None, help="regression: fix the observation sd (default: learn it)")
-    g = p.add_argument_group("inference (each flag is passed to the method; one it does not take is an error)")
+    g = p.add_argument_group(
+        "inference",
+        "Every flag is passed to the chosen --method; a flag the method does not take is an error. "
+        "Unset flags keep the method's default; [brackets] list the methods that take a flag, with "
+        "their defaults.",
+    )
     g.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
-    g.add_argument("--steps", type=int, default=None, help="optimisation steps (advi default 10000)")
-    g.add_argument("--learning-rate", type=float, default=None, help="Adam learning rate (advi default 0.01)")
-    g.add_argument("--num-particles", type=int, default=None, help="Monte-Carlo samples per ELBO estimate (default 1)")
-    g.add_argument("--guide", default=None, choices=["normal", "lowrank", "fullrank"], help="variational family (default normal = mean-field)")
-    g.add_argument("--num-samples", type=int, default=None, help="posterior draws kept (default 1000)")
+    for dest, option, kwargs in METHOD_FLAGS:
+        kwargs = dict(kwargs)
+        kwargs["help"] = f"{kwargs['help']} [{_takers(option)}]"
+        g.add_argument(_flag(dest), dest=dest, default=argparse.SUPPRESS, **kwargs)
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=0, help="seed for data generation and inference")
     g.add_argument("--out", required=True, help="output folder (created; the three files are replaced)")
@@ -104,9 +152,19 @@ def _build(args) -> tuple[Any, Any, dict]:
             raise ValueError("--obs-noise applies to regression data (sinusoid) only")
     else:
         model = bnnpp.models.mlp(args.hidden, activation=args.activation, likelihood="gaussian", noise=args.obs_noise, prior=prior)
-    options = {opt: getattr(args, flag) for flag, opt in METHOD_FLAGS.items() if getattr(args, flag) is not None}
-    get_backend(args.method).check_options(options)
-    check_data(dataset, model)
+    backend = get_backend(args.method)
+    given = [(dest, opt) for dest, opt, _ in METHOD_FLAGS if hasattr(args, dest)]
+    wrong = [_flag(dest) for dest, opt in given if opt not in backend.defaults]
+    if wrong:
+        takes = [_flag(dest) for dest, opt, _ in METHOD_FLAGS if opt in backend.defaults]
+        raise ValueError(
+            f"{', '.join(wrong)} does not apply to --method {args.method}; it takes {', '.join(takes)}"
+        )
+    options = {opt: getattr(args, dest) for dest, opt in given}
+    merged = backend.check_options(options)
+    x, y = check_data(dataset, model)
+    if backend.validate_data is not None:
+        backend.validate_data(merged, x, y)
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder path")
     return dataset, model, options
@@ -174,6 +232,7 @@ def fit_and_report(args) -> dict:
         "steps_run": post.info.get("steps_run"),
         "stopped_at": post.info.get("stopped_at"),
         "test": test,
+        "fit_info": {k: post.info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters") if k in post.info},
         "seconds": {
             "import": bnnpp.IMPORT_SECONDS,
             "compile": post.info["compile_seconds"],

@@ -40,4 +40,6 @@ def fit(model, data: Any, *, method: str = "advi", seed: int = 0, progress: bool
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
     x, y = check_data(data, model)
+    if backend.validate_data is not None:
+        backend.validate_data(merged, x, y)
     return backend.fit(model, x, y, seed=seed, progress=progress, **merged)

@@ -54,6 +54,8 @@ class Backend:
         summary: one line for help texts.
         exclusive: pairs of options that must not be given together (the first replaces the
             second, e.g. ``("optimizer", "learning_rate")``).
+        validate_data: ``validate_data(options, x, y) -> None`` for checks that need the data
+            (e.g. ``batch_size`` against the number of rows); run before anything compiles.
     """
 
     name: str
@@ -62,6 +64,7 @@ class Backend:
     validate: Callable[[dict[str, Any]], None]
     summary: str = ""
     exclusive: tuple[tuple[str, str], ...] = ()
+    validate_data: Callable[[dict[str, Any], np.ndarray, np.ndarray], None] | None = None
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Reject unknown options, validate values, return defaults updated with ``options``."""
@@ -125,6 +128,14 @@ def one_of(options: dict, name: str, choices: tuple[str, ...]) -> None:
     """Raise unless ``options[name]`` is one of ``choices``."""
     if options[name] not in choices:
         raise ValueError(f"{name} must be one of {', '.join(choices)}, got {options[name]!r}")
+
+
+def check_batch_size(options: dict, x: np.ndarray, y: np.ndarray) -> None:
+    """Raise unless ``options["batch_size"]`` is ``None`` or at most the number of rows."""
+    n = int(x.shape[0])
+    b = options.get("batch_size")
+    if b is not None and b > n:
+        raise ValueError(f"batch_size {b} is larger than the {n} training rows; use batch_size ≤ {n} or None for full batch")
 
 
 # --------------------------------------------------------------------------------------

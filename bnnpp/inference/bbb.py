@@ -52,6 +52,7 @@ from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_
 from bnnpp.inference.base import (
     Backend,
     Posterior,
+    check_batch_size,
     latent_sites,
     one_of,
     positive_float,
@@ -86,7 +87,7 @@ DEFAULTS = {
 
 def validate(o: dict) -> None:
     """Reject bad Bayes-by-Backprop options with a one-line error (the data-dependent check of
-    ``batch_size`` happens at the start of :func:`fit`)."""
+    ``batch_size`` is check_batch_size, run by ``bnnpp.fit`` before fit)."""
     positive_int(o, "epochs")
     if o["batch_size"] is not None:
         positive_int(o, "batch_size")
@@ -347,11 +348,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         ``info["guide_params"]`` holds ``<site>_loc`` and ``<site>_scale`` (σ) per site.
     """
     n = x.shape[0]
-    batch = o["batch_size"] or n
-    if batch > n:
-        raise ValueError(
-            f"batch_size {batch} is larger than the {n} training rows; use batch_size ≤ {n} or None for full batch"
-        )
+    batch = o["batch_size"] or n  # ≤ n: checked by check_batch_size before fit is called
     sites = latent_sites(model, x, y)
     layers = _find_layers(model, x, y)
     layer_sites = {f"{name}.{p}" for name in layers for p in ("w", "b")}
@@ -495,5 +492,6 @@ register(
         validate,
         "Bayes by Backprop: mean-field Gaussian, softplus σ, minibatch KL weighting, local/Flipout estimators",
         exclusive=(("optimizer", "learning_rate"),),
+        validate_data=check_batch_size,
     )
 )

@@ -113,7 +113,7 @@ import numpy as np
 
 from bnnpp.inference._joint import init_uniform, joint_terms
 from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
-from bnnpp.inference.base import Backend, Posterior, latent_sites, one_of, positive_float, positive_int, register
+from bnnpp.inference.base import Backend, Posterior, check_batch_size, latent_sites, one_of, positive_float, positive_int, register
 
 __all__ = ["DEFAULTS", "SCHEDULES", "VARIANTS", "Schedule", "fit", "grad_estimator", "logdensity_estimator", "validate"]
 
@@ -172,7 +172,7 @@ def _fraction(o: dict, name: str, low_open: bool, high_open: bool, low: float = 
 
 def validate(o: dict) -> None:
     """Reject bad SG-MCMC options with a one-line error (data-dependent checks, such as a
-    ``batch_size`` larger than the data, happen at the start of :func:`fit`)."""
+    ``batch_size`` larger than the data, are in ``check_batch_size``, run by ``bnnpp.fit``)."""
     one_of(o, "variant", VARIANTS)
     one_of(o, "schedule", SCHEDULES)
     v = o["step_size"]
@@ -416,17 +416,10 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         finite, or ``None``.
 
     Raises:
-        ValueError: ``batch_size`` larger than the number of training rows (before anything
-            is traced or compiled).
         RuntimeError: the chains became non-finite before the first kept draw.
     """
     n = int(x.shape[0])
-    batch_size = o["batch_size"]
-    if batch_size is not None and batch_size > n:
-        raise ValueError(
-            f"batch_size {batch_size} is larger than the {n} training rows; "
-            f"use batch_size ≤ {n} or None for full batch"
-        )
+    batch_size = o["batch_size"]  # ≤ n: checked by check_batch_size before fit is called
     minibatch = batch_size is not None and batch_size < n
     b = batch_size if minibatch else n
     batches_per_epoch = n // b
@@ -577,5 +570,6 @@ register(
         DEFAULTS,
         validate,
         "stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
+        validate_data=check_batch_size,
     )
 )

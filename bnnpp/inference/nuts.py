@@ -1,0 +1,266 @@
+"""``nuts``: the No-U-Turn Sampler (Hoffman & Gelman 2014) with NumPyro — the exact reference.
+
+Runs ``numpyro.infer.MCMC`` with a ``NUTS`` kernel on the model's unconstrained space:
+``num_warmup`` adaptation iterations (step size by dual averaging towards
+``target_accept_prob``, diagonal or ``dense_mass`` mass matrix) followed by ``num_samples``
+kept draws in each of ``num_chains`` chains. Every chain starts uniformly in
+(−``init_radius``, ``init_radius``) on the unconstrained space (``init_to_uniform``).
+
+Chains: ``chain_method="vectorized"`` (default) runs all chains in one program on one device
+(``vmap``); ``"parallel"`` puts one chain on each device (``pmap``) and needs
+``num_chains ≤ jax.local_device_count()`` — on a CPU set
+``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before jax is imported;
+``"sequential"`` runs the chains one after another.
+
+Progress bar: with ``progress=True`` NumPyro drives the sampler from a Python loop, one
+dispatch per iteration instead of the single compiled loop used with ``progress=False`` (a few
+tenths of a second per 1,000 iterations: it matters only for tiny models). It works with
+``"vectorized"``: one bar for all chains together, without the step-size / acceptance postfix;
+``"sequential"`` shows one bar per chain with that postfix; ``"parallel"`` one bar per chain.
+NumPyro turns the bar off by itself when the ``CI`` environment variable is set.
+
+Sample statistics (``info["sample_stats"]``, ``(chain, draw)`` arrays, ArviZ names, shown in
+``to_arviz().sample_stats``): ``diverging``, ``acceptance_rate``, ``step_size``,
+``tree_depth``, ``n_steps`` (leapfrog steps), ``energy`` (Hamiltonian) and ``lp`` (the log
+joint density on the unconstrained space, −potential energy). Divergences are counted over
+the kept draws only; any divergence emits a ``RuntimeWarning``.
+
+Timing: ``compile_seconds`` is the XLA backend compilation time, summed from JAX's
+``/jax/core/compile/backend_compile_duration`` monitoring events during the fit (NumPyro
+compiles lazily inside ``MCMC.run``, so compilation cannot be timed as a separate phase; with
+JAX's persistent compilation cache on, a cache hit counts its loading time here instead);
+``run_seconds`` is the rest of the wall time of the run (tracing, lowering, warmup and
+sampling); ``sample_seconds`` is the time to copy the draws and statistics to the host.
+
+NUTS costs a full-data gradient per leapfrog step and up to ``2**max_tree_depth − 1`` steps per
+draw, so it is the gold standard for small networks only: above
+:data:`PARAMETER_WARNING` parameters a ``UserWarning`` points to the methods that scale
+(``advi``, ``bbb``, ``sgld``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import jax
+import jax.monitoring
+import numpy as np
+from numpyro.infer import MCMC, NUTS
+from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import constrain_fn
+
+from bnnpp.inference.base import (
+    Backend,
+    Posterior,
+    SiteInfo,
+    latent_sites,
+    one_of,
+    positive_float,
+    positive_int,
+    register,
+)
+
+DEFAULTS = {
+    "num_chains": 4,
+    "num_warmup": 1000,
+    "num_samples": 1000,
+    "target_accept_prob": 0.8,
+    "max_tree_depth": 10,
+    "chain_method": "vectorized",
+    "init_radius": 2.0,
+    "dense_mass": False,
+}
+
+CHAIN_METHODS = ("vectorized", "parallel", "sequential")
+MAX_TREE_DEPTH = 15
+PARAMETER_WARNING = 5_000
+"""Above this many latent parameters, :func:`fit` warns that NUTS will be slow."""
+
+# NumPyro state field → ArviZ sample_stats name
+_FIELDS = {
+    "diverging": "diverging",
+    "accept_prob": "acceptance_rate",
+    "adapt_state.step_size": "step_size",
+    "num_steps": "n_steps",
+    "energy": "energy",
+    "potential_energy": "lp",
+}
+
+# --------------------------------------------------------------------------------------
+# XLA compile time: one process-wide listener keeps a running total; a fit takes the
+# difference between its end and its start.
+# --------------------------------------------------------------------------------------
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_compile_total = [0.0]
+
+
+def _on_duration(event: str, duration: float, **kwargs) -> None:
+    if event == _COMPILE_EVENT:
+        _compile_total[0] += duration
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+
+
+# --------------------------------------------------------------------------------------
+# Options
+# --------------------------------------------------------------------------------------
+
+
+def _integer(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def validate(o: dict) -> None:
+    """Reject bad NUTS options with a one-line error."""
+    positive_int(o, "num_chains")
+    positive_int(o, "num_samples")
+    if not _integer(o["num_warmup"]) or o["num_warmup"] < 0:
+        raise ValueError(f"num_warmup must be an integer ≥ 0, got {o['num_warmup']!r}")
+    p = o["target_accept_prob"]
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < p < 1:
+        raise ValueError(f"target_accept_prob must be a number strictly between 0 and 1 (e.g. 0.8 or 0.95), got {p!r}")
+    d = o["max_tree_depth"]
+    if not _integer(d) or not 1 <= d <= MAX_TREE_DEPTH:
+        raise ValueError(f"max_tree_depth must be an integer from 1 to {MAX_TREE_DEPTH} (default 10), got {d!r}")
+    one_of(o, "chain_method", CHAIN_METHODS)
+    positive_float(o, "init_radius")
+    if not isinstance(o["dense_mass"], (bool, np.bool_)):
+        raise ValueError(f"dense_mass must be True or False, got {o['dense_mass']!r}")
+    if o["chain_method"] == "parallel":
+        devices = jax.local_device_count()
+        if o["num_chains"] > devices:
+            raise ValueError(
+                f'chain_method="parallel" needs one device per chain: num_chains={o["num_chains"]} but jax sees '
+                f'{devices} device(s); use chain_method="vectorized", or set '
+                f"XLA_FLAGS=--xla_force_host_platform_device_count={o['num_chains']} before importing jax"
+            )
+
+
+def num_parameters(sites: dict[str, SiteInfo]) -> int:
+    """Total number of latent scalars: the sum over sites of the product of their shapes."""
+    return int(sum(math.prod(s.shape) for s in sites.values()))
+
+
+def tree_depth(num_steps: np.ndarray) -> np.ndarray:
+    """NUTS tree depth from the number of leapfrog steps: a tree of depth d takes at most
+    2**d − 1 steps and more than 2**(d−1) − 1, so d = floor(log2(steps)) + 1."""
+    steps = np.maximum(np.asarray(num_steps, dtype=np.int64), 1)
+    return (np.floor(np.log2(steps)) + 1).astype(np.int64)
+
+
+# --------------------------------------------------------------------------------------
+# Fit
+# --------------------------------------------------------------------------------------
+
+
+def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
+    """Sample the posterior of ``model`` given ``(x, y)`` with NUTS.
+
+    Options (defaults in ``DEFAULTS``): ``num_chains``; ``num_warmup`` adaptation iterations
+    per chain (discarded); ``num_samples`` kept draws per chain; ``target_accept_prob`` for
+    step-size adaptation (raise it, e.g. to 0.95, when there are divergences);
+    ``max_tree_depth`` (at most ``2**max_tree_depth − 1`` leapfrog steps per draw);
+    ``chain_method`` ``"vectorized"`` | ``"parallel"`` | ``"sequential"``; ``init_radius``;
+    ``dense_mass`` (adapt a full mass matrix: quadratic memory in the parameter count).
+
+    Returns:
+        A :class:`Posterior` with samples ``(num_chains, num_samples, *site_shape)`` of the
+        latent sites (deterministic sites such as ``logits`` are left out);
+        ``info["sample_stats"]`` holds the per-draw sampler statistics, ``info["divergences"]``
+        their total and ``info["divergences_per_chain"]`` a list per chain.
+
+    Warns:
+        UserWarning: above :data:`PARAMETER_WARNING` latent parameters (before anything runs).
+        RuntimeWarning: when any kept draw diverged.
+    """
+    sites = latent_sites(model, x, y)
+    n_params = num_parameters(sites)
+    if n_params > PARAMETER_WARNING:
+        warnings.warn(
+            f"NUTS on {n_params:,} parameters (above {PARAMETER_WARNING:,}) will be slow: every leapfrog step "
+            "takes a full-data gradient and a draw takes up to 2**max_tree_depth of them; for networks this "
+            "size use a method that scales: method='advi', 'bbb' or 'sgld'",
+            UserWarning,
+            stacklevel=3,
+        )
+    xj, yj = jax.device_put(x), jax.device_put(y)
+
+    def postprocess(z):
+        # constrained values of the latent sites only: deterministic sites (e.g. the
+        # (n, C) logits) are neither computed nor stored for every draw
+        values = constrain_fn(model, (xj, yj), {}, z)
+        return {k: values[k] for k in sites}
+
+    kernel = NUTS(
+        model,
+        target_accept_prob=float(o["target_accept_prob"]),
+        max_tree_depth=int(o["max_tree_depth"]),
+        dense_mass=bool(o["dense_mass"]),
+        init_strategy=init_to_uniform(radius=float(o["init_radius"])),
+    )
+    mcmc = MCMC(
+        kernel,
+        num_warmup=int(o["num_warmup"]),
+        num_samples=int(o["num_samples"]),
+        num_chains=int(o["num_chains"]),
+        chain_method=o["chain_method"],
+        postprocess_fn=postprocess,
+        progress_bar=progress,
+    )
+
+    compiled_before = _compile_total[0]
+    t0 = time.perf_counter()
+    mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=tuple(_FIELDS))
+    draws = mcmc.get_samples(group_by_chain=True)
+    fields = mcmc.get_extra_fields(group_by_chain=True)
+    jax.block_until_ready((draws, fields))
+    wall = time.perf_counter() - t0
+    compile_seconds = _compile_total[0] - compiled_before
+
+    t0 = time.perf_counter()
+    draws, fields = jax.device_get((draws, fields))
+    samples = {k: np.asarray(draws[k]) for k in sites}
+    stats = {name: np.asarray(fields[field]) for field, name in _FIELDS.items()}
+    stats["diverging"] = stats["diverging"].astype(bool)
+    stats["lp"] = -stats["lp"]
+    stats["tree_depth"] = tree_depth(stats["n_steps"])
+    sample_seconds = time.perf_counter() - t0
+
+    per_chain = [int(v) for v in stats["diverging"].sum(axis=1)]
+    divergences = sum(per_chain)
+    if divergences:
+        warnings.warn(
+            f"{divergences} of {stats['diverging'].size} NUTS draws diverged (per chain: {per_chain}); the "
+            f"posterior may be biased: raise target_accept_prob (now {o['target_accept_prob']}, e.g. to 0.95) "
+            "or reparameterise the model",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    info = {
+        "method": "nuts",
+        "seed": seed,
+        "options": dict(o),
+        "num_parameters": n_params,
+        "divergences": divergences,
+        "divergences_per_chain": per_chain,
+        "compile_seconds": compile_seconds,  # XLA backend compilation only (see module docstring)
+        "run_seconds": max(wall - compile_seconds, 0.0),
+        "sample_seconds": sample_seconds,
+        "sample_stats": stats,
+    }
+    return Posterior(samples, info, model, x, y, sites)
+
+
+register(
+    Backend(
+        "nuts",
+        fit,
+        DEFAULTS,
+        validate,
+        "No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks",
+    )
+)
