@@ -38,3 +38,19 @@ def test_quickstart_benchmark_quick(tmp_path):
     result = json.loads((tmp_path / "quickstart.json").read_text())
     assert set(result["runs"]["cold"]) == {"wall_seconds", "seconds", "test", "steps"}
     assert 0 < result["runs"]["cold"]["test"]["accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_backends_benchmark_quick(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "backends.py"), "--quick", "--results", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "backends.json").read_text())
+    import bnnpp
+
+    assert {(r["data"], r["method"]) for r in result["rows"]} == {
+        (d, m) for d in ("moons", "circles") for m in bnnpp.registered()
+    }
+    for r in result["rows"]:
+        assert {"accuracy", "nll", "ece", "compile_seconds", "run_seconds", "throughput"} <= set(r)
+        assert 0 <= r["accuracy"] <= 1
