@@ -72,12 +72,30 @@ def _cases():
             yield pytest.param(method, {}, id=method)
 
 
+# what each backend puts in ArviZ's sample_stats
+EXPECTED_STATS = {
+    "map": {"loss"},
+    "advi": {"loss"},
+    "bbb": {"loss", "nll", "kl"},
+    "nuts": {"diverging", "acceptance_rate", "step_size", "tree_depth"},
+    "sgld": {"step_size"},
+}
+
+
 @pytest.mark.parametrize("method, extra", list(_cases()))
-def test_conjugate_linear_regression(method, extra):
+def test_conjugate_linear_regression(method, extra, tmp_path):
     x, y = _data()
     mean, sd = _closed_form(x, y)
     options = {**CONJUGATE_OPTIONS.get(method, {}), **extra}
     post = bnnpp.fit(linreg, (x, y), method=method, seed=1, progress=False, **options)
+    # the same Posterior contract from every backend: ArviZ groups, stats, save/load
+    idata = post.to_arviz()
+    assert EXPECTED_STATS.get(method, set()) <= set(idata.sample_stats.data_vars)
+    assert idata.log_likelihood["y"].shape == (post.num_chains, post.num_draws, len(y))
+    post.save(tmp_path / "post.nc")
+    back = bnnpp.load(tmp_path / "post.nc", model=linreg)
+    np.testing.assert_array_equal(back.samples["w"], post.samples["w"])
+    np.testing.assert_allclose(back.predict(x[:5]).draws, post.predict(x[:5]).draws, rtol=1e-6)
     w = post.samples["w"]
     assert w.ndim == 3 and w.shape[2] == 3  # (chain, draw, 3)
     draws = w.reshape(-1, 3)
