@@ -152,3 +152,16 @@ def test_moons_four_chains_converge(moons):
     rhat = az.rhat(idata, var_names=names)
     for name in names:
         assert float(rhat[name]) <= 1.05, (name, float(rhat[name]))
+
+
+@pytest.mark.parametrize("noncentered", [True, False])
+def test_noncentered_keeps_the_weight_sites(noncentered):
+    """Decentring changes what NUTS moves through, not what the Posterior holds."""
+    model = bnnpp.models.mlp((2,), num_classes=2, prior=priors.laplace(priors.half_normal(1.0)))
+    x = np.random.default_rng(0).normal(size=(20, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    post = bnnpp.fit(model, (x, y), method="nuts", num_chains=1, num_warmup=30, num_samples=20,
+                     noncentered=noncentered, progress=False)
+    assert set(post.samples) == {"dense_0.w", "dense_0.b", "dense_0.scale", "dense_1.w", "dense_1.b", "dense_1.scale"}
+    assert post.samples["dense_0.w"].shape == (1, 20, 2, 2)
+    assert np.all(post.samples["dense_0.scale"] > 0)
