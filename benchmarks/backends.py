@@ -59,7 +59,7 @@ def run(data_name: str, method: str, options: dict, seed: int) -> dict:
     return {
         "data": data_name,
         "method": method,
-        "options": options,
+        "options": {k: v for k, v in post.info["options"].items() if isinstance(v, (bool, int, float, str, type(None)))},
         "accuracy": metrics.accuracy(pred.mean, data.y_test),
         "nll": metrics.nll(pred.mean, data.y_test),
         "ece": metrics.ece(pred.mean, data.y_test),
@@ -117,14 +117,15 @@ def main(argv=None) -> dict:
         f"Model: {result['model']}. Options: each method's defaults"
         + (" (quick mode: reduced, see QUICK in the script)." if args.quick else "."),
         "",
-        "| data | method | test accuracy | NLL | ECE | compile s | run s | to prediction s | throughput |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| data | method | test accuracy | NLL | ECE | compile s | run s | to prediction s | throughput | divergences |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        div = "" if r["divergences"] is None else str(r["divergences"])
         lines.append(
             f"| {r['data']} | {r['method']} | {r['accuracy']:.3f} | {r['nll']:.3f} | {r['ece']:.3f} | "
             f"{r['compile_seconds']:.1f} | {r['run_seconds']:.1f} | {r['seconds_to_prediction']:.1f} | "
-            f"{r['throughput']:.0f} {r['throughput_unit']} |"
+            f"{r['throughput']:.0f} {r['throughput_unit']} | {div} |"
         )
     with open(os.path.join(args.results, "backends.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -53,7 +53,7 @@ METHOD_FLAGS: list[tuple[str, str, dict]] = [
     ("rms_decay", "rms_decay", {"type": float, "help": "pSGLD RMSprop decay"}),
     ("rms_eps", "rms_eps", {"type": float, "help": "pSGLD RMSprop epsilon"}),
     ("dense_mass", "dense_mass", {"action": "store_const", "const": True, "help": "NUTS: adapt a dense mass matrix"}),
-    ("centered", "noncentered", {"action": "store_const", "const": False, "help": "NUTS: sample weights centred instead of as loc + scale * z"}),
+    ("noncentered", "noncentered", {"action": "store_const", "const": True, "help": "NUTS: sample location-scale weights as loc + scale * z"}),
     ("burn_in", "burn_in", {"type": int, "help": "SG-MCMC steps discarded before keeping draws"}),
     ("thinning", "thinning", {"type": int, "help": "keep every k-th SG-MCMC step"}),
 ]

@@ -431,7 +431,9 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
             k_u, k_m = jax.random.split(kk)
             uk = jax.random.split(k_u, len(sites))
             u = {nm: params["loc"][nm] + sigma[nm] * jax.random.normal(ki, params["loc"][nm].shape) for nm, ki in zip(sites, uk, strict=True)}
-            return constrained_values(model, u, xj, yj, k_m, sites)
+            # one row is enough to run the model: latent shapes do not depend on n, and this
+            # keeps drawing cheap when the training set is large
+            return constrained_values(model, u, xj[:1], yj[:1], k_m, sites)
 
         return jax.vmap(one)(keys), params["loc"], sigma, params.get("prior")
 

@@ -79,7 +79,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         return (optax.apply_updates(u, updates), opt_state), loss
 
     def final(state):
-        return constrained_values(model, state[0], xj, yj, key_model, sites)
+        return constrained_values(model, state[0], xj[:1], yj[:1], key_model, sites)  # latent shapes do not depend on n
 
     chunk_size = o["chunk_size"] or default_chunk_size(o["num_steps"])
     t0 = time.perf_counter()

@@ -74,7 +74,7 @@ DEFAULTS = {
     "chain_method": "vectorized",
     "init_radius": 2.0,
     "dense_mass": False,
-    "noncentered": True,
+    "noncentered": False,
 }
 
 CHAIN_METHODS = ("vectorized", "parallel", "sequential")
@@ -151,7 +151,13 @@ def _noncentered(site) -> LocScaleReparam | None:
     family on the reals (Normal, Laplace, Cauchy, Student-t): w = loc + scale · z with z drawn
     from the standard member of the family (Papaspiliopoulos, Roberts & Sköld 2007). The
     geometry of z no longer depends on a hierarchical layer scale, which removes the funnel
-    between a layer's weights and its scale that makes centred NUTS diverge."""
+    between a layer's weights and its scale when the data say little about the weights.
+
+    It is off by default because with informative data the centred form is the better one
+    (the classic trade-off): on moons (700 points, 2-5-5-2 tanh, IG(1, 1) on each layer's
+    variance, 4 chains × 1000 + 1000, seed 0) centred NUTS had 37 of 4000 draws divergent and
+    non-centred 295 (one chain 231); with 2 chains × 300 + 300 the two were close (11 and 8 of
+    600). Try it when a layer's scale is weakly identified (little data, wide layers)."""
     if site["type"] != "sample" or site.get("is_observed") or site["name"].endswith("_decentered"):
         return None  # (the standardised site LocScaleReparam creates is left alone)
     base = site["fn"]
