@@ -13,7 +13,6 @@ import math
 
 import jax
 import numpy as np
-import numpyro
 import pytest
 import scipy.stats as st
 from numpyro import handlers

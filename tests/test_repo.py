@@ -30,24 +30,26 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / "posterior.nc").is_file()
 
 
+def _run_quick(script: str, results) -> dict:
+    """Run ``benchmarks/<script>.py --quick`` into ``results``; return the JSON it wrote."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--quick", "--results", str(results)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((results / f"{script}.json").read_text())
+
+
 @pytest.mark.slow
 def test_quickstart_benchmark_quick(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quickstart.py"), "--quick", "--results", str(tmp_path)],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads((tmp_path / "quickstart.json").read_text())
+    result = _run_quick("quickstart", tmp_path)
     assert set(result["runs"]["cold"]) == {"wall_seconds", "seconds", "test", "steps"}
     assert 0 < result["runs"]["cold"]["test"]["accuracy"] <= 1
 
 
 @pytest.mark.slow
 def test_backends_benchmark_quick(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "backends.py"), "--quick", "--results", str(tmp_path)],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads((tmp_path / "backends.json").read_text())
     import bnnpp
 
+    result = _run_quick("backends", tmp_path)
     assert {(r["data"], r["method"]) for r in result["rows"]} == {
         (d, m) for d in ("moons", "circles") for m in bnnpp.registered()
     }

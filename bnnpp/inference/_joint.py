@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
-__all__ = ["constrained_values", "init_uniform", "joint_terms", "latent_trace"]
+__all__ = ["constrained_values", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
 
 
 def latent_trace(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> dict:
@@ -57,6 +57,26 @@ def _site_log_prob(site) -> jnp.ndarray:
     return jnp.sum(lp)
 
 
+def site_log_prior(site) -> jnp.ndarray:
+    """A latent site's log-density at its value plus, when it was set from an unconstrained
+    value (``site["unconstrained"]``), the log-Jacobian ``log |d value / d u|``: the density
+    of ``u``. Scalar."""
+    lp = _site_log_prob(site)
+    if "unconstrained" in site:
+        t = biject_to(site["fn"].support)
+        lp = lp + jnp.sum(t.log_abs_det_jacobian(site["unconstrained"], site["value"]))
+    return lp
+
+
+def log_likelihood(tr: dict) -> jnp.ndarray:
+    """Sum of the observed sites' log-densities in trace ``tr`` (times a site's ``scale``), scalar."""
+    total = jnp.zeros(())
+    for site in tr.values():
+        if site["type"] == "sample" and site["is_observed"]:
+            total = total + _site_log_prob(site)
+    return total
+
+
 def joint_terms(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> tuple[jnp.ndarray, jnp.ndarray, dict]:
     """Prior and likelihood of ``model`` at the unconstrained position ``u``.
 
@@ -67,18 +87,10 @@ def joint_terms(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> tu
     """
     tr = latent_trace(model, u, x, y, key, extra_handlers=extra_handlers)
     log_prior = jnp.zeros(())
-    log_lik = jnp.zeros(())
-    for name, site in tr.items():
-        if site["type"] != "sample":
-            continue
-        if site["is_observed"]:
-            log_lik = log_lik + _site_log_prob(site)
-        else:
-            log_prior = log_prior + _site_log_prob(site)
-            if "unconstrained" in site:
-                t = biject_to(site["fn"].support)
-                log_prior = log_prior + jnp.sum(t.log_abs_det_jacobian(site["unconstrained"], site["value"]))
-    return log_prior, log_lik, tr
+    for site in tr.values():
+        if site["type"] == "sample" and not site["is_observed"]:
+            log_prior = log_prior + site_log_prior(site)
+    return log_prior, log_likelihood(tr), tr
 
 
 def init_uniform(shapes: dict[str, tuple[int, ...]], key, radius: float) -> dict[str, jnp.ndarray]:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["LoopResult", "compile_all", "default_chunk_size", "drive", "lower_chunk", "run_chunked"]
+__all__ = ["LoopResult", "all_finite", "compile_all", "default_chunk_size", "drive", "lower_chunk", "run_chunked"]
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,8 @@ class LoopResult:
     run_seconds: float
 
 
-def _all_finite(tree) -> jnp.ndarray:
+def all_finite(tree) -> jnp.ndarray:
+    """True when every floating-point leaf of ``tree`` is finite (a scalar bool array)."""
     leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(leaf.dtype, jnp.inexact)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
 
@@ -94,7 +95,7 @@ def lower_chunk(step: Callable[[Any], tuple[Any, jnp.ndarray]], state: Any, num_
 
             def do(s):
                 new, loss = step(s)
-                return new, loss, jnp.logical_and(jnp.all(jnp.isfinite(loss)), _all_finite(new))
+                return new, loss, jnp.logical_and(jnp.all(jnp.isfinite(loss)), all_finite(new))
 
             def skip(s):
                 return s, jnp.full(loss_info.shape, jnp.nan, loss_info.dtype), jnp.array(True)

@@ -24,7 +24,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.optim import optax_to_numpyro
 
 from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
-from bnnpp.inference.base import Backend, Posterior, latent_sites, one_of, positive_float, positive_int, register
+from bnnpp.inference.base import Backend, Posterior, check_optimizer, latent_sites, one_of, positive_float, positive_int, register
 
 GUIDES = {"normal": AutoNormal, "lowrank": AutoLowRankMultivariateNormal, "fullrank": AutoMultivariateNormal}
 
@@ -52,9 +52,7 @@ def validate(o: dict) -> None:
     one_of(o, "guide", tuple(GUIDES))
     if o["chunk_size"] is not None:
         positive_int(o, "chunk_size")
-    opt = o["optimizer"]
-    if opt is not None and not (hasattr(opt, "init") and hasattr(opt, "update")):
-        raise TypeError(f"optimizer must be an optax GradientTransformation such as optax.adam(1e-2), got {opt!r}")
+    check_optimizer(o["optimizer"])
 
 
 def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:

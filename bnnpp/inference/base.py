@@ -124,6 +124,19 @@ def positive_float(options: dict, name: str) -> None:
         raise ValueError(f"{name} must be a positive number, got {v!r}")
 
 
+def non_negative_int(options: dict, name: str) -> None:
+    """Raise unless ``options[name]`` is an integer ≥ 0."""
+    v = options[name]
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+        raise ValueError(f"{name} must be an integer ≥ 0, got {v!r}")
+
+
+def check_optimizer(opt) -> None:
+    """Raise unless ``opt`` is ``None`` or an optax GradientTransformation."""
+    if opt is not None and not (hasattr(opt, "init") and hasattr(opt, "update")):
+        raise TypeError(f"optimizer must be an optax GradientTransformation such as optax.adam(1e-2), got {opt!r}")
+
+
 def one_of(options: dict, name: str, choices: tuple[str, ...]) -> None:
     """Raise unless ``options[name]`` is one of ``choices``."""
     if options[name] not in choices:
@@ -221,7 +234,7 @@ def latent_sites(model: Callable, x: np.ndarray, y: np.ndarray | None = None) ->
     def improper_as_zeros(site):
         # an improper prior (priors.flat) cannot be sampled; only its shape matters here
         fn = site.get("fn") if site["type"] == "sample" else None
-        return jnp.zeros(fn.shape()) if fn is not None and isinstance(_unwrap(fn), dist.ImproperUniform) else None
+        return jnp.zeros(fn.shape()) if fn is not None and isinstance(unwrap(fn), dist.ImproperUniform) else None
 
     def trace_once(key):
         seeded = handlers.seed(model, key)
@@ -240,8 +253,14 @@ def latent_sites(model: Callable, x: np.ndarray, y: np.ndarray | None = None) ->
     return found
 
 
-def _unwrap(fn: dist.Distribution) -> dist.Distribution:
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent, dist.MaskedDistribution)):
+BATCH_WRAPPERS = (dist.ExpandedDistribution, dist.Independent)
+"""Wrappers that only reshape a distribution (``.expand``, ``.to_event``)."""
+
+
+def unwrap(fn: dist.Distribution, through: tuple[type, ...] = (*BATCH_WRAPPERS, dist.MaskedDistribution)) -> dist.Distribution:
+    """The distribution inside ``fn``'s wrappers of the types ``through`` (default: reshaping
+    and masking; pass :data:`BATCH_WRAPPERS` where a mask changes what matters)."""
+    while isinstance(fn, through):
         fn = fn.base_dist
     return fn
 
@@ -254,7 +273,7 @@ def _observation(model: Callable, sample: dict, key, x, y):
         raise ValueError("the model has no observation site named 'y': sample the targets as numpyro.sample('y', ...)")
     site = tr["y"]
     fn = site["fn"]
-    base = _unwrap(fn)
+    base = unwrap(fn)
     n = x.shape[0]
     if isinstance(base, dist.CategoricalProbs | dist.CategoricalLogits):
         out = {"probs": jnp.broadcast_to(base.probs, (n, base.probs.shape[-1]))}

@@ -44,22 +44,23 @@ import numpy as np
 import numpyro.distributions as dist
 import optax
 from numpyro import handlers
-from numpyro.distributions.transforms import biject_to
 from numpyro.primitives import Messenger
 
-from bnnpp.inference._joint import constrained_values, latent_trace
+from bnnpp.inference._joint import constrained_values, latent_trace, log_likelihood, site_log_prior
 from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
 from bnnpp.inference.base import (
+    BATCH_WRAPPERS,
     Backend,
     Posterior,
     check_batch_size,
+    check_optimizer,
     latent_sites,
     one_of,
     positive_float,
     positive_int,
     register,
+    unwrap,
 )
-from bnnpp.inference.map import check_optimizer
 from bnnpp.models.layers import LAYER_EFFECT
 from bnnpp.priors import Prior, ScaleMixtureNormal
 
@@ -237,12 +238,6 @@ def _find_layers(model: Callable, x, y) -> dict[str, dict]:
     return {k: v for k, v in rec.layers.items() if v["kind"] == "dense"}
 
 
-def _unwrap_normal(fn):
-    while isinstance(fn, (dist.ExpandedDistribution, dist.Independent)):
-        fn = fn.base_dist
-    return fn if type(fn) is dist.Normal else None
-
-
 def _generic_kl(tr, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) -> jnp.ndarray:
     """KL(q ‖ p) of the sites outside bnnpp layers, each a Gaussian on its unconstrained space:
     closed form when the prior is Normal on the reals, else log q(u) − log p(value) − log|J|."""
@@ -250,27 +245,16 @@ def _generic_kl(tr, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) -> jn
     for name in generic:
         site = tr[name]
         fn = site["fn"]
-        normal = _unwrap_normal(fn) if kl_mode == "analytic" and fn.support is dist.constraints.real else None
-        if normal is not None:
+        normal = unwrap(fn, BATCH_WRAPPERS)
+        if kl_mode == "analytic" and fn.support is dist.constraints.real and type(normal) is dist.Normal:
             shape = jnp.shape(site["value"])
             total = total + jnp.sum(
                 gaussian_kl(loc[name], sigma[name], jnp.broadcast_to(normal.loc, shape), jnp.broadcast_to(normal.scale, shape))
             )
             continue
         log_q = jnp.sum(dist.Normal(loc[name], sigma[name]).log_prob(u[name]))
-        log_p = jnp.sum(fn.log_prob(site["value"]))
-        log_j = jnp.sum(biject_to(fn.support).log_abs_det_jacobian(u[name], site["value"]))
-        total = total + log_q - log_p - log_j
+        total = total + log_q - site_log_prior(site)  # site_log_prior includes log|J|
     return total
-
-
-def _log_likelihood(tr) -> jnp.ndarray:
-    ll = jnp.zeros(())
-    for site in tr.values():
-        if site["type"] == "sample" and site["is_observed"]:
-            lp = site["fn"].log_prob(site["value"])
-            ll = ll + jnp.sum(lp if site.get("scale") is None else site["scale"] * lp)
-    return ll
 
 
 def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl: str, lik_scale: float = 1.0):
@@ -307,7 +291,7 @@ def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl
 
     tr = latent_trace(model, u, x, y, k_model, extra_handlers=(with_layers,))
     kl_value = holder["h"].kl + _generic_kl(tr, loc, sigma, u, generic, kl)
-    return -lik_scale * _log_likelihood(tr), kl_value
+    return -lik_scale * log_likelihood(tr), kl_value
 
 
 def _softplus_inv(y: float) -> float:

@@ -21,7 +21,15 @@ import optax
 
 from bnnpp.inference._joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
-from bnnpp.inference.base import Backend, Posterior, latent_sites, positive_float, positive_int, register
+from bnnpp.inference.base import (
+    Backend,
+    Posterior,
+    check_optimizer,
+    latent_sites,
+    positive_float,
+    positive_int,
+    register,
+)
 
 DEFAULTS = {
     "num_steps": 5_000,
@@ -30,12 +38,6 @@ DEFAULTS = {
     "init_radius": 2.0,
     "chunk_size": None,
 }
-
-
-def check_optimizer(opt) -> None:
-    """Raise unless ``opt`` is ``None`` or an optax GradientTransformation."""
-    if opt is not None and not (hasattr(opt, "init") and hasattr(opt, "update")):
-        raise TypeError(f"optimizer must be an optax GradientTransformation such as optax.adam(1e-2), got {opt!r}")
 
 
 def validate(o: dict) -> None:

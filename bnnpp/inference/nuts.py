@@ -55,14 +55,17 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import constrain_fn
 
 from bnnpp.inference.base import (
+    BATCH_WRAPPERS,
     Backend,
     Posterior,
     SiteInfo,
     latent_sites,
+    non_negative_int,
     one_of,
     positive_float,
     positive_int,
     register,
+    unwrap,
 )
 
 DEFAULTS = {
@@ -122,8 +125,7 @@ def validate(o: dict) -> None:
     """Reject bad NUTS options with a one-line error."""
     positive_int(o, "num_chains")
     positive_int(o, "num_samples")
-    if not _integer(o["num_warmup"]) or o["num_warmup"] < 0:
-        raise ValueError(f"num_warmup must be an integer ≥ 0, got {o['num_warmup']!r}")
+    non_negative_int(o, "num_warmup")
     p = o["target_accept_prob"]
     if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < p < 1:
         raise ValueError(f"target_accept_prob must be a number strictly between 0 and 1 (e.g. 0.8 or 0.95), got {p!r}")
@@ -162,9 +164,7 @@ def _noncentered(site) -> LocScaleReparam | None:
     layer's scale is weakly identified (little data, wide layers)."""
     if site["type"] != "sample" or site.get("is_observed") or site["name"].endswith("_decentered"):
         return None  # (the standardised site LocScaleReparam creates is left alone)
-    base = site["fn"]
-    while isinstance(base, (dist.Independent, dist.ExpandedDistribution)):
-        base = base.base_dist
+    base = unwrap(site["fn"], BATCH_WRAPPERS)
     if type(base) in (dist.Normal, dist.Laplace, dist.Cauchy):
         return LocScaleReparam(0)
     if type(base) is dist.StudentT:

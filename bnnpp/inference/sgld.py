@@ -112,8 +112,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference._joint import init_uniform, joint_terms
-from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
-from bnnpp.inference.base import Backend, Posterior, check_batch_size, latent_sites, one_of, positive_float, positive_int, register
+from bnnpp.inference._loop import all_finite, compile_all, default_chunk_size, drive, lower_chunk
+from bnnpp.inference.base import (
+    Backend,
+    Posterior,
+    check_batch_size,
+    latent_sites,
+    non_negative_int,
+    one_of,
+    positive_float,
+    positive_int,
+    register,
+)
 
 __all__ = ["DEFAULTS", "SCHEDULES", "VARIANTS", "Schedule", "fit", "grad_estimator", "logdensity_estimator", "validate"]
 
@@ -150,12 +160,6 @@ PIECES = 100
 # --------------------------------------------------------------------------------------
 
 
-def _non_negative_int(o: dict, name: str) -> None:
-    v = o[name]
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
-        raise ValueError(f"{name} must be an integer ≥ 0, got {v!r}")
-
-
 def _fraction(o: dict, name: str, low_open: bool, high_open: bool, low: float = 0.0, high: float = 1.0) -> None:
     v = o[name]
     ok = (
@@ -175,15 +179,11 @@ def validate(o: dict) -> None:
     ``batch_size`` larger than the data, are in ``check_batch_size``, run by ``bnnpp.fit``)."""
     one_of(o, "variant", VARIANTS)
     one_of(o, "schedule", SCHEDULES)
-    v = o["step_size"]
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not (
-        math.isfinite(v) and v > 0
-    ):
-        raise ValueError(f"step_size must be a positive number such as 1e-3, got {v!r}")
+    positive_float(o, "step_size")
     positive_int(o, "num_chains")
     positive_int(o, "num_samples")
     positive_int(o, "thinning")
-    _non_negative_int(o, "burn_in")
+    non_negative_int(o, "burn_in")
     if o["batch_size"] is not None:
         positive_int(o, "batch_size")
     positive_float(o, "init_radius")
@@ -487,7 +487,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
             new["u"] = jax.vmap(kernel.step, in_axes=(0, 0, batch_axis, None, None))(
                 keys, state["u"], batch, h, temperature
             )
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree.leaves(new["u"])]))
+        finite = all_finite(new["u"])
         bad = jnp.where((bad < 0) & ~finite, t, bad)
         return new, bad
 
