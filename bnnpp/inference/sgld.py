@@ -552,7 +552,6 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         "method": "sgld",
         "seed": seed,
         "options": dict(o),
-        "variant": variant,
         "steps_run": int(ends[done - 1]) if done else 0,
         "stopped_at": stopped_at,
         "compile_seconds": compile_seconds,  # tracing + compiling init and the chunk (wall)
