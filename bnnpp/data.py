@@ -1,4 +1,5 @@
-"""Datasets: the synthetic sets of the seed studies, generated locally (no download).
+"""Datasets: the synthetic sets of the seed studies, generated locally (no download), and
+MNIST / Fashion-MNIST read from local files (:func:`load`; never downloaded).
 
 Every loader returns a :class:`Dataset` of numpy arrays. The 2-D sets follow the seed study:
 n points, split 70/30 into train and test (700/300 for the default n=1000), features
@@ -7,11 +8,25 @@ standardised with the training mean and standard deviation.
 
 from __future__ import annotations
 
+import gzip
+import os
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Dataset", "circles", "load_synthetic", "moons", "sinusoid", "SYNTHETIC"]
+__all__ = [
+    "IDX_FILES",
+    "IMAGE_SETS",
+    "NORMALIZATIONS",
+    "SYNTHETIC",
+    "Dataset",
+    "circles",
+    "load",
+    "load_synthetic",
+    "moons",
+    "sinusoid",
+]
 
 
 @dataclass(frozen=True)
@@ -19,13 +34,15 @@ class Dataset:
     """Train and test arrays plus what the task is.
 
     Attributes:
-        x_train: ``(n_train, features)`` float32.
+        x_train: ``(n_train, features)`` float32, or ``(n_train, 28, 28, 1)`` for images.
         y_train: ``(n_train,)`` int32 labels (classification) or float32 targets (regression).
-        x_test: ``(n_test, features)``.
+        x_test: ``(n_test, ...)``, same trailing shape as ``x_train``.
         y_test: ``(n_test,)``.
         task: ``"classification"`` or ``"regression"``.
         num_classes: number of classes, ``None`` for regression.
         name: short name, e.g. ``"moons"``.
+        x_val: ``(n_val, ...)`` validation inputs, or ``None`` when there is no validation split.
+        y_val: ``(n_val,)`` validation targets, or ``None``.
     """
 
     x_train: np.ndarray
@@ -35,6 +52,8 @@ class Dataset:
     task: str
     num_classes: int | None
     name: str = ""
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
 
 
 def _check_n(n: int, minimum: int) -> int:
@@ -124,3 +143,272 @@ def load_synthetic(name: str, seed: int = 0, **kwargs) -> Dataset:
     if name not in SYNTHETIC:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(SYNTHETIC)}")
     return SYNTHETIC[name](seed=seed, **kwargs)
+
+
+# --------------------------------------------------------------------------------------
+# MNIST and Fashion-MNIST
+# --------------------------------------------------------------------------------------
+
+IMAGE_SETS = ("mnist", "fashion_mnist")
+NORMALIZATIONS = ("255", "126", "standardize")
+# the four original files, by the split they hold
+IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte.gz",
+    "y_train": "train-labels-idx1-ubyte.gz",
+    "x_test": "t10k-images-idx3-ubyte.gz",
+    "y_test": "t10k-labels-idx1-ubyte.gz",
+}
+_IMAGE_MAGIC, _LABEL_MAGIC = 2051, 2049  # IDX: 0x0803 = unsigned bytes, 3 dims; 0x0801 = 1 dim
+_SIDE, _NUM_CLASSES, _MAX_TRAIN = 28, 10, 60000
+# tfds formats that tfds.data_source can read by index (TFRecord cannot)
+_RANDOM_ACCESS_FORMATS = ("array_record", "parquet")
+
+
+def load(
+    name: str,
+    data_dir: str | os.PathLike | None = None,
+    *,
+    normalize: str = "255",
+    validation: int = 10000,
+    flatten: bool = False,
+    seed: int = 0,
+    tfds_data_dir: str | os.PathLike | None = None,
+) -> Dataset:
+    """MNIST or Fashion-MNIST from local files (nothing is downloaded).
+
+    Where the data come from, first match wins:
+
+    1. ``data_dir`` given: the four original IDX files (:data:`IDX_FILES`) in ``data_dir`` or
+       in ``data_dir/<name>``.
+    2. ``tfds_data_dir`` given: the dataset prepared there by tensorflow-datasets in the
+       ``array_record`` format, read with ``tfds.data_source`` (no TensorFlow needed).
+    3. Neither given: the tensorflow-datasets data dir (``$TFDS_DATA_DIR``, else
+       ``~/tensorflow_datasets``) if ``<name>`` is prepared there, else the IDX files in
+       ``$BNNPP_DATA_DIR/<name>``; otherwise one error that names both ways.
+
+    The IDX headers are checked (magic number 2051 for images / 2049 for labels, counts
+    against the file size and against each other, 28×28 pixels) before any pixel is used.
+
+    Args:
+        name: ``"mnist"`` or ``"fashion_mnist"``.
+        data_dir: a folder holding the four IDX ``.gz`` files, or a parent holding ``<name>/``.
+        normalize: ``"255"`` (pixels / 255, in [0, 1]), ``"126"`` (pixels / 126, as Blundell et
+            al. 2015, sec. 5.1) or ``"standardize"`` (minus the mean, over the sd, of all pixels
+            of the training split; validation and test use the same two numbers).
+        validation: the last ``validation`` of the 60,000 training images become the
+            validation split (10,000 gives Blundell et al.'s 50,000 / 10,000); 0 for none.
+        flatten: return images as ``(n, 784)`` rows (for an MLP) instead of ``(n, 28, 28, 1)``.
+        seed: has no effect (the split is fixed: the last images); accepted so that every
+            loader takes a seed.
+        tfds_data_dir: the tensorflow-datasets data dir to read (see above).
+
+    Returns:
+        A :class:`Dataset` with float32 images ``(n, 28, 28, 1)`` (or ``(n, 784)``) and int32
+        labels ``(n,)`` in 0..9: ``x_train`` ``(60000 − validation, ...)``, ``x_val``
+        ``(validation, ...)`` (``None`` when 0), ``x_test`` ``(10000, ...)``; task
+        ``"classification"``, ``num_classes`` 10.
+    """
+    if name not in IMAGE_SETS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(IMAGE_SETS)}")
+    if isinstance(normalize, int) and not isinstance(normalize, bool):
+        normalize = str(normalize)
+    if normalize not in NORMALIZATIONS:
+        raise ValueError(f"unknown normalize={normalize!r}; choose one of {', '.join(NORMALIZATIONS)}")
+    if isinstance(validation, bool) or not isinstance(validation, (int, np.integer)) or not 0 <= validation < _MAX_TRAIN:
+        raise ValueError(f"validation must be an integer in [0, {_MAX_TRAIN - 1}] (training images kept apart), got {validation!r}")
+    if not isinstance(flatten, (bool, np.bool_)):
+        raise TypeError(f"flatten must be True or False, got {flatten!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer ≥ 0, got {seed!r}")
+    if data_dir is not None and tfds_data_dir is not None:
+        raise ValueError("pass data_dir (IDX files) or tfds_data_dir (tensorflow-datasets), not both")
+    for arg, value in (("data_dir", data_dir), ("tfds_data_dir", tfds_data_dir)):
+        if value is not None and not isinstance(value, (str, os.PathLike)):
+            raise TypeError(f"{arg} must be a folder path, got {value!r}")
+
+    if data_dir is not None:
+        arrays = _read_idx_folder(name, _idx_folder(name, os.fspath(data_dir), "data_dir"))
+    elif tfds_data_dir is not None:
+        builder, why = _tfds_builder(name, os.fspath(tfds_data_dir))
+        if builder is None:
+            raise ValueError(f"tfds_data_dir {os.fspath(tfds_data_dir)}: {why}")
+        arrays = _read_tfds(name, os.fspath(tfds_data_dir))
+    else:
+        arrays = _read_default(name)
+    x_train, y_train, x_test, y_test = arrays
+    n = len(x_train)
+    if validation >= n:
+        raise ValueError(f"validation={validation} leaves no training images: the training split has {n}; use validation < {n}")
+    x_val, y_val = (x_train[n - validation :], y_train[n - validation :]) if validation else (None, None)
+    x_train, y_train = x_train[: n - validation], y_train[: n - validation]
+
+    if normalize == "standardize":
+        # scalar mean and sd over every pixel of the training split (float64 sums: exact)
+        shift, div = float(x_train.mean(dtype=np.float64)), float(x_train.std(dtype=np.float64))
+    else:
+        shift, div = 0.0, float(normalize)
+
+    def prep(x, y):
+        if x is None:
+            return None, None
+        out = x.astype(np.float32)
+        if shift:
+            out -= np.float32(shift)
+        out /= np.float32(div)
+        out = out.reshape(len(out), -1) if flatten else out.reshape(len(out), _SIDE, _SIDE, 1)
+        return out, y.astype(np.int32)
+
+    (x_train, y_train), (x_test, y_test), (x_val, y_val) = prep(x_train, y_train), prep(x_test, y_test), prep(x_val, y_val)
+    return Dataset(x_train, y_train, x_test, y_test, "classification", _NUM_CLASSES, name, x_val, y_val)
+
+
+def _files_list() -> str:
+    return ", ".join(IDX_FILES.values())
+
+
+def _both_ways(name: str, tfds_dir: str) -> str:
+    return (
+        f"either prepare it with tensorflow-datasets in array_record format into its data dir "
+        f"(`tfds build {name} --file_format=array_record --data_dir {tfds_dir}`; the data dir is $TFDS_DATA_DIR "
+        f"or ~/tensorflow_datasets), or put the four IDX files ({_files_list()}) in a folder DIR and pass "
+        f"data_dir=DIR (CLI: --data-dir DIR) or set BNNPP_DATA_DIR so that $BNNPP_DATA_DIR/{name} is DIR"
+    )
+
+
+def _idx_folder(name: str, folder: str, what: str) -> str:
+    """The folder among ``folder`` and ``folder/<name>`` that holds all four IDX files."""
+    if not os.path.isdir(folder):
+        raise ValueError(f"{what} {folder} does not exist: pass the folder that holds the four {name} IDX files ({_files_list()})")
+    best: list[str] | None = None
+    for cand in (folder, os.path.join(folder, name)):
+        if os.path.isdir(cand):
+            missing = [f for f in IDX_FILES.values() if not os.path.isfile(os.path.join(cand, f))]
+            if not missing:
+                return cand
+            if best is None or len(missing) < len(best):
+                best = missing
+    raise ValueError(
+        f"{what} {folder} does not hold the {name} IDX files (missing {', '.join(best or [])}): put the four "
+        f"original files {_files_list()} in {folder} or {os.path.join(folder, name)}"
+    )
+
+
+def _gunzip(path: str) -> bytes:
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    except (EOFError, OSError, zlib.error) as e:
+        raise ValueError(
+            f"{path} is truncated or not gzip data ({e}): replace it with the original {os.path.basename(path)}"
+        ) from None
+
+
+def _parse_idx(raw: bytes, path: str, images: bool) -> np.ndarray:
+    """Check an IDX header and return the payload as uint8 ``(n, 28, 28)`` or ``(n,)``."""
+    magic, header = (_IMAGE_MAGIC, 16) if images else (_LABEL_MAGIC, 8)
+    kind = "images" if images else "labels"
+    found = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
+    if found is not None and found != magic:
+        other = {_IMAGE_MAGIC: "an images file", _LABEL_MAGIC: "a labels file"}.get(found, "not an IDX file of unsigned bytes")
+        raise ValueError(
+            f"{path} has IDX magic number {found}, expected {magic} ({kind}): it is {other}; "
+            f"use the original {os.path.basename(path)}"
+        )
+    if len(raw) < header:
+        raise ValueError(f"{path} is truncated ({len(raw)} bytes, shorter than the IDX header): replace it with the original file")
+    dims = np.frombuffer(raw, ">u4", count=header // 4)
+    n = int(dims[1])
+    shape = (n, int(dims[2]), int(dims[3])) if images else (n,)
+    if images and shape[1:] != (_SIDE, _SIDE):
+        raise ValueError(f"{path} holds {shape[1]}×{shape[2]} images, expected 28×28: use the original MNIST-format files")
+    expected = header + int(np.prod(shape, dtype=np.int64))
+    if len(raw) != expected:
+        state = "is truncated" if len(raw) < expected else "has extra bytes"
+        raise ValueError(
+            f"{path} {state}: its header announces {n} {kind} ({expected} bytes) but it holds {len(raw)} bytes; "
+            f"replace it with the original file"
+        )
+    return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+
+
+def _read_idx_folder(name: str, folder: str) -> tuple[np.ndarray, ...]:
+    """x_train, y_train, x_test, y_test as uint8 from the four IDX files in ``folder``."""
+    out = {}
+    for key, fname in IDX_FILES.items():
+        path = os.path.join(folder, fname)
+        out[key] = _parse_idx(_gunzip(path), path, images=key.startswith("x"))
+    for split in ("train", "test"):
+        nx, ny = len(out[f"x_{split}"]), len(out[f"y_{split}"])
+        if nx != ny:
+            raise ValueError(
+                f"{folder}: {IDX_FILES['x_' + split]} has {nx} images but {IDX_FILES['y_' + split]} has {ny} labels: "
+                f"the files do not belong together; use the four original {name} files"
+            )
+        bad = out[f"y_{split}"] >= _NUM_CLASSES
+        if bad.any():
+            raise ValueError(f"{folder}: {IDX_FILES['y_' + split]} has labels ≥ {_NUM_CLASSES}: not {name} labels")
+    return out["x_train"], out["y_train"], out["x_test"], out["y_test"]
+
+
+def _default_tfds_dir() -> str:
+    return os.environ.get("TFDS_DATA_DIR") or os.path.join(os.path.expanduser("~"), "tensorflow_datasets")
+
+
+def _tfds_builder(name: str, tfds_dir: str):
+    """``(builder, "")`` when ``name`` is prepared in ``tfds_dir`` in a format that
+    ``tfds.data_source`` reads, else ``(None, reason)``. Reads local metadata only."""
+    if not os.path.isdir(os.path.join(tfds_dir, name)):
+        return None, f"{name} is not prepared there (no {os.path.join(tfds_dir, name)})"
+    try:
+        import tensorflow_datasets as tfds
+    except ImportError:
+        return None, "tensorflow-datasets is not installed (pip install tensorflow-datasets)"
+    builder = tfds.builder(name, data_dir=tfds_dir)
+    if not builder.is_prepared():
+        return None, f"{name} is not prepared there (no dataset_info.json in {builder.data_dir})"
+    fmt = builder.info.file_format
+    fmt = getattr(fmt, "value", fmt)
+    if fmt not in _RANDOM_ACCESS_FORMATS:
+        return None, (
+            f"{name} is prepared there as {fmt}, which tfds.data_source cannot read; "
+            f"prepare it again with --file_format=array_record"
+        )
+    return builder, ""
+
+
+def _read_tfds(name: str, tfds_dir: str) -> tuple[np.ndarray, ...]:
+    """x_train, y_train, x_test, y_test as uint8 through ``tfds.data_source`` (no TensorFlow)."""
+    import tensorflow_datasets as tfds
+
+    sources = tfds.data_source(name, split=["train", "test"], data_dir=tfds_dir, download=False)
+    out = []
+    for split, source in zip(("train", "test"), sources, strict=True):
+        # one record at a time: data_source decodes each PNG-encoded image on its own
+        records = [source[i] for i in range(len(source))]
+        if not records:
+            raise ValueError(f"tensorflow-datasets {name} in {tfds_dir} has an empty {split} split: prepare it again")
+        x = np.stack([np.asarray(r["image"]) for r in records])
+        y = np.asarray([r["label"] for r in records])
+        if x.shape[1:] != (_SIDE, _SIDE, 1) or x.dtype != np.uint8:
+            raise ValueError(f"tensorflow-datasets {name} in {tfds_dir}: images are {x.dtype} {x.shape[1:]}, expected uint8 (28, 28, 1)")
+        if y.min() < 0 or y.max() >= _NUM_CLASSES:
+            raise ValueError(f"tensorflow-datasets {name} in {tfds_dir}: labels outside 0..9")
+        out += [x[..., 0], y]
+    return tuple(out)
+
+
+def _read_default(name: str) -> tuple[np.ndarray, ...]:
+    """No folder given: the tfds data dir if prepared there, else ``$BNNPP_DATA_DIR/<name>``."""
+    tfds_dir = _default_tfds_dir()
+    builder, why = _tfds_builder(name, tfds_dir)
+    if builder is not None:
+        return _read_tfds(name, tfds_dir)
+    env = os.environ.get("BNNPP_DATA_DIR")
+    if env:
+        folder = os.path.join(env, name)
+        if all(os.path.isfile(os.path.join(folder, f)) for f in IDX_FILES.values()):
+            return _read_idx_folder(name, folder)
+        idx_why = f"$BNNPP_DATA_DIR/{name} ({folder}) does not hold the four IDX files"
+    else:
+        idx_why = "BNNPP_DATA_DIR is not set and no data_dir was given"
+    raise ValueError(f"{name} not found: tensorflow-datasets dir {tfds_dir}: {why}; {idx_why}. To provide it, {_both_ways(name, tfds_dir)}")
