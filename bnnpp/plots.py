@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["decision_map", "regression_bands"]
+__all__ = ["decision_map", "ood_histograms", "regression_bands"]
 
 
 def decision_map(
@@ -86,4 +86,48 @@ def regression_bands(prediction, x_grid: np.ndarray, x: np.ndarray, y: np.ndarra
     ax.legend(loc="upper right", fontsize=8)
     if title:
         ax.set_title(title)
+    return fig
+
+
+def ood_histograms(
+    scores_in: dict[str, np.ndarray],
+    scores_out: dict[str, dict[str, np.ndarray]],
+    *,
+    tau: float | None = None,
+    in_label: str = "test set",
+    bins: int = 40,
+):
+    """One panel per uncertainty score with its histogram (as a density) on the test set and
+    on each out-of-distribution set: how well the score separates them.
+
+    Args:
+        scores_in: score name → ``(n,)`` values on the in-distribution test set, e.g.
+            ``{"entropy": ..., "mutual information": ..., "max probability": ...}``.
+        scores_out: OOD set name → the same score names → ``(m,)`` values.
+        tau: if given, a dashed line at τ on the ``"max probability"`` panel (inputs left of
+            it are rejected).
+    Returns:
+        A matplotlib Figure with one axis per score.
+    """
+    names = list(scores_in)
+    if not names:
+        raise ValueError("scores_in is empty: pass at least one score, e.g. {'entropy': values}")
+    for ood_name, d in scores_out.items():
+        missing = [k for k in names if k not in d]
+        if missing:
+            raise ValueError(f"OOD set {ood_name!r} lacks the score(s) {', '.join(missing)}")
+    fig = Figure(figsize=(4.2 * len(names), 3.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(names)))
+    for ax, name in zip(axes, names):
+        groups = {in_label: np.asarray(scores_in[name], float)} | {k: np.asarray(v[name], float) for k, v in scores_out.items()}
+        lo = min(float(v.min()) for v in groups.values())
+        hi = max(float(v.max()) for v in groups.values())
+        edges = np.linspace(lo, hi if hi > lo else lo + 1e-9, bins + 1)
+        for label, values in groups.items():
+            ax.hist(values, bins=edges, density=True, histtype="step", lw=1.5, label=f"{label} ({len(values)})")
+        if tau is not None and name == "max probability":
+            ax.axvline(tau, color="k", ls="--", lw=1, label=f"τ = {tau:g}")
+        ax.set_xlabel(name)
+        ax.set_ylabel("density")
+    axes[0].legend(fontsize=8)
     return fig

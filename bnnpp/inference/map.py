@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -24,6 +25,7 @@ from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_
 from bnnpp.inference.base import (
     Backend,
     Posterior,
+    check_batch_size,
     check_optimizer,
     latent_sites,
     positive_float,
@@ -33,6 +35,7 @@ from bnnpp.inference.base import (
 
 DEFAULTS = {
     "num_steps": 5_000,
+    "batch_size": None,
     "learning_rate": 1e-2,
     "optimizer": None,
     "init_radius": 2.0,
@@ -43,6 +46,8 @@ DEFAULTS = {
 def validate(o: dict) -> None:
     """Reject bad MAP options with a one-line error."""
     positive_int(o, "num_steps")
+    if o["batch_size"] is not None:
+        positive_int(o, "batch_size")
     positive_float(o, "learning_rate")
     positive_float(o, "init_radius")
     if o["chunk_size"] is not None:
@@ -53,32 +58,53 @@ def validate(o: dict) -> None:
 def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     """Find the posterior mode of ``model`` given ``(x, y)``.
 
-    Options (defaults in ``DEFAULTS``): ``num_steps`` full-batch steps; ``learning_rate`` of
-    the default Adam, or ``optimizer`` (any optax transformation; not both);
-    ``init_radius``: start uniform in (−r, r) on the unconstrained space; ``chunk_size``.
+    Options (defaults in ``DEFAULTS``): ``num_steps`` optimiser steps; ``batch_size`` rows
+    per step (``None``: full batch; otherwise the rows are reshuffled on the device at the
+    start of every epoch of ``n // batch_size`` steps, as in ``bbb``, and the likelihood is
+    scaled by N/B so that each step's loss is an unbiased estimate of the full negative log
+    joint); ``learning_rate`` of the default Adam, or ``optimizer`` (any optax
+    transformation; not both); ``init_radius``: start uniform in (−r, r) on the
+    unconstrained space; ``chunk_size``.
 
     Returns:
         A :class:`Posterior` with samples ``(1, 1, *site_shape)``; ``info["loss"]`` is the
-        negative log joint per step ``(steps_run,)``.
+        (minibatch estimate of the) negative log joint per step ``(steps_run,)``;
+        ``info["num_batches"]`` the steps per epoch.
     """
     optimizer = o["optimizer"] if o["optimizer"] is not None else optax.adam(o["learning_rate"])
     sites = latent_sites(model, x, y)
+    n = x.shape[0]
+    batch = o["batch_size"] or n  # ≤ n: checked by check_batch_size before fit is called
+    num_batches = n // batch
+    lik_scale = n / batch
     xj, yj = jax.device_put(x), jax.device_put(y)
     key_init, key_model = jax.random.split(jax.random.PRNGKey(seed))
+    key_data = jax.random.fold_in(key_init, 1)
 
-    def neg_log_joint(u):
-        lp, ll, _ = joint_terms(model, u, xj, yj, key_model)
-        return -(lp + ll)
+    def neg_log_joint(u, xb, yb):
+        lp, ll, _ = joint_terms(model, u, xb, yb, key_model)
+        return -(lp + lik_scale * ll)
 
     def init_fn(k):
         u = init_uniform({n: s.shape for n, s in sites.items()}, k, o["init_radius"])
-        return u, optimizer.init(u)
+        return u, optimizer.init(u), jnp.zeros((), jnp.int32), jnp.arange(n, dtype=jnp.int32)
 
     def step(state):
-        u, opt_state = state
-        loss, grads = jax.value_and_grad(neg_log_joint)(u)
+        u, opt_state, t, perm = state
+        i = t % num_batches
+        if batch == n:
+            xb, yb = xj, yj
+        else:  # reshuffle on device at the start of each epoch, then gather the minibatch (as bbb)
+            perm = jax.lax.cond(
+                i == 0,
+                lambda: jax.random.permutation(jax.random.fold_in(key_data, t // num_batches), n).astype(jnp.int32),
+                lambda: perm,
+            )
+            idx = jax.lax.dynamic_slice(perm, (i * batch,), (batch,))
+            xb, yb = xj[idx], yj[idx]
+        loss, grads = jax.value_and_grad(neg_log_joint)(u, xb, yb)
         updates, opt_state = optimizer.update(grads, opt_state, u)
-        return (optax.apply_updates(u, updates), opt_state), loss
+        return (optax.apply_updates(u, updates), opt_state, t + 1, perm), loss
 
     def final(state):
         return constrained_values(model, state[0], xj[:1], yj[:1], key_model, sites)  # latent shapes do not depend on n
@@ -109,6 +135,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         "loss": res.losses,
         "steps_run": res.steps_run,
         "stopped_at": res.stopped_at,
+        "num_batches": num_batches,
         "compile_seconds": compile_seconds,
         "run_seconds": res.run_seconds,
         "sample_seconds": time.perf_counter() - t0,
@@ -124,5 +151,6 @@ register(
         validate,
         "maximum a posteriori point estimate (optax on the log joint)",
         exclusive=(("optimizer", "learning_rate"),),
+        validate_data=check_batch_size,
     )
 )

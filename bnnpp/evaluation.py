@@ -1,0 +1,306 @@
+"""Evaluation of a fitted image classifier: test error, calibration, per-image uncertainty and
+out-of-distribution (OOD) detection — the library side of ``bnnpp evaluate``.
+
+The per-image uncertainty report follows the seed study (Zharikov et al., MNIST with 100
+posterior draws): for every test image the predictive probabilities of ``num_samples`` draws,
+the variance of those probabilities over draws summed over classes, and the expected error
+rate 1 − max_c p̄_c; the misclassified images the model was sure of and the images with the
+lowest confidence. OOD follows McAteer's "refuse to classify noise" experiment: an input is
+rejected when its largest predictive class probability is below τ, and predictive entropy and
+mutual information (Depeweg et al. 2018) are scored by AUROC at telling the test set from
+uniform-noise images and from Fashion-MNIST.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+from bnnpp import metrics
+from bnnpp.inference.base import Posterior
+
+__all__ = [
+    "evaluate",
+    "predict_probs",
+    "uniform_noise",
+    "write_report",
+]
+
+def _check_count(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+    return int(value)
+
+
+def _check_tau(tau) -> float:
+    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not (
+        math.isfinite(tau) and 0 < tau < 1
+    ):
+        raise ValueError(f"tau must be a number in (0, 1) (the default 0.2 rejects max class probability < 0.2), got {tau!r}")
+    return float(tau)
+
+
+def predict_probs(
+    posterior: Posterior, x: np.ndarray, *, num_samples: int | None = None, seed: int = 0, batch_size: int = 1000
+) -> np.ndarray:
+    """Per-draw class probabilities at ``x``, predicted ``batch_size`` inputs at a time to bound
+    memory; the last batch is padded to ``batch_size`` so that one compiled program serves
+    every batch.
+
+    Args:
+        posterior: a classifier posterior.
+        x: inputs ``(n, *features)``.
+        num_samples: posterior draws S (default: all; see :meth:`Posterior.predict`).
+        seed: key for any randomness in the model.
+        batch_size: inputs per prediction call.
+
+    Returns:
+        float32 ``(S, n, C)``.
+    """
+    batch_size = _check_count(batch_size, "batch_size")
+    x = np.asarray(x, np.float32)
+    n = x.shape[0]
+    if n == 0:
+        raise ValueError("x is empty: pass at least one input")
+    b = min(batch_size, n)
+    parts = []
+    for start in range(0, n, b):
+        xb = x[start : start + b]
+        m = xb.shape[0]
+        if m < b:  # pad with copies of the first row: same shape, same compiled program
+            xb = np.concatenate([xb, np.repeat(xb[:1], b - m, axis=0)])
+        pred = posterior.predict(xb, num_samples=num_samples, seed=seed)
+        if pred.task != "classification":
+            raise ValueError("evaluation needs a classifier (categorical or bernoulli likelihood), not a regression model")
+        parts.append(pred.probs[:, :m])
+    return np.concatenate(parts, axis=1)
+
+
+def uniform_noise(like: np.ndarray, n: int | None = None, seed: int = 0) -> np.ndarray:
+    """Uniform-noise images shaped and scaled like ``like``: every value independently
+    U(lo, hi) with lo, hi the smallest and largest value of ``like`` (U(0, 1) for pixels
+    divided by 255), so the noise has the inputs' shape and normalisation.
+
+    Returns:
+        float32 ``(n, *like.shape[1:])``, ``n`` defaulting to ``len(like)``.
+    """
+    like = np.asarray(like)
+    n = len(like) if n is None else _check_count(n, "n")
+    lo, hi = float(like.min()), float(like.max())
+    rng = np.random.default_rng(seed)
+    return rng.uniform(lo, hi, size=(n, *like.shape[1:])).astype(np.float32)
+
+
+def _scores(probs: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-input summaries of per-draw probabilities ``(S, n, C)``, each ``(n,)`` (``mean_probs`` ``(n, C)``)."""
+    mean = probs.mean(axis=0)
+    return {
+        "mean_probs": mean,
+        "variance": probs.var(axis=0).sum(axis=-1),  # Σ_c Var_s[p_sc]: variance over draws, summed over classes
+        "expected_error_rate": metrics.expected_error_rate(mean),
+        "entropy": metrics.predictive_entropy(probs),
+        "mutual_information": metrics.mutual_information(probs),
+    }
+
+
+def evaluate(
+    posterior: Posterior,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    ood: dict[str, np.ndarray] | None = None,
+    num_samples: int = 100,
+    tau: float = 0.2,
+    seed: int = 0,
+    batch_size: int = 1000,
+    num_images: int = 16,
+    figures: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
+    """Test error, calibration, per-image uncertainty and OOD detection of a classifier.
+
+    Args:
+        posterior: a fitted classifier posterior.
+        x_test: test inputs ``(n, *features)``; y_test: integer labels ``(n,)``.
+        ood: name → out-of-distribution inputs ``(m, *features)`` (e.g. uniform noise,
+            Fashion-MNIST); each is scored against the test set.
+        num_samples: posterior draws S per prediction (at most the number of distinct draws
+            the posterior has: a MAP posterior uses its one draw).
+        tau: reject an input when max_c p̄_c < τ.
+        seed: key for prediction.
+        batch_size: inputs per prediction call.
+        num_images: images per grid (sure-but-wrong and lowest-confidence).
+        figures: build the figures (False skips matplotlib).
+
+    Returns:
+        ``(report, figures, per_image)``: the JSON-safe report (``test``: error, accuracy, NLL,
+        Brier, ECE, rejected share, mean uncertainties, the sure-but-wrong and
+        lowest-confidence image indices; ``ood``: per set its size, rejected share, mean
+        entropy and mutual information, and AUROC of entropy and of mutual information
+        against the test set); file name → matplotlib Figure; and per-image arrays of the
+        test set (``mean_probs`` ``(n, C)``, ``variance``, ``expected_error_rate``,
+        ``entropy``, ``mutual_information``, ``y`` ``(n,)``).
+    """
+    tau = _check_tau(tau)
+    num_samples = _check_count(num_samples, "num_samples")
+    num_images = _check_count(num_images, "num_images")
+    x_test = np.asarray(x_test, np.float32)
+    y_test = np.asarray(y_test)
+    if y_test.ndim != 1 or len(y_test) != len(x_test):
+        raise ValueError(f"y_test must hold one label per test input ({len(x_test)}), got shape {y_test.shape}")
+    ood = dict(ood or {})
+    for name, xo in ood.items():
+        if np.shape(xo)[1:] != x_test.shape[1:]:
+            raise ValueError(f"OOD set {name!r} has inputs of shape {np.shape(xo)[1:]}, the test set {x_test.shape[1:]}")
+    draws = min(num_samples, posterior.num_chains * posterior.num_draws)
+
+    t0 = time.perf_counter()
+    probs = predict_probs(posterior, x_test, num_samples=draws, seed=seed, batch_size=batch_size)
+    s = _scores(probs)
+    mean = s["mean_probs"]
+    predicted = mean.argmax(-1)
+    wrong = np.flatnonzero(predicted != y_test)
+    sure_wrong = wrong[np.argsort(s["expected_error_rate"][wrong], kind="stable")][:num_images]
+    least_confident = np.argsort(-s["expected_error_rate"], kind="stable")[:num_images]
+    test = {
+        "n": len(y_test),
+        "error": 1.0 - metrics.accuracy(mean, y_test),
+        "accuracy": metrics.accuracy(mean, y_test),
+        "nll": metrics.nll(mean, y_test),
+        "brier": metrics.brier(mean, y_test),
+        "ece": metrics.ece(mean, y_test),
+        "rejected": metrics.rejection_rate(mean, tau),
+        "mean_entropy": float(s["entropy"].mean()),
+        "mean_mutual_information": float(s["mutual_information"].mean()),
+        "mean_expected_error_rate": float(s["expected_error_rate"].mean()),
+        "mean_variance": float(s["variance"].mean()),
+        "sure_but_wrong": [
+            {"index": int(i), "label": int(y_test[i]), "predicted": int(predicted[i]), "expected_error_rate": float(s["expected_error_rate"][i])}
+            for i in sure_wrong
+        ],
+        "lowest_confidence": [
+            {"index": int(i), "label": int(y_test[i]), "predicted": int(predicted[i]), "expected_error_rate": float(s["expected_error_rate"][i])}
+            for i in least_confident
+        ],
+    }
+    ood_report, ood_scores = {}, {}
+    for name, xo in ood.items():
+        so = _scores(predict_probs(posterior, xo, num_samples=draws, seed=seed, batch_size=batch_size))
+        ood_scores[name] = so
+        ood_report[name] = {
+            "n": len(xo),
+            "rejected": metrics.rejection_rate(so["mean_probs"], tau),
+            "mean_entropy": float(so["entropy"].mean()),
+            "mean_mutual_information": float(so["mutual_information"].mean()),
+            "auroc_entropy": metrics.auroc(s["entropy"], so["entropy"]),
+            "auroc_mutual_information": metrics.auroc(s["mutual_information"], so["mutual_information"]),
+        }
+    report = {
+        "num_samples": int(draws),
+        "tau": tau,
+        "test": test,
+        "ood": ood_report,
+        "seconds": {"predict_and_score": time.perf_counter() - t0},
+    }
+    per_image = {k: v for k, v in s.items()} | {"y": y_test}
+    figs = _figures(x_test, y_test, s, ood_scores, tau, test) if figures else {}
+    return report, figs, per_image
+
+
+def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
+    """The evaluation figures by file name."""
+    from bnnpp import plots
+
+    def grid(entries, title):
+        idx = [e["index"] for e in entries]
+        titles = [f"y={e['label']} pred={e['predicted']}\nE[err]={e['expected_error_rate']:.3f}" for e in entries]
+        return plots.image_grid(x_test[idx], titles=titles, title=title)
+
+    figs = {
+        "uncertainty_histograms.png": plots.uncertainty_histograms(s["variance"], s["expected_error_rate"]),
+        "sure_but_wrong.png": grid(test["sure_but_wrong"], "misclassified, lowest expected error rate"),
+        "lowest_confidence.png": grid(test["lowest_confidence"], "highest expected error rate"),
+    }
+    if ood_scores:
+        figs["ood.png"] = plots.ood_histograms(
+            {"entropy": s["entropy"], "mutual information": s["mutual_information"], "max probability": s["mean_probs"].max(-1)},
+            {
+                name: {"entropy": so["entropy"], "mutual information": so["mutual_information"], "max probability": so["mean_probs"].max(-1)}
+                for name, so in ood_scores.items()
+            },
+            tau=tau,
+        )
+    return figs
+
+
+def _markdown(report: dict) -> str:
+    t = report["test"]
+    lines = [
+        f"# Evaluation of {report.get('run_dir', 'a posterior')}",
+        "",
+        f"{report['num_samples']} posterior draws per prediction; reject when max class probability < τ = {report['tau']:g}.",
+        "",
+        "| test set | n | error | NLL | Brier | ECE | rejected | mean entropy | mean MI |",
+        "|---|---|---|---|---|---|---|---|---|",
+        (f"| {report.get('data', 'test')} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
+        f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"),
+        "",
+    ]
+    if report["ood"]:
+        lines += [
+            "| out of distribution | n | rejected | mean entropy | mean MI | AUROC entropy | AUROC MI |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, o in report["ood"].items():
+            lines.append(
+                f"| {name} | {o['n']} | {o['rejected']:.2%} | {o['mean_entropy']:.4f} | {o['mean_mutual_information']:.4f} | "
+                f"{o['auroc_entropy']:.4f} | {o['auroc_mutual_information']:.4f} |"
+            )
+        lines.append("")
+    for key, label in (("sure_but_wrong", "Misclassified images the model was surest of"), ("lowest_confidence", "Lowest-confidence images")):
+        lines += [f"{label} (test index: label → predicted, expected error rate):", ""]
+        lines += [f"- {e['index']}: {e['label']} → {e['predicted']}, {e['expected_error_rate']:.4f}" for e in t[key]] or ["- none"]
+        lines.append("")
+    if report.get("skipped"):
+        lines += [f"Skipped: {'; '.join(report['skipped'])}", ""]
+    lines.append(f"Figures: {', '.join(report.get('figures', []))}")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation") -> list[str]:
+    """Write ``<name>.json``, ``<name>.md``, the figures (PNG) and ``<name>.npz`` (the
+    per-image arrays) into ``out_dir``: everything goes to a temporary folder first and is
+    then moved into place, so a failure leaves no partial output.
+
+    Returns:
+        The file names written.
+    """
+    out_dir = os.fspath(out_dir)
+    if not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir} is not a folder")
+    report = dict(report, figures=sorted(figures))
+    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir)
+    try:
+        names = []
+        for fname, fig in figures.items():
+            fig.savefig(os.path.join(tmp, fname), dpi=110)
+            names.append(fname)
+        if per_image is not None:
+            np.savez_compressed(os.path.join(tmp, f"{name}.npz"), **per_image)
+            names.append(f"{name}.npz")
+        with open(os.path.join(tmp, f"{name}.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        with open(os.path.join(tmp, f"{name}.md"), "w") as f:
+            f.write(_markdown(report))
+        names += [f"{name}.json", f"{name}.md"]
+        for fname in names:
+            os.replace(os.path.join(tmp, fname), os.path.join(out_dir, fname))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return names

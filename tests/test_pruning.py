@@ -1,0 +1,139 @@
+"""Weight pruning (bnnpp.pruning) on hand-built posteriors whose scores and predictions are
+known exactly: SNR and magnitude from guide parameters and from draws, pooled cut-offs,
+0% pruning changes nothing, 100% pruning makes the prediction independent of the input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bnnpp import models, pruning
+from bnnpp.inference.base import Posterior, latent_sites
+
+IN, HID, C = 4, 3, 3
+
+
+def _posterior(samples: dict, info: dict, x=None, y=None, hidden=(HID,)) -> Posterior:
+    model = models.mlp(hidden, activation="relu", num_classes=C)
+    x = np.zeros((1, IN), np.float32) if x is None else x
+    y = np.zeros((len(x),), np.int32) if y is None else y
+    return Posterior(samples, info, model, x, y, latent_sites(model, x, y))
+
+
+def _vi_posterior(seed=0, draws=20):
+    """A bbb-like posterior: guide loc/scale per site and draws from them."""
+    rng = np.random.default_rng(seed)
+    shapes = {"dense_0.w": (IN, HID), "dense_0.b": (HID,), "dense_1.w": (HID, C), "dense_1.b": (C,)}
+    params, samples = {}, {}
+    for k, shape in shapes.items():
+        loc = rng.normal(0, 1, shape)
+        scale = rng.uniform(0.05, 2.0, shape)
+        params[f"{k}_loc"], params[f"{k}_scale"] = loc.astype(np.float32), scale.astype(np.float32)
+        samples[k] = (loc + scale * rng.normal(size=(1, draws, *shape))).astype(np.float32)
+    return _posterior(samples, {"method": "bbb", "guide_params": params})
+
+
+def test_snr_and_magnitude_from_guide_params():
+    post = _vi_posterior()
+    gp = post.info["guide_params"]
+    s, m = pruning.snr(post), pruning.magnitude(post)
+    assert sorted(s) == ["dense_0.w", "dense_1.w"]  # weights only, biases are never pruned
+    for site in s:
+        np.testing.assert_allclose(s[site], np.abs(gp[f"{site}_loc"]) / gp[f"{site}_scale"], rtol=1e-6)
+        np.testing.assert_allclose(m[site], np.abs(gp[f"{site}_loc"]), rtol=1e-6)
+
+
+def test_snr_from_advi_names_and_from_draws():
+    post = _vi_posterior()
+    gp = post.info["guide_params"]
+    advi = {k.replace("_loc", "_auto_loc").replace("_scale", "_auto_scale"): v for k, v in gp.items()}
+    post_advi = _posterior(post.samples, {"method": "advi", "guide_params": advi})
+    np.testing.assert_allclose(pruning.snr(post_advi)["dense_1.w"], pruning.snr(post)["dense_1.w"])
+    # no guide parameters (MCMC): mean and sd over all chains' draws
+    mcmc = {k: v.reshape(2, 10, *v.shape[2:]) for k, v in post.samples.items()}
+    post_mcmc = _posterior(mcmc, {"method": "nuts"})
+    d = post.samples["dense_0.w"][0].astype(np.float64)
+    np.testing.assert_allclose(pruning.snr(post_mcmc)["dense_0.w"], np.abs(d.mean(0)) / d.std(0, ddof=1), rtol=1e-6)
+    np.testing.assert_allclose(pruning.magnitude(post_mcmc)["dense_0.w"], np.abs(d.mean(0)), rtol=1e-6)
+
+
+def test_snr_ordering_on_hand_built_scores():
+    """Entries with large |μ| but huge σ go first under SNR and last under magnitude."""
+    post = _vi_posterior()
+    gp = dict(post.info["guide_params"])
+    n0, n1 = IN * HID, HID * C
+    loc = np.arange(1, n0 + n1 + 1, dtype=np.float32)  # |μ| = 1..21, distinct
+    scale = loc**2  # SNR = 1/|μ|: the reverse order
+    gp["dense_0.w_loc"], gp["dense_1.w_loc"] = loc[:n0].reshape(IN, HID), loc[n0:].reshape(HID, C)
+    gp["dense_0.w_scale"], gp["dense_1.w_scale"] = scale[:n0].reshape(IN, HID), scale[n0:].reshape(HID, C)
+    post = _posterior(post.samples, {"method": "bbb", "guide_params": gp})
+    total = n0 + n1
+    k = round(0.5 * total)
+    for rule, pruned_values in (("magnitude", loc[:k]), ("snr", loc[-k:])):
+        p = pruning.prune(post, 0.5, rule)
+        locs = np.concatenate([p.info["guide_params"]["dense_0.w_loc"].ravel(), p.info["guide_params"]["dense_1.w_loc"].ravel()])
+        removed = loc[locs == 0]
+        np.testing.assert_array_equal(np.sort(removed), np.sort(pruned_values))  # pooled across both layers
+        assert p.info["pruning"] == {"fraction": 0.5, "rule": rule, "removed": k, "remaining": total - k}
+        zero = np.concatenate([(p.samples[s] == 0).all(axis=(0, 1)).ravel() for s in ("dense_0.w", "dense_1.w")])
+        np.testing.assert_array_equal(zero, locs == 0)  # every draw zero exactly where the loc is
+        np.testing.assert_array_equal(p.samples["dense_0.b"], post.samples["dense_0.b"])  # biases kept
+    assert (post.info["guide_params"]["dense_0.w_loc"] != 0).all()  # the input is not changed
+
+
+def test_prune_zero_leaves_predictions_unchanged():
+    post = _vi_posterior()
+    x = np.random.default_rng(1).normal(size=(50, IN)).astype(np.float32)
+    before = post.predict(x).probs
+    for rule in pruning.RULES:
+        after = pruning.prune(post, 0.0, rule)
+        assert after.info["pruning"]["removed"] == 0
+        np.testing.assert_array_equal(after.predict(x).probs, before)
+
+
+def test_prune_all_by_magnitude_gives_chance_accuracy():
+    """With every weight zero the logits are relu(b0)·0 + b1 = b1: the same class for every
+    input, so accuracy is that class's share — 1/C on balanced labels."""
+    post = _vi_posterior(draws=20)
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(60, IN)).astype(np.float32)
+    y = np.tile(np.arange(C), 20)  # balanced: 20 of each class
+    pruned = pruning.prune(post, 1.0, "magnitude")
+    probs = pruned.predict(x).probs
+    np.testing.assert_allclose(probs, np.broadcast_to(probs[:, :1], probs.shape), atol=1e-7)  # no dependence on x
+    assert np.mean(probs.mean(0).argmax(-1) == y) == pytest.approx(1 / C)
+    rows = pruning.pruning_table(post, x, y, fractions=(0, 1.0), rules=("magnitude",), num_samples=10)
+    assert [r["remaining"] for r in rows] == [IN * HID + HID * C, 0]
+    assert rows[1]["test_error"] == pytest.approx(1 - 1 / C)
+    base = post.predict(x, num_samples=10).probs.mean(0).argmax(-1)
+    assert rows[0]["test_error"] == pytest.approx(np.mean(base != y))  # 0% = the unpruned error
+
+
+def test_map_posterior_has_no_snr():
+    rng = np.random.default_rng(3)
+    shapes = {"dense_0.w": (IN, HID), "dense_0.b": (HID,), "dense_1.w": (HID, C), "dense_1.b": (C,)}
+    post = _posterior({k: rng.normal(size=(1, 1, *s)).astype(np.float32) for k, s in shapes.items()}, {"method": "map"})
+    with pytest.raises(ValueError, match="rule='magnitude'"):
+        pruning.snr(post)
+    with pytest.raises(ValueError, match="rule='magnitude'"):
+        pruning.pruning_table(post, np.zeros((2, IN), np.float32), np.zeros(2, int))
+    p = pruning.prune(post, 0.25, "magnitude")
+    assert p.info["pruning"]["removed"] == round(0.25 * (IN * HID + HID * C))
+
+
+@pytest.mark.parametrize("fraction", [-0.1, 1.5, float("nan"), True, "50"])
+def test_bad_fraction(fraction):
+    with pytest.raises(ValueError, match=r"fraction must be a number in \[0, 1\]"):
+        pruning.prune(_vi_posterior(), fraction)
+
+
+def test_bad_rule_and_input():
+    post = _vi_posterior()
+    with pytest.raises(ValueError, match="rule must be one of snr, magnitude"):
+        pruning.prune(post, 0.5, "random")
+    with pytest.raises(ValueError, match="rule must be one of"):
+        pruning.pruning_table(post, np.zeros((2, IN), np.float32), np.zeros(2, int), rules=("l1",))
+    with pytest.raises(TypeError, match="Posterior"):
+        pruning.snr({"dense_0.w": np.zeros((1, 1, 2, 2))})
+    with pytest.raises(ValueError, match="y_test"):
+        pruning.pruning_table(post, np.zeros((2, IN), np.float32), np.zeros(3, int))
