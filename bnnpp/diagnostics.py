@@ -1,22 +1,73 @@
-"""The one door to ArviZ: convert a :class:`~bnnpp.Posterior` to ``InferenceData`` and read it
-back. Nothing else in bnnpp imports ArviZ."""
+"""The one door to ArviZ: convert a :class:`~bnnpp.Posterior` to ``InferenceData``, check
+convergence (MCMC and variational), estimate out-of-sample fit (PSIS-LOO), compare fits and
+draw ArviZ's figures. Nothing else in bnnpp imports ArviZ.
+
+Every function takes a :class:`~bnnpp.Posterior` from any backend, so MCMC and variational
+fits are read the same way:
+
+* :func:`summary`: R-hat (rank-normalised, split) and bulk/tail ESS of every scale
+  hyperparameter; over the weights the max R-hat, min ESS and the share with R-hat > 1.01;
+  divergences; and, because hidden units can swap places between chains (the weights are
+  symmetric under permutation, so their R-hat flags label switching rather than a
+  non-converged function), R-hat and ESS of permutation-invariant quantities: the layer
+  scales and the predictive probabilities at a fixed set of inputs.
+* :func:`elbo_convergence` and :func:`psis_khat` for variational fits (Yao, Vehtari, Simpson &
+  Gelman 2018, "Yes, but did it work?").
+* :func:`loo` and :func:`compare` (Vehtari, Gelman & Gabry 2017).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sys
+import warnings
 from importlib import metadata
+from typing import Any
 
 import arviz as az
 import numpy as np
 import xarray as xr
+from matplotlib.figure import Figure
 
-__all__ = ["read_netcdf", "to_arviz"]
+__all__ = [
+    "compare",
+    "elbo_convergence",
+    "forest_plot",
+    "khat_reading",
+    "loo",
+    "psis_khat",
+    "read_netcdf",
+    "scale_sites",
+    "summary",
+    "to_arviz",
+    "trace_plot",
+    "vi_check",
+]
+
+#: Suffixes of the latent sites that hold a layer's prior scale (see bnnpp.models.layers).
+SCALE_SUFFIXES = (".scale", ".variance")
+RHAT_THRESHOLD = 1.01  # Vehtari et al. (2021): R-hat below 1.01 before trusting a chain
+
+
+@contextlib.contextmanager
+def _quiet_arviz():
+    """Silence ArviZ's one-chain shape warnings (its logger and UserWarnings) for a block."""
+    logger = logging.getLogger("arviz")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _versions() -> str:
     out = {"python": sys.version.split()[0]}
-    for pkg in ("bnnpp", "jax", "numpyro", "optax", "arviz"):
+    for pkg in ("bnnpp", "jax", "numpyro", "optax", "arviz", "blackjax"):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -24,53 +75,78 @@ def _versions() -> str:
     return json.dumps(out)
 
 
-def to_arviz(posterior) -> az.InferenceData:
-    """Build an ``az.InferenceData`` from a posterior.
+def _attrs(posterior) -> dict:
+    info = posterior.info
+    options = {k: v for k, v in (info.get("options") or {}).items() if k not in ("optimizer", "validation_data")}
+    seconds = {k: float(info[k]) for k in ("compile_seconds", "run_seconds", "sample_seconds") if k in info}
+    return {
+        "bnnpp_method": str(info.get("method")),
+        "bnnpp_seed": int(info.get("seed", 0)),
+        "bnnpp_options": json.dumps(options, default=repr),
+        "bnnpp_seconds": json.dumps(seconds),
+        "versions": _versions(),
+    }
+
+
+def to_arviz(posterior, include_data: bool | None = None) -> az.InferenceData:
+    """Build an ``az.InferenceData`` from a posterior of any backend.
 
     Groups:
         posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
-            (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in, dense_0.out``);
+            and integer coordinates (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in,
+            dense_0.out``);
         log_likelihood: ``y`` ``(chain, draw, obs)``, so ``az.loo``/``az.waic`` work;
+        posterior_predictive: ``y`` ``(chain, draw, obs)``, one replicated data set per draw;
         observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
         sample_stats: optimisation traces such as ``loss``, ``nll``, ``kl`` ``(chain, step)``
             (VI and MAP), and per-draw sampler statistics ``(chain, draw)`` from
             ``info["sample_stats"]`` (NUTS: ``diverging``, ``acceptance_rate``, ``step_size``,
-            ``tree_depth``, ``n_steps``, ``energy``; SG-MCMC: ``step_size``);
+            ``tree_depth``, ``n_steps``, ``energy``, ``lp``; SG-MCMC: ``step_size``, ``lp``);
         variational_params: the fitted guide's parameters (VI backends), so a saved fit keeps
             its variational posterior and not only the draws.
-    Attributes carry the method, seed and package versions; the posterior group's ``bnnpp``
-    attribute holds the JSON that :func:`bnnpp.load` reads back.
+    The four data groups are left out when ``include_data`` resolves to False (see
+    :meth:`bnnpp.Posterior.save`). Attributes carry the method, options, seed, seconds
+    (compile, run, sample) and package versions; the posterior group's ``bnnpp`` attribute
+    holds the JSON that :func:`bnnpp.load` reads back.
     """
+    with_data = posterior.include_data(include_data)
     dims = {name: list(site.dims) for name, site in posterior.sites.items()}
     x_dims = ["obs"] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
-    attrs = {
-        "bnnpp_method": str(posterior.info.get("method")),
-        "bnnpp_seed": int(posterior.info.get("seed", 0)),
-        "versions": _versions(),
-    }
+    attrs = _attrs(posterior)
+    kwargs: dict[str, Any] = {}
+    if with_data:
+        kwargs = {
+            "log_likelihood": {"y": posterior.log_likelihood()},
+            "posterior_predictive": {"y": posterior.posterior_predictive()},
+            "observed_data": {"y": np.asarray(posterior.y)},
+            "constant_data": {"x": np.asarray(posterior.x)},
+        }
     idata = az.from_dict(
         posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
-        log_likelihood={"y": posterior.log_likelihood()},
-        observed_data={"y": np.asarray(posterior.y)},
-        constant_data={"x": np.asarray(posterior.x)},
         dims={**dims, "y": ["obs"], "x": x_dims},
         attrs=attrs,
+        **kwargs,
     )
-    traces = {
-        k: v for k, v in posterior.info.items() if isinstance(v, np.ndarray) and v.ndim == 1
-    }
+    traces = {k: v for k, v in posterior.info.items() if isinstance(v, np.ndarray) and v.ndim == 1}
     per_draw = posterior.info.get("sample_stats") or {}
     if traces or per_draw:
         # one optimisation run per fit: its traces carry the (single) chain axis when the
         # posterior has one chain, and only a step axis otherwise
         trace_dims = ("chain", "step") if posterior.num_chains == 1 else ("step",)
-        variables = {
-            k: (trace_dims, np.asarray(v)[None] if len(trace_dims) == 2 else np.asarray(v)) for k, v in traces.items()
-        }
+        # traces as long as the loss share the step axis; shorter ones (e.g. a validation
+        # error per chunk) get their own axis
+        n_steps = len(posterior.info["loss"]) if "loss" in traces else len(next(iter(traces.values()), []))
+        variables = {}
+        for k, v in traces.items():
+            v = np.asarray(v)
+            if len(v) == n_steps:
+                variables[k] = (trace_dims, v[None] if len(trace_dims) == 2 else v)
+            else:
+                variables[k] = ((f"{k}_index",), v)
         variables.update({k: (("chain", "draw"), np.asarray(v)) for k, v in per_draw.items()})
         coords = {"chain": np.arange(posterior.num_chains)}
         if traces:
-            coords["step"] = np.arange(len(next(iter(traces.values()))))
+            coords["step"] = np.arange(n_steps)
         if per_draw:
             coords["draw"] = np.arange(posterior.num_draws)
         idata.add_groups({"sample_stats": xr.Dataset(variables, coords=coords, attrs=attrs)})
@@ -93,3 +169,305 @@ def read_netcdf(path: str) -> az.InferenceData:
     for group in idata.groups():
         getattr(idata, group).load()
     return idata
+
+
+# --------------------------------------------------------------------------------------
+# Convergence of MCMC (and sanity of any set of draws)
+# --------------------------------------------------------------------------------------
+
+
+def scale_sites(posterior) -> list[str]:
+    """Names of the permutation-invariant scale sites: layer/network scales and variances
+    (``<scope>.scale``, ``<scope>.variance``) and the observation ``noise``."""
+    return [n for n in posterior.samples if n.endswith(SCALE_SUFFIXES) or n == "noise"]
+
+
+def _weight_sites(posterior) -> list[str]:
+    return [n for n in posterior.samples if n.endswith((".w", ".b"))]
+
+
+def _posterior_only(posterior, names) -> az.InferenceData:
+    dims = {n: list(posterior.sites[n].dims) for n in names if n in posterior.sites}
+    return az.from_dict(posterior={n: np.asarray(posterior.samples[n]) for n in names}, dims=dims)
+
+
+def _none_if_nan(v) -> float | None:
+    v = float(v)
+    return None if not np.isfinite(v) else v
+
+
+def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> dict:
+    """Convergence summary of a posterior's draws (any backend).
+
+    Args:
+        posterior: a :class:`~bnnpp.Posterior`.
+        x_ref: the fixed inputs ``(m, features)`` whose predictive probabilities (or
+            regression means) are checked; default: the first ``num_ref`` training rows.
+        num_ref: see ``x_ref``.
+
+    Returns:
+        A JSON-safe dict:
+
+        * ``scales``: ``{site[index]: {"r_hat", "ess_bulk", "ess_tail", "mean", "sd"}}`` for
+          every entry of every scale site (permutation-invariant);
+        * ``weights``: ``{"count", "max_r_hat", "min_ess_bulk", "min_ess_tail",
+          "share_r_hat_above_1.01"}`` over every weight and bias entry (these can be high
+          from label switching alone);
+        * ``predictive``: the same four statistics over the predictive probabilities of every
+          class at ``x_ref`` (permutation-invariant);
+        * ``max_r_hat``/``min_ess_bulk``: the worst values over scales and predictive
+          quantities, the headline numbers; ``divergences`` (NUTS) or ``None``;
+          ``num_chains``, ``num_draws``.
+
+        R-hat is rank-normalised split R-hat (Vehtari et al. 2021); it needs at least two
+        chains, so it is ``None`` for the one-chain VI backends (their draws are independent
+        by construction: judge them with :func:`psis_khat`). ESS is reported for every fit
+        with at least 4 draws; with fewer (MAP) all statistics are ``None``.
+    """
+    out: dict[str, Any] = {
+        "num_chains": posterior.num_chains,
+        "num_draws": posterior.num_draws,
+        "divergences": posterior.info.get("divergences"),
+    }
+    if posterior.num_draws < 4:
+        out.update({"scales": {}, "weights": None, "predictive": None, "max_r_hat": None, "min_ess_bulk": None,
+                    "note": "fewer than 4 draws per chain: R-hat and ESS are undefined"})
+        return out
+    scales = scale_sites(posterior)
+    out["scales"] = {}
+    if scales:
+        with _quiet_arviz():  # one chain: ArviZ warns and leaves r_hat NaN (→ None)
+            table = az.summary(_posterior_only(posterior, scales), kind="all", round_to="none")
+        for label, row in table.iterrows():
+            out["scales"][str(label)] = {k: _none_if_nan(row[k]) for k in ("mean", "sd", "r_hat", "ess_bulk", "ess_tail")}
+
+    multi = posterior.num_chains >= 2
+
+    def block(idata) -> dict:
+        rhat = (
+            np.concatenate([np.ravel(v.values) for v in az.rhat(idata).data_vars.values()]) if multi else np.zeros(0)
+        )
+        bulk = np.concatenate([np.ravel(v.values) for v in az.ess(idata, method="bulk").data_vars.values()])
+        tail = np.concatenate([np.ravel(v.values) for v in az.ess(idata, method="tail").data_vars.values()])
+        finite = rhat[np.isfinite(rhat)]
+        return {
+            "count": int(bulk.size),
+            "max_r_hat": _none_if_nan(finite.max()) if finite.size else None,
+            "min_ess_bulk": _none_if_nan(np.nanmin(bulk)) if bulk.size else None,
+            "min_ess_tail": _none_if_nan(np.nanmin(tail)) if tail.size else None,
+            f"share_r_hat_above_{RHAT_THRESHOLD}": float(np.mean(finite > RHAT_THRESHOLD)) if finite.size else None,
+        }
+
+    weights = _weight_sites(posterior)
+    out["weights"] = block(_posterior_only(posterior, weights)) if weights else None
+    out["predictive"] = None
+    if posterior.model is not None and (x_ref is not None or posterior.has_data):
+        x_ref = np.asarray(posterior.x[:num_ref] if x_ref is None else x_ref, np.float32)
+        pred = posterior.predict(x_ref)
+        q = pred.probs if pred.task == "classification" else pred.draws
+        q = q.reshape(posterior.num_chains, posterior.num_draws, *q.shape[1:])
+        out["predictive"] = block(az.from_dict(posterior={"p": q}))
+    heads_r = [v["r_hat"] for v in out["scales"].values() if v["r_hat"] is not None]
+    heads_e = [v["ess_bulk"] for v in out["scales"].values() if v["ess_bulk"] is not None]
+    if out["predictive"]:
+        heads_r += [out["predictive"]["max_r_hat"]] if out["predictive"]["max_r_hat"] is not None else []
+        heads_e += [out["predictive"]["min_ess_bulk"]] if out["predictive"]["min_ess_bulk"] is not None else []
+    out["max_r_hat"] = max(heads_r) if heads_r else None
+    out["min_ess_bulk"] = min(heads_e) if heads_e else None
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Variational fits: did the optimiser converge, and is q any good?
+# --------------------------------------------------------------------------------------
+
+
+def _negative_elbo_trace(posterior) -> np.ndarray:
+    info = posterior.info
+    if "nll" in info and "kl" in info:  # bbb: the full-data estimate, whatever the KL weighting
+        return np.asarray(info["nll"], np.float64) + np.asarray(info["kl"], np.float64)
+    if "loss" not in info:
+        raise ValueError(f"method {info.get('method')!r} has no loss trace: ELBO convergence is for VI fits (advi, bbb)")
+    return np.asarray(info["loss"], np.float64)
+
+
+def elbo_convergence(posterior, window: float = 0.1, tol: float = 0.01) -> dict:
+    """Has the ELBO stopped improving? Compares the mean negative ELBO over the two halves
+    of the last ``window`` share of the steps.
+
+    Returns:
+        ``{"relative_change": |m₂ − m₁| / |m|, "final_elbo": −m₂, "window_steps": k,
+        "converged": relative_change < tol, "tol": tol}`` with m₁, m₂ the means of the two
+        halves and m the mean of the whole window. Monte-Carlo noise in the ELBO averages
+        out over the window; a trace still falling by more than ``tol`` (1%) is not done.
+    """
+    if not 0 < window <= 1:
+        raise ValueError(f"window must be a share of the steps in (0, 1], got {window!r}")
+    loss = _negative_elbo_trace(posterior)
+    loss = loss[np.isfinite(loss)]
+    if loss.size < 4:
+        raise ValueError(f"the loss trace has {loss.size} finite steps; run at least 4 steps to judge convergence")
+    k = max(4, round(window * loss.size))
+    last = loss[-k:]
+    m1, m2 = last[: k // 2].mean(), last[k // 2 :].mean()
+    rel = float(abs(m2 - m1) / max(abs(last.mean()), 1e-12))
+    return {"relative_change": rel, "final_elbo": float(-m2), "window_steps": int(k), "converged": rel < tol, "tol": tol}
+
+
+def khat_reading(k: float | None) -> str:
+    """Yao et al. (2018)'s reading of a PSIS k̂ (also Vehtari et al. 2024 for LOO)."""
+    if k is None or not np.isfinite(k):
+        return "undefined"
+    if k < 0.5:
+        return "good (k < 0.5)"
+    if k < 0.7:
+        return "usable (0.5 ≤ k < 0.7)"
+    return "not trustworthy (k ≥ 0.7)"
+
+
+def _gaussian_factors(posterior) -> tuple[dict, dict]:
+    """The mean-field Gaussian q on the unconstrained space, from a VI posterior's guide params."""
+    params = posterior.info.get("guide_params") or {}
+    method = posterior.info.get("method")
+    names = list(posterior.sites)
+    for loc_fmt, scale_fmt in (("{}_loc", "{}_scale"), ("{}_auto_loc", "{}_auto_scale")):
+        if all(loc_fmt.format(n) in params and scale_fmt.format(n) in params for n in names):
+            return (
+                {n: np.asarray(params[loc_fmt.format(n)], np.float32) for n in names},
+                {n: np.asarray(params[scale_fmt.format(n)], np.float32) for n in names},
+            )
+    raise ValueError(
+        f"PSIS k̂ needs a mean-field Gaussian variational posterior (bbb, or advi with guide='normal'); "
+        f"method {method!r} has none"
+    )
+
+
+def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
+    """Pareto-smoothed importance sampling diagnostic of a variational approximation
+    (Yao, Vehtari, Simpson & Gelman 2018, §3): the shape k̂ of the generalised Pareto fit to
+    the tail of the importance ratios p(θ, y) / q(θ) over ``num_draws`` draws from q.
+
+    Returns:
+        ``{"khat", "reading", "num_draws"}``: k̂ < 0.5 good, 0.5–0.7 usable, > 0.7 the
+        approximation is not trustworthy (importance weights with infinite variance).
+    """
+    from bnnpp.inference._joint import gaussian_log_weights
+
+    if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 100:
+        raise ValueError(f"num_draws must be an integer ≥ 100 (the Pareto fit needs a tail), got {num_draws!r}")
+    loc, scale = _gaussian_factors(posterior)
+    if not posterior.has_data:
+        raise ValueError("PSIS k̂ needs the training data: this posterior was saved without it (include_data=True)")
+    model = posterior._model_or_raise()
+    lw = gaussian_log_weights(model, loc, scale, posterior.x, posterior.y, num_draws, seed)
+    if not np.all(np.isfinite(lw)):
+        return {"khat": float("inf"), "reading": khat_reading(float("inf")), "num_draws": num_draws}
+    _, k = az.psislw(lw)
+    k = float(np.asarray(k))
+    return {"khat": k, "reading": khat_reading(k), "num_draws": num_draws}
+
+
+def vi_check(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
+    """Both checks of a variational fit: ``{"elbo": elbo_convergence(...), "psis": psis_khat(...)}``."""
+    return {"elbo": elbo_convergence(posterior), "psis": psis_khat(posterior, num_draws, seed)}
+
+
+# --------------------------------------------------------------------------------------
+# Out-of-sample fit
+# --------------------------------------------------------------------------------------
+
+
+def _idata(obj) -> az.InferenceData:
+    return obj if isinstance(obj, az.InferenceData) else obj.to_arviz()
+
+
+def loo(posterior) -> dict:
+    """PSIS leave-one-out cross-validation (Vehtari, Gelman & Gabry 2017).
+
+    Args:
+        posterior: a :class:`~bnnpp.Posterior` or an ``InferenceData`` with a
+            ``log_likelihood`` group.
+
+    Returns:
+        ``{"elpd", "se", "p_loo", "n", "max_khat", "share_khat_above_0.7", "warning"}``:
+        the expected log pointwise predictive density and its standard error, the
+        effective number of parameters, and the Pareto k̂ of the observations (above 0.7
+        an observation's LOO estimate is unreliable).
+    """
+    if not isinstance(posterior, az.InferenceData) and not posterior.has_data:
+        raise ValueError("loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True")
+    idata = _idata(posterior)
+    if "log_likelihood" not in idata.groups():
+        raise ValueError("loo needs a log_likelihood group: build it with Posterior.to_arviz() (training data included)")
+    ll = idata.log_likelihood
+    draws = ll.sizes.get("chain", 1) * ll.sizes.get("draw", 1)
+    if draws < 2:
+        raise ValueError("loo needs several posterior draws; a point estimate (map) has one: use advi, bbb, nuts or sgld")
+    res = az.loo(idata, pointwise=True)
+    k = np.asarray(res.pareto_k)
+    return {
+        "elpd": float(res.elpd_loo),
+        "se": float(res.se),
+        "p_loo": float(res.p_loo),
+        "n": int(k.size),
+        "max_khat": float(np.max(k)),
+        "share_khat_above_0.7": float(np.mean(k > 0.7)),
+        "warning": bool(res.warning),
+    }
+
+
+def compare(posteriors: dict[str, Any]):
+    """Rank fits by PSIS-LOO with ``az.compare`` (stacking weights).
+
+    Args:
+        posteriors: name → :class:`~bnnpp.Posterior` or ``InferenceData``; each needs a
+            log-likelihood and at least two draws (MAP is left out by the caller).
+
+    Returns:
+        ArviZ's comparison ``pandas.DataFrame`` (rank, elpd_loo, p_loo, elpd_diff, weight,
+        se, dse, warning), best first.
+    """
+    if len(posteriors) < 2:
+        raise ValueError(f"compare needs at least two fits with several draws each, got {len(posteriors)}")
+    return az.compare({k: _idata(v) for k, v in posteriors.items()}, ic="loo")
+
+
+# --------------------------------------------------------------------------------------
+# ArviZ figures (returned as matplotlib Figures, no pyplot state)
+# --------------------------------------------------------------------------------------
+
+
+def forest_plot(posteriors: dict[str, Any], var_names: list[str] | None = None, *, title: str = "") -> Figure:
+    """ArviZ forest plot of the scale sites across fits: one row per site entry, one
+    colour per fit (94% HDI and quartiles).
+
+    Args:
+        posteriors: name → :class:`~bnnpp.Posterior`.
+        var_names: sites to show (default: the scale sites common to all fits).
+    """
+    names = list(posteriors)
+    if var_names is None:
+        common = [set(scale_sites(p)) for p in posteriors.values()]
+        var_names = sorted(set.intersection(*common)) if common else []
+    if not var_names:
+        raise ValueError("no scale sites to plot: the models have fixed prior scales (use a hyperprior)")
+    datas = [_posterior_only(posteriors[n], var_names) for n in names]
+    n_rows = sum(int(np.prod(posteriors[names[0]].samples[v].shape[2:], dtype=int)) for v in var_names)
+    fig = Figure(figsize=(7, 1.2 + 0.35 * n_rows * len(names)), layout="constrained")
+    ax = fig.subplots()
+    az.plot_forest(datas, model_names=names, var_names=var_names, combined=True, ax=ax)
+    ax.set_title(title or "layer scales across methods (94% HDI)")
+    return fig
+
+
+def trace_plot(posterior, var_names: list[str] | None = None, *, title: str = "") -> Figure:
+    """ArviZ trace plot (per-chain densities and traces) of the scale sites of one fit."""
+    var_names = var_names or scale_sites(posterior)
+    if not var_names:
+        raise ValueError("no scale sites to plot: the model has fixed prior scales (use a hyperprior)")
+    fig = Figure(figsize=(10, 2.0 * len(var_names)), layout="constrained")
+    axes = fig.subplots(len(var_names), 2, squeeze=False)
+    az.plot_trace(_posterior_only(posterior, var_names), var_names=var_names, axes=axes, compact=True)
+    if title:
+        fig.suptitle(title)
+    return fig

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import bnnpp
-from bnnpp import metrics, priors
+from bnnpp import diagnostics, metrics, priors
 
 SIGMA, TAU = 0.5, 1.0  # known noise sd; prior sd of every coefficient
 TRUE_W = np.array([1.5, -0.7, 0.8])
@@ -93,6 +93,14 @@ def test_conjugate_linear_regression(method, extra, tmp_path):
     idata = post.to_arviz()
     assert EXPECTED_STATS.get(method, set()) <= set(idata.sample_stats.data_vars)
     assert idata.log_likelihood["y"].shape == (post.num_chains, post.num_draws, len(y))
+    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data", "constant_data"} <= set(idata.groups())
+    assert idata.posterior_predictive["y"].dims == ("chain", "draw", "obs")
+    assert idata.posterior["w"].dims == ("chain", "draw", "w_dim_0")
+    assert idata.constant_data["x"].dims == ("obs", "feature")
+    assert idata.attrs["bnnpp_method"] == method and "num_" in idata.attrs["bnnpp_options"]
+    assert "compile_seconds" in idata.attrs["bnnpp_seconds"] and "numpyro" in idata.attrs["versions"]
+    if post.num_chains * post.num_draws > 1:
+        assert np.isfinite(diagnostics.loo(post)["elpd"])
     post.save(tmp_path / "post.nc")
     back = bnnpp.load(tmp_path / "post.nc", model=linreg)
     np.testing.assert_array_equal(back.samples["w"], post.samples["w"])

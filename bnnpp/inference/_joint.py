@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
-__all__ = ["constrained_values", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
+__all__ = ["constrained_values", "gaussian_log_weights", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
 
 
 def latent_trace(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> dict:
@@ -110,3 +110,35 @@ def constrained_values(model: Callable, u: dict, x, y, key, names) -> dict[str, 
     """The constrained values of the latent sites ``names`` at unconstrained position ``u``."""
     tr = latent_trace(model, u, x, y, key)
     return {name: tr[name]["value"] for name in names}
+
+
+def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draws: int, seed: int = 0):
+    """Importance log-weights log p(u, y) − log q(u) of a mean-field Gaussian q on the
+    unconstrained space, for PSIS (Yao, Vehtari, Simpson & Gelman 2018, §2).
+
+    Args:
+        model: the NumPyro model.
+        loc, scale: site name → mean and sd of q's factor on the site's unconstrained space.
+        x, y: the full training data (the likelihood is not rescaled).
+        num_draws: S, draws from q.
+        seed: PRNG seed of the draws.
+
+    Returns:
+        numpy float64 array ``(S,)``.
+    """
+    import numpy as np
+    import numpyro.distributions as dist
+
+    names = tuple(loc)
+
+    def one(key):
+        k_u, k_m = jax.random.split(key)
+        keys = jax.random.split(k_u, len(names))
+        u = {n: loc[n] + scale[n] * jax.random.normal(k, jnp.shape(loc[n])) for n, k in zip(names, keys, strict=True)}
+        log_q = sum(jnp.sum(dist.Normal(loc[n], scale[n]).log_prob(u[n])) for n in names)
+        lp, ll, _ = joint_terms(model, u, x, y, k_m)
+        return lp + ll - log_q
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_draws)
+    # vmapped in batches of 100 draws: bounded memory on large data sets
+    return np.asarray(jax.jit(lambda k: jax.lax.map(one, k, batch_size=100))(keys), dtype=np.float64)

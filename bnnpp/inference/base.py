@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -28,6 +28,7 @@ __all__ = [
     "Backend",
     "Posterior",
     "Prediction",
+    "Program",
     "SiteInfo",
     "check_data",
     "get_backend",
@@ -40,6 +41,29 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------
+
+
+class Program(NamedTuple):
+    """One fit as pure functions that trace inside ``jit``/``vmap``: what a backend's ``fit``
+    compiles and drives chunk by chunk, and what :func:`bnnpp.sweep.sweep` ``vmap``s over
+    prior hyperparameters and seeds so that a grid of fits compiles once.
+
+    Attributes:
+        init: ``init(key) -> state``.
+        step: ``step(state) -> (state, loss)``, one optimisation step.
+        draws: ``draws(key, state) -> {site: (S, *site_shape)}``, posterior draws.
+        key_init, key_draw: the keys ``fit`` passes to ``init`` and ``draws`` for its seed.
+        num_steps: steps ``fit`` runs.
+        sites: the model's latent sites (:func:`latent_sites`).
+    """
+
+    init: Callable
+    step: Callable
+    draws: Callable
+    key_init: Any
+    key_draw: Any
+    num_steps: int
+    sites: dict
 
 
 @dataclass(frozen=True)
@@ -56,6 +80,9 @@ class Backend:
             second, e.g. ``("optimizer", "learning_rate")``).
         validate_data: ``validate_data(options, x, y) -> None`` for checks that need the data
             (e.g. ``batch_size`` against the number of rows); run before anything compiles.
+        program: ``program(model, x, y, seed, options) -> Program`` for backends whose fit
+            is one optimisation loop (``map``, ``advi``); ``None`` otherwise. Enables the
+            vmapped sweep.
     """
 
     name: str
@@ -65,6 +92,7 @@ class Backend:
     summary: str = ""
     exclusive: tuple[tuple[str, str], ...] = ()
     validate_data: Callable[[dict[str, Any], np.ndarray, np.ndarray], None] | None = None
+    program: Callable[..., Program] | None = None
 
     def check_options(self, options: dict[str, Any]) -> dict[str, Any]:
         """Reject unknown options, validate values, return defaults updated with ``options``."""
@@ -323,6 +351,12 @@ class Prediction:
         return np.sqrt(self.epistemic_std**2 + self.aleatoric_std**2)
 
     @property
+    def variance(self) -> np.ndarray:
+        """Variance over posterior draws: of the class probabilities ``(n, C)`` (classification),
+        or of the mean function ``(n,)`` (regression, = ``epistemic_std**2``)."""
+        return (self.probs if self.task == "classification" else self.draws).var(axis=0)
+
+    @property
     def epistemic_std(self) -> np.ndarray:
         """Regression: sd of the mean function over draws ``(n,)``."""
         self._need("regression")
@@ -368,6 +402,11 @@ class Prediction:
 # --------------------------------------------------------------------------------------
 
 
+#: Training data larger than this many values (x.size) is not written by
+#: :meth:`Posterior.save` unless asked for (50,000 MNIST images are 39 million values).
+MAX_SAVED_DATA = 5_000_000
+
+
 def _json_safe(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _json_safe(v) for k, v in value.items()}
@@ -391,7 +430,9 @@ class Posterior:
             ``sample_seconds``) and traces such as ``loss`` ``(steps,)``; JSON-safe except the
             trace arrays.
         model: the NumPyro model; ``None`` after loading a custom model without passing it.
-        x, y: the training data (for log-likelihoods and ArviZ's observed/constant data).
+        x, y: the training data (for log-likelihoods and ArviZ's observed/constant data). A
+            posterior loaded from a file saved without its data has ``x`` of shape
+            ``(0, *features)`` and ``y`` of shape ``(0,)`` (see :meth:`save`).
         sites: latent site shapes and dims (see :func:`latent_sites`).
     """
 
@@ -404,6 +445,11 @@ class Posterior:
     _jitted: dict = field(default_factory=dict, repr=False)
 
     # -- shape helpers --------------------------------------------------------------
+
+    @property
+    def has_data(self) -> bool:
+        """True when the training data is present (False after loading a file saved without it)."""
+        return self.x.shape[0] > 0
 
     @property
     def num_chains(self) -> int:
@@ -476,30 +522,62 @@ class Posterior:
 
     def log_likelihood(self) -> np.ndarray:
         """Pointwise log-likelihood of the training data, ``(chain, draw, n)``."""
+        if not self.has_data:
+            raise ValueError(
+                "this posterior was saved without its training data, so it has no log-likelihood; "
+                "save with include_data=True to keep it"
+            )
         flat = self._flat(None)
         s = self.num_chains * self.num_draws
         keys = jax.random.split(jax.random.PRNGKey(0), s)
         ll = self._observe("loglik")(flat, keys, self.x, self.y)["log_likelihood"]
         return np.asarray(ll).reshape(self.num_chains, self.num_draws, -1)
 
-    def to_arviz(self):
+    def posterior_predictive(self, seed: int = 0) -> np.ndarray:
+        """One replicated data set per draw at the training inputs, ``(chain, draw, n)``:
+        labels sampled from each draw's class probabilities, or targets from N(mean, noise²)."""
+        if not self.has_data:
+            raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
+        pred = self.predict(self.x, seed=seed)
+        rng = np.random.default_rng(seed)
+        if pred.task == "classification":
+            cum = np.cumsum(pred.probs, axis=-1)
+            u = rng.random(cum.shape[:-1] + (1,))
+            rep = np.minimum((u > cum).sum(-1), cum.shape[-1] - 1).astype(np.int32)
+        else:
+            rep = (pred.draws + pred.noise * rng.standard_normal(pred.draws.shape)).astype(np.float32)
+        return rep.reshape(self.num_chains, self.num_draws, -1)
+
+    def to_arviz(self, include_data: bool | None = None):
         """An ``arviz.InferenceData`` with groups posterior (named dims), log_likelihood,
-        observed_data, constant_data and sample_stats; see :func:`bnnpp.diagnostics.to_arviz`."""
+        posterior_predictive, observed_data, constant_data and sample_stats; see
+        :func:`bnnpp.diagnostics.to_arviz`. ``include_data`` as in :meth:`save`."""
         from bnnpp import diagnostics
 
-        return diagnostics.to_arviz(self)
+        return diagnostics.to_arviz(self, include_data=include_data)
 
-    def save(self, path: str | os.PathLike) -> None:
+    def save(self, path: str | os.PathLike, include_data: bool | None = None) -> None:
         """Write the posterior as one netCDF file (the InferenceData of :meth:`to_arviz`, with
         info and the model spec as JSON in its attributes; guide parameters in the
         ``variational_params`` group). The parent folder is created if needed; the file is
         written to a temporary name and moved into place, so a failure leaves nothing
-        half-written. Never pickles."""
+        half-written. Never pickles.
+
+        Args:
+            path: the ``.nc`` file to write.
+            include_data: write the training data (``constant_data``/``observed_data``) and
+                the groups computed from it (``log_likelihood``, ``posterior_predictive``).
+                ``None`` (default): only when ``x`` has at most :data:`MAX_SAVED_DATA` values,
+                so an MNIST-size fit stores its draws and variational parameters but not 50,000
+                images; reload the data separately (``bnnpp evaluate`` does so from
+                ``metrics.json``). A posterior loaded without data predicts as before, but
+                ``log_likelihood``/``loo`` need the data.
+        """
         path = os.fspath(path)
         folder = os.path.dirname(os.path.abspath(path))
         if os.path.exists(folder) and not os.path.isdir(folder):
             raise ValueError(f"{folder} is a file, not a folder: choose another path")
-        idata = self.to_arviz()
+        idata = self.to_arviz(include_data=include_data)
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".nc.tmp", dir=folder)
         os.close(fd)
@@ -520,7 +598,16 @@ class Posterior:
         }
         spec = self.model.spec() if hasattr(self.model, "spec") else None
         sites = {k: {"shape": list(v.shape), "dims": list(v.dims)} for k, v in self.sites.items()}
-        return json.dumps(_json_safe({"info": info, "model": spec, "sites": sites}))
+        data = {"feature_shape": list(self.x.shape[1:]), "n": int(self.x.shape[0]), "y_dtype": str(self.y.dtype)}
+        return json.dumps(_json_safe({"info": info, "model": spec, "sites": sites, "data": data}))
+
+    def include_data(self, include_data: bool | None) -> bool:
+        """Resolve ``include_data=None`` (see :meth:`save`): True when the data is present and small."""
+        if include_data is None:
+            return self.has_data and self.x.size <= MAX_SAVED_DATA
+        if include_data and not self.has_data:
+            raise ValueError("this posterior has no training data to include (it was loaded from a file saved without it)")
+        return bool(include_data)
 
     def __repr__(self) -> str:
         return (
@@ -555,14 +642,19 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     info = dict(meta["info"])
     if "sample_stats" in idata.groups():
         for name, var in idata.sample_stats.data_vars.items():
-            if "step" in var.dims:
-                info[name] = np.asarray(var.values[0] if var.ndim == 2 else var.values)
-            elif "draw" in var.dims:
+            if "draw" in var.dims:
                 info.setdefault("sample_stats", {})[name] = np.asarray(var.values)
+            else:  # an optimisation trace, (chain=1, step) or (step,)
+                info[name] = np.asarray(var.values[0] if var.ndim == 2 else var.values)
     if "variational_params" in idata.groups():
         info["guide_params"] = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
     if model is None and meta["model"] is not None:
         model = models.from_spec(meta["model"])
-    x = np.asarray(idata.constant_data["x"].values)
-    y = np.asarray(idata.observed_data["y"].values)
+    if "constant_data" in idata.groups():
+        x = np.asarray(idata.constant_data["x"].values)
+        y = np.asarray(idata.observed_data["y"].values)
+    else:  # saved without its training data
+        data = meta.get("data") or {}
+        x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
+        y = np.zeros((0,), data.get("y_dtype", "int32"))
     return Posterior(samples, info, model, x, y, sites)
