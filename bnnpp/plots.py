@@ -12,7 +12,15 @@ from collections.abc import Callable
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["decision_map", "ood_histograms", "regression_bands"]
+__all__ = [
+    "decision_map",
+    "decision_maps",
+    "ood_histograms",
+    "regression_bands",
+    "reliability_diagram",
+    "snr_histogram",
+    "weight_histograms",
+]
 
 
 def decision_map(
@@ -86,6 +94,156 @@ def regression_bands(prediction, x_grid: np.ndarray, x: np.ndarray, y: np.ndarra
     ax.legend(loc="upper right", fontsize=8)
     if title:
         ax.set_title(title)
+    return fig
+
+
+def decision_maps(predicts: dict, x: np.ndarray, y: np.ndarray, *, resolution: int = 80, margin: float = 0.5):
+    """One row per fit: predictive p(class 1) and its sd over draws on a grid covering the
+    2-D inputs ``x``, with ``(x, y)`` on top — methods side by side on the same grid.
+
+    Args:
+        predicts: name → ``predict(grid) -> Prediction`` (e.g. ``posterior.predict``).
+        x: ``(n, 2)`` points; y: ``(n,)`` labels.
+    Returns:
+        A Figure with ``len(predicts)`` rows and two columns.
+    """
+    if x.ndim != 2 or x.shape[1] != 2:
+        raise ValueError(f"decision_maps needs 2-D inputs (n, 2), got shape {x.shape}")
+    if not predicts:
+        raise ValueError("decision_maps needs at least one fit")
+    lo, hi = x.min(0) - margin, x.max(0) + margin
+    g0, g1 = np.meshgrid(np.linspace(lo[0], hi[0], resolution), np.linspace(lo[1], hi[1], resolution))
+    grid = np.c_[g0.ravel(), g1.ravel()].astype(np.float32)
+    fig = Figure(figsize=(9, 3.2 * len(predicts)), layout="constrained")
+    axes = fig.subplots(len(predicts), 2, squeeze=False)
+    for row, (name, predict) in zip(axes, predicts.items(), strict=True):
+        p1 = predict(grid).probs[..., 1]
+        for ax, z, label, cmap, lim in (
+            (row[0], p1.mean(0), "p(class 1)", "RdBu_r", (0.0, 1.0)),
+            (row[1], p1.std(0), "sd over draws", "viridis", (0.0, 0.5)),
+        ):
+            cs = ax.contourf(g0, g1, z.reshape(g0.shape), levels=np.linspace(*lim, 21), cmap=cmap, extend="max")
+            fig.colorbar(cs, ax=ax, label=label)
+            for c, colour in ((0, "tab:blue"), (1, "tab:red")):
+                ax.scatter(x[y == c, 0], x[y == c, 1], s=5, c=colour, edgecolors="k", linewidths=0.2)
+            ax.set_title(f"{name}: {label}", fontsize=10)
+            ax.set_xticks([])
+            ax.set_yticks([])
+    return fig
+
+
+def weight_histograms(posterior, *, bins: int = 40, title: str = ""):
+    """Histograms of the per-weight posterior means (top row) and posterior standard
+    deviations (bottom row, when there is more than one draw), one column per layer's
+    weight matrix (``<layer>.w``). The seed study read off these how a Laplace prior makes
+    many weights sit at zero while a Cauchy prior lets a few grow large.
+
+    Returns:
+        A Figure with one or two rows and one column per weight site.
+    """
+    names = [n for n in posterior.samples if n.endswith(".w")]
+    if not names:
+        raise ValueError("no weight sites named '<layer>.w' in this posterior")
+    with_sd = posterior.num_chains * posterior.num_draws > 1
+    fig = Figure(figsize=(3.2 * len(names), 5.2 if with_sd else 2.8), layout="constrained")
+    axes = fig.subplots(2 if with_sd else 1, len(names), squeeze=False)
+    for j, name in enumerate(names):
+        w = np.asarray(posterior.samples[name])
+        w = w.reshape(-1, *w.shape[2:])
+        axes[0, j].hist(w.mean(0).ravel(), bins=bins, color="tab:blue")
+        axes[0, j].set_title(f"{name}: posterior means", fontsize=9)
+        if with_sd:
+            axes[1, j].hist(w.std(0).ravel(), bins=bins, color="tab:orange")
+            axes[1, j].set_title(f"{name}: posterior sds", fontsize=9)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def snr_histogram(values, cutoffs=None, *, bins: int = 60, title: str = ""):
+    """The distribution of weight signal-to-noise ratios |μ|/σ (Blundell et al. 2015, §5.1,
+    Fig. 4): a histogram of 10·log10(SNR) in decibels and its empirical CDF, with pruning
+    cut-offs marked.
+
+    Args:
+        values: SNR per weight, an array of any shape or a dict of arrays (pooled).
+        cutoffs: thresholds to mark, a sequence or a dict label → threshold (e.g.
+            ``{"75%": t}``: the SNR below which that share of weights is removed).
+    Returns:
+        A Figure with two axes (histogram, CDF).
+    """
+    if isinstance(values, dict):
+        values = np.concatenate([np.ravel(v) for v in values.values()]) if values else np.zeros(0)
+    v = np.ravel(np.asarray(values, np.float64))
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size == 0:
+        raise ValueError("snr_histogram needs at least one positive, finite signal-to-noise value")
+    db = 10 * np.log10(v)
+    if cutoffs is None:
+        marks: dict = {}
+    elif isinstance(cutoffs, dict):
+        marks = dict(cutoffs)
+    else:
+        marks = {f"{c:.3g}": c for c in cutoffs}
+    fig = Figure(figsize=(10, 3.8), layout="constrained")
+    ax_h, ax_c = fig.subplots(1, 2)
+    ax_h.hist(db, bins=bins, color="tab:blue")
+    ax_h.set_xlabel("signal-to-noise ratio |μ|/σ (dB)")
+    ax_h.set_ylabel("weights")
+    s = np.sort(db)
+    ax_c.plot(s, np.arange(1, s.size + 1) / s.size, color="tab:blue")
+    ax_c.set_xlabel("signal-to-noise ratio |μ|/σ (dB)")
+    ax_c.set_ylabel("share of weights (CDF)")
+    for i, (label, t) in enumerate(marks.items()):
+        if t is None or not np.isfinite(t) or t <= 0:
+            continue
+        x_db = 10 * np.log10(t)
+        colour = f"C{(i + 1) % 10}"
+        for ax in (ax_h, ax_c):
+            ax.axvline(x_db, color=colour, ls="--", lw=1)
+        ax_c.text(x_db, 0.02 + 0.08 * (i % 10), f" {label}", color=colour, fontsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def reliability_diagram(predictions: dict, *, num_bins: int = 10, title: str = ""):
+    """Reliability diagram (Guo et al. 2017, Fig. 1), fits overlaid: accuracy against mean
+    confidence in equal-width confidence bins, with the diagonal of perfect calibration, and
+    below it the share of points per bin.
+
+    Args:
+        predictions: name → ``(mean_probs (n, C), y (n,))``.
+    Returns:
+        A Figure with two axes.
+    """
+    if not predictions:
+        raise ValueError("reliability_diagram needs at least one (mean_probs, y) pair")
+    edges = np.linspace(0.0, 1.0, num_bins + 1)
+    centres = (edges[:-1] + edges[1:]) / 2
+    fig = Figure(figsize=(5.5, 6), layout="constrained")
+    ax, ax_n = fig.subplots(2, 1, height_ratios=(3, 1), sharex=True)
+    ax.plot([0, 1], [0, 1], color="0.5", ls=":", label="perfect calibration")
+    width = (edges[1] - edges[0]) / (len(predictions) + 1)
+    for i, (name, (p, y)) in enumerate(predictions.items()):
+        p = np.asarray(p)
+        conf = p.max(-1)
+        correct = p.argmax(-1) == np.asarray(y)
+        idx = np.clip(np.digitize(conf, edges[1:-1], right=True), 0, num_bins - 1)
+        counts = np.bincount(idx, minlength=num_bins)
+        has = counts > 0
+        acc = np.bincount(idx, weights=correct, minlength=num_bins)[has] / counts[has]
+        mconf = np.bincount(idx, weights=conf, minlength=num_bins)[has] / counts[has]
+        ax.plot(mconf, acc, marker="o", ms=4, label=name)
+        ax_n.bar(edges[:-1] + (i + 0.5) * width, counts / counts.sum(), width=width, align="edge", label=name)
+    ax.set_ylabel("accuracy")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(title or "reliability")
+    ax_n.set_xlabel("confidence (max predictive probability)")
+    ax_n.set_ylabel("share")
+    ax_n.set_xticks(centres[:: max(1, num_bins // 5)].round(2))
     return fig
 
 
