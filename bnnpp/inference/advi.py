@@ -24,7 +24,17 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.optim import optax_to_numpyro
 
 from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
-from bnnpp.inference.base import Backend, Posterior, check_optimizer, latent_sites, one_of, positive_float, positive_int, register
+from bnnpp.inference.base import (
+    Backend,
+    Posterior,
+    Program,
+    check_optimizer,
+    latent_sites,
+    one_of,
+    positive_float,
+    positive_int,
+    register,
+)
 
 GUIDES = {"normal": AutoNormal, "lowrank": AutoLowRankMultivariateNormal, "fullrank": AutoMultivariateNormal}
 
@@ -55,21 +65,8 @@ def validate(o: dict) -> None:
     check_optimizer(o["optimizer"])
 
 
-def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
-    """Fit ``model`` to ``(x, y)`` by ADVI.
-
-    Options (defaults in ``DEFAULTS``): ``num_steps``; ``learning_rate`` for the default Adam,
-    or ``optimizer``, any optax transformation (giving both is an error);
-    ``num_particles``; ``guide``; ``num_samples`` posterior draws kept; ``init_scale`` initial
-    sd of the guide; ``init_radius``: guide means start uniform in (−r, r) on the
-    unconstrained space (a start near zero lets hierarchical scales collapse to a
-    near-linear optimum, see shared/PERFORMANCE-NOTES.md); ``chunk_size`` steps per compiled
-    chunk.
-
-    Returns:
-        A :class:`Posterior` with ``num_samples`` draws in one chain; ``info["loss"]`` is the
-        negative ELBO per step ``(steps_run,)``.
-    """
+def _build(model, x, y, seed: int, o: dict):
+    """The guide, the three pure functions of a fit and its keys (shared by fit and program)."""
     optimizer = o["optimizer"] if o["optimizer"] is not None else optax.adam(o["learning_rate"])
     guide_cls = GUIDES[o["guide"]]
     guide = guide_cls(model, init_loc_fn=init_to_uniform(radius=o["init_radius"]), init_scale=o["init_scale"])
@@ -88,6 +85,33 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         params = svi.get_params(state)  # constrained guide parameters
         s = guide.sample_posterior(k, params, xj, yj, sample_shape=(o["num_samples"],))
         return {name: s[name] for name in sites}, params
+
+    return init_fn, step, draw, key_init, key_draw, sites
+
+
+def program(model, x, y, seed, o: dict) -> Program:
+    """ADVI as pure functions (see :class:`~bnnpp.inference.base.Program`); ``seed`` may be
+    a traced integer and ``model`` may close over traced prior hyperparameters."""
+    init_fn, step, draw, key_init, key_draw, sites = _build(model, x, y, seed, o)
+    return Program(init_fn, step, lambda k, s: draw(k, s)[0], key_init, key_draw, o["num_steps"], sites)
+
+
+def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
+    """Fit ``model`` to ``(x, y)`` by ADVI.
+
+    Options (defaults in ``DEFAULTS``): ``num_steps``; ``learning_rate`` for the default Adam,
+    or ``optimizer``, any optax transformation (giving both is an error);
+    ``num_particles``; ``guide``; ``num_samples`` posterior draws kept; ``init_scale`` initial
+    sd of the guide; ``init_radius``: guide means start uniform in (−r, r) on the
+    unconstrained space (a start near zero lets hierarchical scales collapse to a
+    near-linear optimum, see shared/PERFORMANCE-NOTES.md); ``chunk_size`` steps per compiled
+    chunk.
+
+    Returns:
+        A :class:`Posterior` with ``num_samples`` draws in one chain; ``info["loss"]`` is the
+        negative ELBO per step ``(steps_run,)``.
+    """
+    init_fn, step, draw, key_init, key_draw, sites = _build(model, x, y, seed, o)
 
     # Trace all three programs first, then compile them side by side: init, one training
     # chunk, posterior sampling. Nothing is compiled twice and nothing runs eagerly.
@@ -140,5 +164,6 @@ register(
         validate,
         "mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
         exclusive=(("optimizer", "learning_rate"),),
+        program=program,
     )
 )

@@ -25,6 +25,7 @@ from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_
 from bnnpp.inference.base import (
     Backend,
     Posterior,
+    Program,
     check_batch_size,
     check_optimizer,
     latent_sites,
@@ -55,22 +56,8 @@ def validate(o: dict) -> None:
     check_optimizer(o["optimizer"])
 
 
-def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
-    """Find the posterior mode of ``model`` given ``(x, y)``.
-
-    Options (defaults in ``DEFAULTS``): ``num_steps`` optimiser steps; ``batch_size`` rows
-    per step (``None``: full batch; otherwise the rows are reshuffled on the device at the
-    start of every epoch of ``n // batch_size`` steps, as in ``bbb``, and the likelihood is
-    scaled by N/B so that each step's loss is an unbiased estimate of the full negative log
-    joint); ``learning_rate`` of the default Adam, or ``optimizer`` (any optax
-    transformation; not both); ``init_radius``: start uniform in (−r, r) on the
-    unconstrained space; ``chunk_size``.
-
-    Returns:
-        A :class:`Posterior` with samples ``(1, 1, *site_shape)``; ``info["loss"]`` is the
-        (minibatch estimate of the) negative log joint per step ``(steps_run,)``;
-        ``info["num_batches"]`` the steps per epoch.
-    """
+def _build(model, x, y, seed, o: dict):
+    """The pure functions of a MAP fit, its keys and sites (shared by fit and program)."""
     optimizer = o["optimizer"] if o["optimizer"] is not None else optax.adam(o["learning_rate"])
     sites = latent_sites(model, x, y)
     n = x.shape[0]
@@ -108,6 +95,35 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
 
     def final(state):
         return constrained_values(model, state[0], xj[:1], yj[:1], key_model, sites)  # latent shapes do not depend on n
+
+    return init_fn, step, final, key_init, sites, num_batches
+
+
+def program(model, x, y, seed, o: dict) -> Program:
+    """MAP as pure functions (see :class:`~bnnpp.inference.base.Program`); ``draws``
+    returns the mode as one draw ``(1, *site_shape)``."""
+    init_fn, step, final, key_init, sites, _ = _build(model, x, y, seed, o)
+    draws = lambda k, state: jax.tree_util.tree_map(lambda v: v[None], final(state))
+    return Program(init_fn, step, draws, key_init, key_init, o["num_steps"], sites)
+
+
+def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
+    """Find the posterior mode of ``model`` given ``(x, y)``.
+
+    Options (defaults in ``DEFAULTS``): ``num_steps`` optimiser steps; ``batch_size`` rows
+    per step (``None``: full batch; otherwise the rows are reshuffled on the device at the
+    start of every epoch of ``n // batch_size`` steps, as in ``bbb``, and the likelihood is
+    scaled by N/B so that each step's loss is an unbiased estimate of the full negative log
+    joint); ``learning_rate`` of the default Adam, or ``optimizer`` (any optax
+    transformation; not both); ``init_radius``: start uniform in (−r, r) on the
+    unconstrained space; ``chunk_size``.
+
+    Returns:
+        A :class:`Posterior` with samples ``(1, 1, *site_shape)``; ``info["loss"]`` is the
+        (minibatch estimate of the) negative log joint per step ``(steps_run,)``;
+        ``info["num_batches"]`` the steps per epoch.
+    """
+    init_fn, step, final, key_init, sites, num_batches = _build(model, x, y, seed, o)
 
     chunk_size = o["chunk_size"] or default_chunk_size(o["num_steps"])
     t0 = time.perf_counter()
@@ -152,5 +168,6 @@ register(
         "maximum a posteriori point estimate (optax on the log joint)",
         exclusive=(("optimizer", "learning_rate"),),
         validate_data=check_batch_size,
+        program=program,
     )
 )

@@ -1,0 +1,309 @@
+"""A grid of weight priors × scale hyperpriors, fitted on the same data (the seed study:
+normal / laplace / cauchy / flat × fixed / half-normal / half-cauchy / inverse-gamma on
+moons and circles).
+
+Configurations that share structure — the same prior family and hyperprior family, with
+different numbers (a fixed scale on a log grid, hyperprior parameters) or different seeds —
+are trained together: their numbers and seeds become arrays, and one ``jax.vmap``-ed program
+runs init, every optimisation step (``lax.scan``), posterior sampling and test prediction for
+the whole group, compiled once. Fitting the same configurations one by one with
+:func:`bnnpp.fit` gives the same numbers (``tests/test_sweep.py``), only slower: each fit
+compiles its own programs (``benchmarks/sweep.py`` measures both in one run).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from bnnpp import metrics, models, priors
+from bnnpp.data import Dataset
+from bnnpp.inference.base import _observation, check_data, get_backend
+
+__all__ = ["Config", "grid", "summarise", "sweep"]
+
+HYPERPRIOR_CHOICES = ("fixed", "half-normal", "half-cauchy", "inverse-gamma")
+PRIOR_CHOICES = ("normal", "laplace", "cauchy", "flat", "student-t", "scale-mixture")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One cell of the grid: a label, a weight prior and the cell's group.
+
+    Attributes:
+        prior: the :class:`bnnpp.priors.Prior` of every layer.
+        weight_prior: CLI name of the family (``normal``, ``laplace``, …).
+        hyperprior: ``fixed`` or the hyperprior's CLI name.
+        scale: the fixed scale (``fixed`` cells; ``None`` otherwise and for ``flat``).
+    """
+
+    prior: priors.Prior
+    weight_prior: str
+    hyperprior: str
+    scale: float | None = None
+
+    @property
+    def label(self) -> str:
+        """e.g. ``normal/inverse-gamma`` or ``laplace/fixed(0.3)``."""
+        s = f"({self.scale:g})" if self.scale is not None else ""
+        return f"{self.weight_prior}/{self.hyperprior}{s}"
+
+
+def grid(
+    weight_priors: Sequence[str] = ("normal", "laplace", "cauchy", "flat"),
+    hyperpriors: Sequence[str] = HYPERPRIOR_CHOICES,
+    fixed_scales: Sequence[float] = (0.1, 0.3, 1.0, 3.0, 10.0),
+    *,
+    per: str = "layer",
+) -> list[Config]:
+    """The configurations of a weight-prior × hyperprior grid.
+
+    ``fixed`` expands into one configuration per entry of ``fixed_scales`` (the seed study
+    tuned the fixed scale on a logarithmic grid); hyperpriors use their default parameters
+    (half-normal(1), half-cauchy(1), inverse-gamma(1, 1) on the variance). ``flat`` has no
+    scale: it appears once, with ``fixed``, and is skipped with a hyperprior.
+
+    Returns:
+        A list of :class:`Config`; ValueError when it would be empty.
+    """
+    for name in weight_priors:
+        if name.replace("_", "-") not in PRIOR_CHOICES:
+            raise ValueError(f"unknown weight prior {name!r}; choose from {', '.join(PRIOR_CHOICES)}")
+    for name in hyperpriors:
+        if name.replace("_", "-") not in HYPERPRIOR_CHOICES:
+            raise ValueError(f"unknown hyperprior {name!r}; choose from {', '.join(HYPERPRIOR_CHOICES)}")
+    if "fixed" in hyperpriors:
+        for s in fixed_scales:
+            if not (isinstance(s, (int, float)) and math.isfinite(s) and s > 0):
+                raise ValueError(f"fixed scales must be positive numbers, got {s!r}")
+        if not fixed_scales:
+            raise ValueError("hyperprior 'fixed' needs at least one fixed scale, e.g. fixed_scales=(0.3, 1, 3)")
+    out: list[Config] = []
+    for wp, hp in itertools.product(weight_priors, hyperpriors):
+        wp, hp = wp.replace("_", "-"), hp.replace("_", "-")
+        if wp == "flat":
+            if hp == "fixed":
+                out.append(Config(priors.flat(), wp, hp))
+            continue
+        if hp == "fixed":
+            out += [Config(priors.prior(wp, float(s), per=per), wp, hp, float(s)) for s in fixed_scales]
+        else:
+            out.append(Config(priors.prior(wp, priors.hyperprior(hp), per=per), wp, hp))
+    if not out:
+        raise ValueError(
+            "the grid is empty: give at least one weight prior and one hyperprior "
+            "(flat takes only 'fixed'), e.g. weight_priors=('normal',), hyperpriors=('fixed',)"
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# A prior's numbers as an array, so that a group of configurations can be vmapped
+# --------------------------------------------------------------------------------------
+
+
+def _structure(p: priors.Prior) -> tuple:
+    hp = p.scale if p.hierarchical else None
+    return (p.kind, p.per, None if hp is None else (hp.kind, hp.param), p.kind == "flat", len(p.params))
+
+
+def _numbers(p: priors.Prior) -> np.ndarray:
+    """The prior's numeric parameters: fixed scale or hyperprior parameters, then family params."""
+    if p.kind == "flat":
+        head: tuple = ()
+    elif p.hierarchical:
+        head = tuple(p.scale.params)
+    else:
+        head = (p.scale,)
+    return np.asarray(head + tuple(p.params), np.float32)
+
+
+def _with_numbers(template: priors.Prior, nums) -> priors.Prior:
+    """``template`` with its numbers replaced by ``nums`` (possibly traced). Bypasses the
+    constructors' checks, which need concrete floats: the numbers came from valid priors."""
+    if template.kind == "flat":
+        return template
+    if template.hierarchical:
+        k = len(template.scale.params)
+        scale = priors.Hyperprior(template.scale.kind, tuple(nums[i] for i in range(k)), template.scale.param)
+    else:
+        k = 1
+        scale = nums[0]
+    new = object.__new__(priors.Prior)
+    for name, value in (
+        ("kind", template.kind),
+        ("scale", scale),
+        ("per", template.per),
+        ("params", tuple(nums[k + i] for i in range(len(template.params)))),
+    ):
+        object.__setattr__(new, name, value)
+    return new
+
+
+# --------------------------------------------------------------------------------------
+# The sweep
+# --------------------------------------------------------------------------------------
+
+
+def _model(dataset: Dataset, prior, hidden, activation):
+    return models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=dataset.num_classes, prior=prior)
+
+
+def _scores(mean_probs: np.ndarray, y: np.ndarray) -> dict:
+    return {"accuracy": metrics.accuracy(mean_probs, y), "nll": metrics.nll(mean_probs, y)}
+
+
+def _vmapped_group(backend, dataset, template, numbers, seeds, hidden, activation, options):
+    """Fit every (numbers[i], seeds[i]) of one structure group in one compiled program.
+
+    Returns:
+        Mean test probabilities ``(B, n_test, C)`` and final losses ``(B,)``.
+    """
+    x, y = check_data(dataset, _model(dataset, template, hidden, activation))
+    x_test = jnp.asarray(dataset.x_test, jnp.float32)
+
+    def one(nums, seed):
+        model = _model(dataset, _with_numbers(template, nums), hidden, activation)
+        prog = backend.program(model, x, y, seed, options)
+        state = prog.init(prog.key_init)
+
+        def body(s, _):
+            return prog.step(s)
+
+        state, losses = jax.lax.scan(body, state, None, length=prog.num_steps)
+        draws = prog.draws(prog.key_draw, state)
+        s = next(iter(draws.values())).shape[0]
+        keys = jax.random.split(jax.random.PRNGKey(0), s)  # as Posterior.predict(x, seed=0)
+        probs = jax.vmap(lambda d, k: _observation(model, d, k, x_test, None)["probs"])(draws, keys)
+        return probs.mean(0), losses[-1]
+
+    return jax.jit(jax.vmap(one))(jnp.asarray(numbers), jnp.asarray(seeds, jnp.int32))
+
+
+def sweep(
+    datasets: Sequence[Dataset],
+    configs: Sequence[Config],
+    *,
+    method: str = "advi",
+    seeds: Sequence[int] = (0, 1, 2),
+    hidden: Sequence[int] = (5, 5),
+    activation: str = "tanh",
+    vmap: bool = True,
+    progress: bool = True,
+    **options,
+) -> dict:
+    """Fit every configuration with every seed on every dataset; score on the test split.
+
+    Args:
+        datasets: classification :class:`~bnnpp.data.Dataset` s (e.g. moons and circles).
+        configs: from :func:`grid`.
+        method: a backend; ``vmap=True`` needs one with a ``program`` (``advi``, ``map``).
+        seeds: inference seeds (the data stay fixed).
+        hidden, activation: the MLP (default the seed study's 2-5-5-2 tanh net).
+        vmap: train each structure group in one vmapped program (``False``: one
+            :func:`bnnpp.fit` per configuration and seed, the reference loop).
+        progress: a bar over groups (vmap) or fits (loop).
+        **options: the method's options (e.g. ``num_steps``, ``num_samples``).
+
+    Returns:
+        ``{"runs": [...], "seconds": float, "compiled_groups": int}``; each run is a dict with
+        ``data``, ``label``, ``weight_prior``, ``hyperprior``, ``scale``, ``seed``,
+        ``accuracy`` and ``nll`` (test set, from the posterior-predictive mean probability).
+    """
+    if not configs:
+        raise ValueError("the sweep grid is empty: pass at least one configuration (see bnnpp.sweep.grid)")
+    if not datasets:
+        raise ValueError("pass at least one dataset, e.g. [bnnpp.data.moons()]")
+    seeds = [int(s) for s in seeds]
+    if not seeds or any(s < 0 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of integers ≥ 0, got {seeds!r}")
+    for d in datasets:
+        if d.task != "classification":
+            raise ValueError(f"sweep scores classifiers; dataset {d.name!r} is {d.task}")
+    backend = get_backend(method)
+    merged = backend.check_options(options)
+    if vmap and backend.program is None:
+        with_program = ", ".join(m for m in _registered_with_program())
+        raise ValueError(f"method {method!r} cannot be vmapped over a grid; use one of {with_program}, or vmap=False")
+    for d in datasets:
+        x, y = check_data(d, _model(d, configs[0].prior, hidden, activation))
+        if backend.validate_data is not None:
+            backend.validate_data(merged, x, y)
+    runs: list[dict] = []
+    t0 = time.perf_counter()
+    groups: dict[tuple, list[Config]] = {}
+    for c in configs:
+        groups.setdefault(_structure(c.prior), []).append(c)
+    if vmap:
+        work = [(d, g) for d in datasets for g in groups.values()]
+        for d, group in tqdm(work, desc=f"sweep ({method}, vmapped groups)", disable=not progress, leave=False):
+            cells = [(c, s) for c in group for s in seeds]
+            numbers = np.stack([_numbers(c.prior) for c, _ in cells]) if _numbers(group[0].prior).size else np.zeros((len(cells), 0), np.float32)
+            probs, _ = jax.device_get(
+                _vmapped_group(backend, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, merged)
+            )
+            for (c, s), p in zip(cells, np.asarray(probs), strict=True):
+                runs.append(_row(d, c, s, _scores(p, d.y_test)))
+    else:
+        from bnnpp.inference import fit
+
+        work = [(d, c, s) for d in datasets for c in configs for s in seeds]
+        for d, c, s in tqdm(work, desc=f"sweep ({method}, one by one)", disable=not progress, leave=False):
+            post = fit(_model(d, c.prior, hidden, activation), d, method=method, seed=s, progress=False, **options)
+            runs.append(_row(d, c, s, _scores(post.predict(d.x_test).mean, d.y_test)))
+    return {"runs": runs, "seconds": time.perf_counter() - t0, "compiled_groups": len(groups) * len(datasets) if vmap else len(runs)}
+
+
+def _registered_with_program() -> list[str]:
+    from bnnpp.inference.base import registered
+
+    return [m for m in registered() if get_backend(m).program is not None]
+
+
+def _row(d: Dataset, c: Config, seed: int, scores: dict) -> dict:
+    return {
+        "data": d.name,
+        "label": c.label,
+        "weight_prior": c.weight_prior,
+        "hyperprior": c.hyperprior,
+        "scale": c.scale,
+        "seed": seed,
+        **scores,
+    }
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Mean ± sd over seeds per (data, weight prior, hyperprior); for ``fixed`` the best
+    scale of the grid by mean test accuracy (as the seed study tuned it), with the scale.
+
+    Returns:
+        Rows ``{"data", "weight_prior", "hyperprior", "scale", "accuracy_mean",
+        "accuracy_sd", "nll_mean", "nll_sd", "seeds"}``.
+    """
+    cells: dict[tuple, list[dict]] = {}
+    for r in runs:
+        cells.setdefault((r["data"], r["weight_prior"], r["hyperprior"], r["scale"]), []).append(r)
+    stats = []
+    for (data, wp, hp, scale), rs in cells.items():
+        acc = np.array([r["accuracy"] for r in rs])
+        nll = np.array([r["nll"] for r in rs])
+        stats.append({
+            "data": data, "weight_prior": wp, "hyperprior": hp, "scale": scale,
+            "accuracy_mean": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+            "nll_mean": float(nll.mean()), "nll_sd": float(nll.std(ddof=1)) if nll.size > 1 else 0.0,
+            "seeds": len(rs),
+        })
+    best: dict[tuple, dict] = {}
+    for row in stats:
+        key = (row["data"], row["weight_prior"], row["hyperprior"])
+        if key not in best or row["accuracy_mean"] > best[key]["accuracy_mean"]:
+            best[key] = row
+    return list(best.values())

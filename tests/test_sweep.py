@@ -1,0 +1,75 @@
+"""bnnpp.sweep: the prior grid, and the vmapped group fits against one-by-one fits."""
+
+from __future__ import annotations
+
+import pytest
+
+import bnnpp
+from bnnpp import sweep as sw
+
+
+def test_grid_expands_fixed_scales_and_skips_flat_hyperpriors():
+    cells = sw.grid(("normal", "flat"), ("fixed", "half-cauchy"), fixed_scales=(0.3, 3.0))
+    assert [c.label for c in cells] == ["normal/fixed(0.3)", "normal/fixed(3)", "normal/half-cauchy", "flat/fixed"]
+    assert cells[2].prior.hierarchical and cells[3].prior.kind == "flat"
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"weight_priors": ()}, "grid is empty"),
+        ({"weight_priors": ("flat",), "hyperpriors": ("inverse-gamma",)}, "grid is empty"),
+        ({"weight_priors": ("gaussian",)}, "unknown weight prior"),
+        ({"hyperpriors": ("gamma",)}, "unknown hyperprior"),
+        ({"fixed_scales": (0.0,)}, "positive"),
+    ],
+)
+def test_grid_rejects_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sw.grid(**kwargs)
+
+
+def test_sweep_rejects_empty_grid_and_unvmappable_method():
+    d = bnnpp.data.moons(n=40)
+    with pytest.raises(ValueError, match="grid is empty"):
+        sw.sweep([d], [])
+    with pytest.raises(ValueError, match="cannot be vmapped"):
+        sw.sweep([d], sw.grid(("normal",), ("fixed",), fixed_scales=(1.0,)), method="nuts")
+
+
+def _compare(method, options, configs):
+    d = bnnpp.data.moons(n=120)
+    together = sw.sweep([d], configs, method=method, seeds=(0, 3), progress=False, **options)
+    alone = sw.sweep([d], configs, method=method, seeds=(0, 3), progress=False, vmap=False, **options)
+    assert together["compiled_groups"] == len({sw._structure(c.prior) for c in configs})
+    a = {(r["label"], r["seed"]): r for r in together["runs"]}
+    b = {(r["label"], r["seed"]): r for r in alone["runs"]}
+    assert a.keys() == b.keys() and len(a) == 2 * len(configs)
+    for k in a:
+        # the same computation, batched: equal up to float32 re-association
+        assert a[k]["accuracy"] == b[k]["accuracy"]
+        assert a[k]["nll"] == pytest.approx(b[k]["nll"], abs=1e-5)
+    # the grid's numbers matter: different scales give different fits
+    assert len({round(r["nll"], 6) for r in together["runs"]}) > len(configs)
+
+
+def test_vmapped_sweep_equals_one_by_one_map():
+    configs = sw.grid(("normal",), ("fixed", "inverse-gamma"), fixed_scales=(0.5, 2.0))
+    _compare("map", {"num_steps": 40}, configs)
+
+
+@pytest.mark.slow
+def test_vmapped_sweep_equals_one_by_one_advi():
+    configs = sw.grid(("laplace", "flat"), ("fixed", "half-normal"), fixed_scales=(0.5, 2.0))
+    _compare("advi", {"num_steps": 40, "num_samples": 20}, configs)
+
+
+def test_summarise_picks_best_fixed_scale():
+    runs = [
+        {"data": "m", "weight_prior": "normal", "hyperprior": "fixed", "scale": s, "seed": k, "accuracy": a, "nll": 0.3}
+        for s, accs in ((0.3, (0.80, 0.82)), (3.0, (0.85, 0.87)))
+        for k, a in enumerate(accs)
+    ]
+    (row,) = sw.summarise(runs)
+    assert row["scale"] == 3.0 and row["accuracy_mean"] == pytest.approx(0.86) and row["seeds"] == 2
+    assert row["accuracy_sd"] == pytest.approx(0.01414, abs=1e-4)
