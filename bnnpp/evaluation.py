@@ -27,19 +27,23 @@ from bnnpp import metrics
 from bnnpp.inference.base import Posterior
 
 __all__ = [
+    "check_count",
+    "check_tau",
     "evaluate",
     "predict_probs",
     "uniform_noise",
     "write_report",
 ]
 
-def _check_count(value, name: str) -> int:
+def check_count(value, name: str) -> int:
+    """``value`` as an int; ValueError unless it is an integer ≥ 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
     return int(value)
 
 
-def _check_tau(tau) -> float:
+def check_tau(tau) -> float:
+    """``tau`` as a float; ValueError unless it lies strictly between 0 and 1."""
     if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not (
         math.isfinite(tau) and 0 < tau < 1
     ):
@@ -64,7 +68,7 @@ def predict_probs(
     Returns:
         float32 ``(S, n, C)``.
     """
-    batch_size = _check_count(batch_size, "batch_size")
+    batch_size = check_count(batch_size, "batch_size")
     x = np.asarray(x, np.float32)
     n = x.shape[0]
     if n == 0:
@@ -92,7 +96,7 @@ def uniform_noise(like: np.ndarray, n: int | None = None, seed: int = 0) -> np.n
         float32 ``(n, *like.shape[1:])``, ``n`` defaulting to ``len(like)``.
     """
     like = np.asarray(like)
-    n = len(like) if n is None else _check_count(n, "n")
+    n = len(like) if n is None else check_count(n, "n")
     lo, hi = float(like.min()), float(like.max())
     rng = np.random.default_rng(seed)
     return rng.uniform(lo, hi, size=(n, *like.shape[1:])).astype(np.float32)
@@ -147,9 +151,9 @@ def evaluate(
         test set (``mean_probs`` ``(n, C)``, ``variance``, ``expected_error_rate``,
         ``entropy``, ``mutual_information``, ``y`` ``(n,)``).
     """
-    tau = _check_tau(tau)
-    num_samples = _check_count(num_samples, "num_samples")
-    num_images = _check_count(num_images, "num_images")
+    tau = check_tau(tau)
+    num_samples = check_count(num_samples, "num_samples")
+    num_images = check_count(num_images, "num_images")
     x_test = np.asarray(x_test, np.float32)
     y_test = np.asarray(y_test)
     if y_test.ndim != 1 or len(y_test) != len(x_test):
@@ -210,6 +214,7 @@ def evaluate(
     }
     per_image = {k: v for k, v in s.items()} | {"y": y_test}
     figs = _figures(x_test, y_test, s, ood_scores, tau, test) if figures else {}
+    report["figures"] = sorted(figs)
     return report, figs, per_image
 
 

@@ -15,10 +15,12 @@ from matplotlib.figure import Figure
 __all__ = [
     "decision_map",
     "decision_maps",
+    "image_grid",
     "ood_histograms",
     "regression_bands",
     "reliability_diagram",
     "snr_histogram",
+    "uncertainty_histograms",
     "weight_histograms",
 ]
 
@@ -288,4 +290,77 @@ def ood_histograms(
         ax.set_xlabel(name)
         ax.set_ylabel("density")
     axes[0].legend(fontsize=8)
+    return fig
+
+
+def _as_images(x: np.ndarray) -> np.ndarray:
+    """``(k, h, w)``, ``(k, h, w, 1)`` or flattened square ``(k, h·w)`` images → ``(k, h, w)``."""
+    x = np.asarray(x)
+    if x.ndim == 4 and x.shape[-1] == 1:
+        return x[..., 0]
+    if x.ndim == 3:
+        return x
+    if x.ndim == 2 and round(x.shape[1] ** 0.5) ** 2 == x.shape[1]:
+        side = round(x.shape[1] ** 0.5)
+        return x.reshape(len(x), side, side)
+    raise ValueError(f"images must be (k, h, w), (k, h, w, 1) or flattened square (k, h*w), got shape {x.shape}")
+
+
+def image_grid(images: np.ndarray, titles=None, *, ncols: int = 8, title: str = ""):
+    """Grayscale images in a grid, each with an optional caption (e.g. label, prediction and
+    expected error rate), as in the seed study's "misclassified with zero expected error"
+    and "lowest confidence" pictures.
+
+    Args:
+        images: ``(k, h, w)``, ``(k, h, w, 1)`` or flattened square ``(k, h·w)``.
+        titles: ``k`` captions, or None.
+        ncols: images per row.
+    Returns:
+        A Figure with one axis per image (an empty grid says "no images").
+    """
+    imgs = _as_images(images)
+    k = len(imgs)
+    if titles is not None and len(titles) != k:
+        raise ValueError(f"got {len(titles)} titles for {k} images: pass one per image or None")
+    if k == 0:
+        fig = Figure(figsize=(4, 1), layout="constrained")
+        fig.text(0.5, 0.5, f"{title}: no images" if title else "no images", ha="center", va="center")
+        return fig
+    cols = min(ncols, k)
+    rows = -(-k // cols)
+    fig = Figure(figsize=(1.5 * cols, 1.75 * rows + (0.4 if title else 0)), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    for i, ax in enumerate(axes):
+        ax.set_axis_off()
+        if i < k:
+            ax.imshow(imgs[i], cmap="gray_r", interpolation="nearest")
+            if titles is not None:
+                ax.set_title(titles[i], fontsize=7)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def uncertainty_histograms(variance: np.ndarray, expected_error_rate: np.ndarray, *, bins: int = 50, title: str = ""):
+    """The seed study's per-image uncertainty picture: histograms of the predictive variance
+    over posterior draws summed over classes, and of the expected error rate 1 − max_c p̄_c
+    (counts on a log scale, as most images sit near zero).
+
+    Args:
+        variance, expected_error_rate: ``(n,)`` per image.
+    Returns:
+        A Figure with two axes.
+    """
+    panels = (
+        (np.ravel(variance), "variance of the class probabilities over draws, summed over classes"),
+        (np.ravel(expected_error_rate), "expected error rate 1 − max class probability"),
+    )
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    for ax, (v, label) in zip(fig.subplots(1, 2), panels, strict=True):
+        ax.hist(v, bins=bins, color="tab:blue", log=True)
+        ax.set_xlabel(label, fontsize=9)
+        ax.set_ylabel("images")
+        ax.set_title(f"mean {v.mean():.4f}, median {np.median(v):.4f}", fontsize=9)
+    if title:
+        fig.suptitle(title)
     return fig

@@ -22,7 +22,7 @@ import numpy as np
 
 from bnnpp.inference.base import Posterior
 
-__all__ = ["RULES", "magnitude", "prune", "pruning_table", "snr", "weight_sites"]
+__all__ = ["RULES", "check_fraction", "check_rule", "magnitude", "prune", "pruning_table", "snr", "table_markdown", "weight_sites"]
 
 RULES = ("snr", "magnitude")
 
@@ -90,7 +90,8 @@ def magnitude(posterior: Posterior) -> dict[str, np.ndarray]:
     return {site: np.abs(_moments(posterior, site, need_sd=False)[0]) for site in weight_sites(posterior)}
 
 
-def _check_fraction(fraction) -> float:
+def check_fraction(fraction) -> float:
+    """``fraction`` as a float; ValueError unless it is a number in [0, 1]."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) or not (
         math.isfinite(fraction) and 0 <= fraction <= 1
     ):
@@ -98,7 +99,8 @@ def _check_fraction(fraction) -> float:
     return float(fraction)
 
 
-def _check_rule(rule) -> str:
+def check_rule(rule) -> str:
+    """``rule``; ValueError unless it is one of :data:`RULES`."""
     if rule not in RULES:
         raise ValueError(f"rule must be one of {', '.join(RULES)}, got {rule!r}")
     return rule
@@ -137,8 +139,8 @@ def prune(posterior: Posterior, fraction: float, rule: str = "snr") -> Posterior
         locations (if any) are zero there too, and whose ``info["pruning"]`` records
         ``fraction``, ``rule``, ``removed`` and ``remaining`` weight counts.
     """
-    fraction = _check_fraction(fraction)
-    rule = _check_rule(rule)
+    fraction = check_fraction(fraction)
+    rule = check_rule(rule)
     return _apply(posterior, _scores(posterior, rule), fraction, rule)
 
 
@@ -189,8 +191,8 @@ def pruning_table(
     """
     from bnnpp.evaluation import predict_probs
 
-    fractions = [_check_fraction(f) for f in fractions]
-    rules = [_check_rule(r) for r in rules]
+    fractions = [check_fraction(f) for f in fractions]
+    rules = [check_rule(r) for r in rules]
     if not fractions or not rules:
         raise ValueError("pass at least one fraction and one rule")
     y_test = np.asarray(y_test)
@@ -206,3 +208,35 @@ def pruning_table(
             p = pruned.info["pruning"]
             rows.append({"rule": rule, "fraction": f, "removed": p["removed"], "remaining": p["remaining"], "test_error": error})
     return rows
+
+
+def _count(n: int) -> str:
+    """Weight counts as in Blundell et al.'s Table 2: 2.4m, 120k, 48k, 950."""
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f}m"
+    if n >= 10_000:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:,}"
+
+
+RULE_LABELS = {"snr": "SNR", "magnitude": "magnitude"}  # no "|" inside a Markdown table cell
+
+
+def table_markdown(rows: Sequence[dict]) -> str:
+    """The rows of :func:`pruning_table` as a Markdown table in the layout of Blundell et al.
+    (2015) Table 2 — "Proportion removed | # weights | test error" — with one test-error
+    column per rule, side by side (as Singh's reproduction compares naive and SNR pruning).
+
+    Returns:
+        The table, one line per fraction, ending in a newline.
+    """
+    rules = list(dict.fromkeys(r["rule"] for r in rows))
+    fractions = list(dict.fromkeys(r["fraction"] for r in rows))
+    by = {(r["rule"], r["fraction"]): r for r in rows}
+    head = "| proportion removed | # weights | " + " | ".join(f"test error ({RULE_LABELS[r]})" for r in rules) + " |"
+    lines = [head, "|---" * (2 + len(rules)) + "|"]
+    for f in fractions:
+        first = next(by[(r, f)] for r in rules if (r, f) in by)
+        errors = [f"{by[(r, f)]['test_error']:.2%}" if (r, f) in by else "" for r in rules]
+        lines.append(f"| {f * 100:g}% | {_count(first['remaining'])} | " + " | ".join(errors) + " |")
+    return "\n".join(lines) + "\n"

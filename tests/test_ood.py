@@ -141,3 +141,17 @@ def test_ood_histograms_figure():
     assert [ax.get_xlabel() for ax in fig.axes] == ["entropy", "max probability"]
     with pytest.raises(ValueError, match="lacks the score"):
         plots.ood_histograms(scores, {"noise": {"entropy": rng.random(5)}})
+
+
+def test_image_grid_and_uncertainty_histograms():
+    imgs = np.random.default_rng(0).random((5, 784))
+    fig = plots.image_grid(imgs, [f"#{i}" for i in range(5)], ncols=3, title="t")
+    assert sum(ax.get_images() != [] for ax in fig.axes) == 5  # a 2×3 grid, one cell left empty
+    assert len(fig.axes) == 6
+    assert plots.image_grid(imgs[:0]).texts  # an empty selection still gives a figure
+    with pytest.raises(ValueError, match="titles"):
+        plots.image_grid(imgs, ["one"])
+    with pytest.raises(ValueError, match="flattened square"):
+        plots.image_grid(np.zeros((2, 10)))
+    fig = plots.uncertainty_histograms(np.random.default_rng(1).random(100), np.random.default_rng(2).random(100))
+    assert len(fig.axes) == 2

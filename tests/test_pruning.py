@@ -137,3 +137,16 @@ def test_bad_rule_and_input():
         pruning.snr({"dense_0.w": np.zeros((1, 1, 2, 2))})
     with pytest.raises(ValueError, match="y_test"):
         pruning.pruning_table(post, np.zeros((2, IN), np.float32), np.zeros(3, int))
+
+
+def test_table_markdown_layout():
+    rows = [
+        {"rule": r, "fraction": f, "removed": round(f * 2_395_200), "remaining": 2_395_200 - round(f * 2_395_200), "test_error": e}
+        for r, errs in (("snr", (0.0124, 0.0129)), ("magnitude", (0.0124, 0.0150)))
+        for f, e in zip((0.0, 0.95), errs, strict=True)
+    ]
+    md = pruning.table_markdown(rows).splitlines()
+    assert md[0] == "| proportion removed | # weights | test error (SNR) | test error (magnitude) |"
+    assert md[2] == "| 0% | 2.4m | 1.24% | 1.24% |"
+    assert md[3] == "| 95% | 120k | 1.29% | 1.50% |"  # as Blundell et al.'s Table 2 writes the counts
+    assert all(line.count("|") == 5 for line in md)
