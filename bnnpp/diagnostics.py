@@ -259,14 +259,16 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
         }
 
     weights = _weight_sites(posterior)
-    out["weights"] = block(_posterior_only(posterior, weights)) if weights else None
+    with _quiet_arviz():  # ESS of one chain is fine; ArviZ still logs a shape warning
+        out["weights"] = block(_posterior_only(posterior, weights)) if weights else None
     out["predictive"] = None
     if posterior.model is not None and (x_ref is not None or posterior.has_data):
         x_ref = np.asarray(posterior.x[:num_ref] if x_ref is None else x_ref, np.float32)
         pred = posterior.predict(x_ref)
         q = pred.probs if pred.task == "classification" else pred.draws
         q = q.reshape(posterior.num_chains, posterior.num_draws, *q.shape[1:])
-        out["predictive"] = block(az.from_dict(posterior={"p": q}))
+        with _quiet_arviz():
+            out["predictive"] = block(az.from_dict(posterior={"p": q}))
     heads_r = [v["r_hat"] for v in out["scales"].values() if v["r_hat"] is not None]
     heads_e = [v["ess_bulk"] for v in out["scales"].values() if v["ess_bulk"] is not None]
     if out["predictive"]:

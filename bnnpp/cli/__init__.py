@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from bnnpp.cli import compare as compare_cmd
 from bnnpp.cli import evaluate as evaluate_cmd
 from bnnpp.cli import fit as fit_cmd
 from bnnpp.cli import prune as prune_cmd
+from bnnpp.cli import sweep as sweep_cmd
 from bnnpp.cli._errors import CLIError
 
 __all__ = ["CLIError", "main"]
@@ -20,6 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fit_cmd.add_parser(sub)
+    compare_cmd.add_parser(sub)
+    sweep_cmd.add_parser(sub)
     evaluate_cmd.add_parser(sub)
     prune_cmd.add_parser(sub)
     return parser

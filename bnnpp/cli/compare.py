@@ -1,0 +1,147 @@
+"""``bnnpp compare``: fit several methods to one dataset with one seed and write
+compare.md, compare.json and the figures into ``--out``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import bnnpp
+from bnnpp import priors
+from bnnpp.cli._errors import CLIError
+from bnnpp.inference.base import get_backend, registered
+
+CLASSIFICATION_SETS = ("moons", "circles")
+
+
+def _set(text: str) -> tuple[str, str, object]:
+    """``METHOD.OPTION=VALUE`` → (method, option, value parsed as JSON, else a string)."""
+    try:
+        lhs, value = text.split("=", 1)
+        method, option = lhs.split(".", 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--set takes METHOD.OPTION=VALUE such as nuts.num_samples=500, got {text!r}") from None
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = value
+    return method.strip(), option.strip(), parsed
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="fit several methods on the same data and seed; write compare.md/json and figures",
+        description="Fit each --methods entry to the same data with the same seed; write DIR/compare.md and "
+        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information, max R-hat and "
+        "min ESS of permutation-invariant quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's "
+        "LOO ranking) and figures: decision_maps.png, reliability.png, forest_scales.png, trace_<method>.png "
+        "(MCMC methods).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--data", default="moons", choices=CLASSIFICATION_SETS, help="built-in 2-D dataset")
+    p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
+    p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")
+    p.add_argument("--hidden", default="5,5", help="hidden widths, comma-separated")
+    p.add_argument("--activation", default="tanh", choices=sorted(bnnpp.models.ACTIVATIONS))
+    p.add_argument("--prior", default="normal", choices=list(priors.PRIORS), help="weight prior family")
+    p.add_argument("--hyperprior", default="inverse-gamma", choices=["fixed", *priors.HYPERPRIORS], help="prior on each layer's scale")
+    p.add_argument("--scale", type=float, default=1.0, help="the fixed prior scale when --hyperprior fixed")
+    p.add_argument("--set", dest="sets", type=_set, action="append", default=[], metavar="METHOD.OPTION=VALUE",
+                   help="override one method option, e.g. --set nuts.num_samples=1000 (repeatable)")
+    p.add_argument("--quick", action="store_true", help="tiny settings for every method (a smoke test, not a result)")
+    p.add_argument("--seed", type=int, default=0, help="seed for data and every fit")
+    p.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.set_defaults(handler=run)
+
+
+def _build(args):
+    from bnnpp.compare import check_methods
+
+    if args.seed < 0:
+        raise ValueError(f"--seed must be ≥ 0, got {args.seed}")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise ValueError(f"--out {args.out} is a file: give a folder path")
+    methods = check_methods(args.methods.split(","))
+    try:
+        hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
+    except ValueError:
+        raise ValueError(f"--hidden takes comma-separated widths such as 5,5, got {args.hidden!r}") from None
+    scale = args.scale if args.hyperprior == "fixed" else priors.hyperprior(args.hyperprior)
+    prior = priors.prior(args.prior, scale)
+    kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
+    dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **kwargs)
+    model = bnnpp.models.mlp(hidden, activation=args.activation, num_classes=dataset.num_classes, prior=prior)
+    options: dict[str, dict] = {}
+    for method, option, value in args.sets:
+        if method not in methods:
+            raise ValueError(f"--set {method}.{option}: {method} is not in --methods ({', '.join(methods)})")
+        if option not in get_backend(method).defaults:
+            raise ValueError(f"--set {method}.{option}: {method} takes {', '.join(sorted(get_backend(method).defaults))}")
+        options.setdefault(method, {})[option] = value
+    return dataset, model, methods, options
+
+
+def write_figures(folder: str, posteriors: dict, dataset) -> list[str]:
+    """Save the comparison figures into ``folder``; returns the file names."""
+    from bnnpp import diagnostics, plots
+
+    written = []
+    figs = {
+        "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
+        "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
+    }
+    with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
+    if with_scales:
+        figs["forest_scales.png"] = diagnostics.forest_plot(with_scales)
+    for m, p in with_scales.items():
+        if p.num_chains > 1:  # MCMC: one trace per chain
+            figs[f"trace_{m}.png"] = diagnostics.trace_plot(p, title=f"{m}: layer scales")
+    for name, fig in figs.items():
+        fig.savefig(os.path.join(folder, name), dpi=100)
+        written.append(name)
+    return written
+
+
+def run(args) -> int:
+    from bnnpp.compare import compare_methods, markdown
+
+    t0 = time.perf_counter()
+    try:
+        dataset, model, methods, options = _build(args)
+        for m in methods:  # reject bad --set values before the first fit compiles
+            from bnnpp.compare import COMPARE_DEFAULTS, QUICK_OPTIONS
+
+            base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
+            get_backend(m).check_options({**base.get(m, {}), **options.get(m, {})})
+    except (ValueError, TypeError) as e:
+        raise CLIError(str(e)) from None
+    results, posteriors = compare_methods(
+        model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet
+    )
+    results["model"] = model.spec()
+    results["quick"] = args.quick
+    parent = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".bnnpp-", dir=parent)
+    try:
+        figures = write_figures(tmp, posteriors, dataset)
+        results["figures"] = figures
+        results["seconds_total"] = time.perf_counter() - t0
+        with open(os.path.join(tmp, "compare.json"), "w") as f:
+            json.dump(results, f, indent=2, default=str)
+        with open(os.path.join(tmp, "compare.md"), "w") as f:
+            f.write(markdown(results))
+        os.makedirs(args.out, exist_ok=True)
+        for name in ["compare.json", "compare.md", *figures]:
+            os.replace(os.path.join(tmp, name), os.path.join(args.out, name))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(markdown(results))
+    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(figures)} figures in {time.perf_counter() - t0:.0f} s")
+    return 0
