@@ -35,6 +35,11 @@ __all__ = [
     "write_report",
 ]
 
+MAX_VALUES_PER_CALL = 1 << 24
+"""Default bound on draws × rows × input values per prediction call (16M: 100 draws of 213
+MNIST images; a convolutional net's activations are a few times that)."""
+
+
 def check_count(value, name: str) -> int:
     """``value`` as an int; ValueError unless it is an integer ≥ 1."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -52,7 +57,7 @@ def check_tau(tau) -> float:
 
 
 def predict_probs(
-    posterior: Posterior, x: np.ndarray, *, num_samples: int | None = None, seed: int = 0, batch_size: int = 1000
+    posterior: Posterior, x: np.ndarray, *, num_samples: int | None = None, seed: int = 0, batch_size: int | None = None
 ) -> np.ndarray:
     """Per-draw class probabilities at ``x``, predicted ``batch_size`` inputs at a time to bound
     memory; the last batch is padded to ``batch_size`` so that one compiled program serves
@@ -63,13 +68,18 @@ def predict_probs(
         x: inputs ``(n, *features)``.
         num_samples: posterior draws S (default: all; see :meth:`Posterior.predict`).
         seed: key for any randomness in the model.
-        batch_size: inputs per prediction call.
+        batch_size: inputs per prediction call (default: as many as keep S × rows × input
+            values under :data:`MAX_VALUES_PER_CALL`, at most 1000).
 
     Returns:
         float32 ``(S, n, C)``.
     """
-    batch_size = check_count(batch_size, "batch_size")
     x = np.asarray(x, np.float32)
+    draws = posterior.num_chains * posterior.num_draws if num_samples is None else num_samples
+    if batch_size is None:
+        per_row = max(1, draws * int(np.prod(x.shape[1:])))
+        batch_size = max(1, min(1000, MAX_VALUES_PER_CALL // per_row))
+    batch_size = check_count(batch_size, "batch_size")
     n = x.shape[0]
     if n == 0:
         raise ValueError("x is empty: pass at least one input")
@@ -123,7 +133,7 @@ def evaluate(
     num_samples: int = 100,
     tau: float = 0.2,
     seed: int = 0,
-    batch_size: int = 1000,
+    batch_size: int | None = None,
     num_images: int = 16,
     figures: bool = True,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
@@ -138,7 +148,7 @@ def evaluate(
             the posterior has: a MAP posterior uses its one draw).
         tau: reject an input when max_c p̄_c < τ.
         seed: key for prediction.
-        batch_size: inputs per prediction call.
+        batch_size: inputs per prediction call (default: see :func:`predict_probs`).
         num_images: images per grid (sure-but-wrong and lowest-confidence).
         figures: build the figures (False skips matplotlib).
 

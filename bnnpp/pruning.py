@@ -172,7 +172,7 @@ def pruning_table(
     num_samples: int = 10,
     *,
     seed: int = 0,
-    batch_size: int = 1000,
+    batch_size: int | None = None,
 ) -> list[dict]:
     """Test error after pruning, for each rule and fraction (Blundell et al. 2015, Table 2).
 

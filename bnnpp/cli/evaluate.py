@@ -119,7 +119,7 @@ def evaluate_run(
     tau: float = 0.2,
     ood: Sequence[str] = OOD_SETS,
     seed: int = 0,
-    batch_size: int = 1000,
+    batch_size: int | None = None,
 ) -> dict:
     """Evaluate an image run of ``bnnpp fit`` and write ``evaluation.json``, ``evaluation.md``,
     ``evaluation.npz`` (per-image mean probabilities, variance, expected error rate, entropy,
@@ -144,7 +144,8 @@ def evaluate_run(
 
     evaluation.check_tau(tau)
     evaluation.check_count(num_samples, "num_samples")
-    evaluation.check_count(batch_size, "batch_size")
+    if batch_size is not None:
+        evaluation.check_count(batch_size, "batch_size")
     ood = tuple(ood)
     unknown = [o for o in ood if o not in OOD_SETS]
     if unknown:
@@ -189,7 +190,7 @@ def add_parser(sub) -> None:
     p.add_argument("--num-samples", type=int, default=100, help="posterior draws per prediction")
     p.add_argument("--tau", type=float, default=0.2, help="reject an input when its largest class probability is below tau")
     p.add_argument("--ood", default=",".join(OOD_SETS), help="comma-separated out-of-distribution sets (noise, fashion_mnist) or 'none'")
-    p.add_argument("--batch-size", type=int, default=1000, help="images per prediction call (bounds memory)")
+    p.add_argument("--batch-size", type=int, default=None, help="images per prediction call (default: bounded by draws × image size, at most 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise images and of prediction")
     p.set_defaults(handler=run)
 

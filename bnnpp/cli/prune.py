@@ -68,7 +68,7 @@ def prune_run(
     data_dir: str | os.PathLike | None = None,
     num_samples: int = 10,
     seed: int = 0,
-    batch_size: int = 1000,
+    batch_size: int | None = None,
 ) -> dict:
     """Pruning table of an image run of ``bnnpp fit``, written as ``prune.json``, ``prune.md``
     and ``snr.png`` into the run folder (temporary folder first, then moved into place).
@@ -184,7 +184,7 @@ def add_parser(sub) -> None:
     p.add_argument("--fractions", type=_percents, default="0,25,50,75,95,98", help="comma-separated percentages of weights removed, e.g. 0,25,50,75,95,98")
     p.add_argument("--data-dir", default=None, help="folder with the IDX files or their parent (default: the one in DIR/metrics.json)")
     p.add_argument("--num-samples", type=int, default=10, help="posterior draws per prediction")
-    p.add_argument("--batch-size", type=int, default=1000, help="images per prediction call (bounds memory)")
+    p.add_argument("--batch-size", type=int, default=None, help="images per prediction call (default: bounded by draws × image size, at most 1000)")
     p.set_defaults(handler=run)
 
 
