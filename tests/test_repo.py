@@ -56,3 +56,12 @@ def test_backends_benchmark_quick(tmp_path):
     for r in result["rows"]:
         assert {"accuracy", "nll", "ece", "compile_seconds", "run_seconds", "throughput"} <= set(r)
         assert 0 <= r["accuracy"] <= 1
+
+
+@pytest.mark.slow
+def test_sweep_benchmark_quick(tmp_path):
+    result = _run_quick("sweep", tmp_path)
+    t = result["timing"]
+    assert {"vmapped_seconds", "loop_seconds", "speedup", "fits", "max_nll_difference"} <= set(t)
+    assert t["max_nll_difference"] < 1e-4  # vmapped and one-by-one fits are the same fits
+    assert result["table"] and all(0 <= r["accuracy_mean"] <= 1 for r in result["table"])
