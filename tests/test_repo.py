@@ -65,3 +65,13 @@ def test_sweep_benchmark_quick(tmp_path):
     assert {"vmapped_seconds", "loop_seconds", "speedup", "fits", "max_nll_difference"} <= set(t)
     assert t["max_nll_difference"] < 1e-4  # vmapped and one-by-one fits are the same fits
     assert result["table"] and all(0 <= r["accuracy_mean"] <= 1 for r in result["table"])
+
+
+@pytest.mark.slow
+def test_regression_benchmark_quick(tmp_path):
+    result = _run_quick("regression", tmp_path)
+    assert {r["method"] for r in result["rows"]} == {"bbb", "advi", "sgld", "nuts"}
+    for r in result["rows"]:
+        assert {"test_nll", "epistemic_ratio", "total_ratio", "epistemic_sd", "seconds"} <= set(r)
+        assert r["epistemic_ratio"] > 0
+    assert (tmp_path / "regression.png").stat().st_size > 0

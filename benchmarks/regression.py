@@ -1,0 +1,144 @@
+"""The sinusoid regression of the seed blog post: epistemic and aleatoric bands, and whether
+uncertainty grows away from the data.
+
+Data: 32 training points x ~ U(−0.5, 0.5), y = 10·sin(2πx) + ε, ε ~ N(0, 1); the test set is a
+grid on [−1.5, 1.5] (mostly outside the training range). Model as in the post: 1-20-20-1 ReLU,
+every weight under the scale mixture π = 0.2, σ1 = 1, σ2 = 0.1, the observation sd known (1.0).
+Methods: bbb (full batch, as the post), advi, sgld, and nuts as the reference.
+
+Reported per method: test NLL on the grid, the ratio of the predictive sd (epistemic and total)
+at x = ±1.2 to that at x = 0, and a figure of the mean with ±2σ epistemic and total bands.
+
+    python benchmarks/regression.py            # full: writes results/regression.{json,md,png}
+    python benchmarks/regression.py --quick    # < 2 minutes, for the smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+FULL = {
+    "bbb": {"epochs": 5000, "learning_rate": 1e-2, "num_samples": 1000},
+    "advi": {"num_steps": 10_000, "num_samples": 1000},
+    "sgld": {"num_chains": 4, "burn_in": 5000, "num_samples": 250, "thinning": 20, "step_size": 1e-4},
+    "nuts": {"num_chains": 4, "num_warmup": 1000, "num_samples": 1000},
+}
+QUICK = {
+    "bbb": {"epochs": 500, "num_samples": 200},
+    "advi": {"num_steps": 500, "num_samples": 200},
+    "sgld": {"num_chains": 2, "burn_in": 300, "num_samples": 50, "thinning": 2, "step_size": 1e-4},
+    "nuts": {"num_chains": 1, "num_warmup": 50, "num_samples": 50},
+}
+PROBES = np.array([[-1.2], [0.0], [1.2]], np.float32)
+
+
+def run(method: str, options: dict, data, seed: int):
+    import bnnpp
+    from bnnpp import metrics, priors
+
+    model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=1.0,
+                             prior=priors.scale_mixture(0.2, 1.0, 0.1))
+    t0 = time.perf_counter()
+    post = bnnpp.fit(model, data, method=method, seed=seed, progress=False, **options)
+    pred = post.predict(data.x_test)
+    seconds = time.perf_counter() - t0
+    probe = post.predict(PROBES)
+    epi, tot = probe.epistemic_std, probe.std
+    row = {
+        "method": method,
+        "options": {k: v for k, v in post.info["options"].items() if k != "optimizer"},
+        "test_nll": metrics.gaussian_nll(pred.draws, pred.noise, data.y_test),
+        "train_rmse": metrics.rmse(post.predict(data.x_train).mean, data.y_train),
+        "epistemic_sd": {"x=-1.2": float(epi[0]), "x=0": float(epi[1]), "x=1.2": float(epi[2])},
+        "total_sd": {"x=-1.2": float(tot[0]), "x=0": float(tot[1]), "x=1.2": float(tot[2])},
+        "epistemic_ratio": float((epi[0] + epi[2]) / 2 / epi[1]),
+        "total_ratio": float((tot[0] + tot[2]) / 2 / tot[1]),
+        "seconds": seconds,
+        "divergences": post.info.get("divergences"),
+    }
+    return row, pred
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small runs (< 2 minutes)")
+    ap.add_argument("--methods", default="bbb,advi,sgld,nuts")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for regression.{json,md,png}")
+    args = ap.parse_args(argv)
+    import jax
+    from matplotlib.figure import Figure
+
+    import bnnpp
+
+    methods = [m for m in args.methods.split(",") if m]
+    bad = [m for m in methods if m not in (QUICK if args.quick else FULL)]
+    if bad:
+        raise SystemExit(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(FULL)}")
+    data = bnnpp.data.sinusoid(seed=args.seed)
+    rows, preds = [], {}
+    for m in methods:
+        row, pred = run(m, (QUICK if args.quick else FULL)[m], data, args.seed)
+        rows.append(row)
+        preds[m] = pred
+        print(f"{m:5s} test NLL {row['test_nll']:.2f}  sd ratio ±1.2/0: epistemic {row['epistemic_ratio']:.1f}, "
+              f"total {row['total_ratio']:.2f}  ({row['seconds']:.0f} s)", flush=True)
+    os.makedirs(args.results, exist_ok=True)
+    fig = Figure(figsize=(4.2 * len(methods), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(methods), squeeze=False)[0]
+    xg = data.x_test[:, 0]
+    for ax, m in zip(axes, methods, strict=True):
+        p = preds[m]
+        ax.fill_between(xg, p.mean - 2 * p.std, p.mean + 2 * p.std, color="tab:orange", alpha=0.25, label="±2σ total")
+        ax.fill_between(xg, p.mean - 2 * p.epistemic_std, p.mean + 2 * p.epistemic_std, color="tab:blue", alpha=0.35, label="±2σ epistemic")
+        ax.plot(xg, p.mean, color="tab:blue", lw=1.2, label="mean")
+        ax.plot(xg, 10 * np.sin(2 * np.pi * xg), color="k", lw=0.7, ls=":", label="truth")
+        ax.scatter(data.x_train[:, 0], data.y_train, s=10, c="k", zorder=3)
+        ax.set_ylim(-40, 40)
+        ax.set_title(m)
+    axes[0].legend(fontsize=7, loc="lower left")
+    fig.savefig(os.path.join(args.results, "regression.png"), dpi=100)
+    result = {
+        "benchmark": "regression",
+        "produced_by": "python benchmarks/regression.py" + (" --quick" if args.quick else ""),
+        "date": dt.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"jax {jax.__version__} on {jax.default_backend()}",
+        "model": "1-20-20-1 ReLU, scale mixture (pi=0.2, sigma1=1, sigma2=0.1) on every weight, noise sd 1 known; 32 points",
+        "rows": rows,
+    }
+    with open(os.path.join(args.results, "regression.json"), "w") as f:
+        json.dump(result, f, indent=2)
+    lines = [
+        "# regression: the 32-point sinusoid",
+        "",
+        f"`{result['produced_by']}`, {result['date']}, {result['machine']}.",
+        f"Model: {result['model']}. Test set: 300 points on [−1.5, 1.5] (training x in [−0.5, 0.5]).",
+        "",
+        "| method | test NLL | train RMSE | epistemic sd at 0 | sd ratio ±1.2 / 0 (epistemic) | sd ratio (total) | seconds | divergences |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['method']} | {r['test_nll']:.2f} | {r['train_rmse']:.2f} | {r['epistemic_sd']['x=0']:.2f} | "
+            f"{r['epistemic_ratio']:.1f} | {r['total_ratio']:.2f} | {r['seconds']:.0f} | {'' if r['divergences'] is None else r['divergences']} |"
+        )
+    lines += ["", "Figure: `regression.png` (mean, ±2σ epistemic, ±2σ total, the true function dotted)."]
+    with open(os.path.join(args.results, "regression.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
