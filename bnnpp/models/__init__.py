@@ -1,11 +1,25 @@
 """Bayesian networks as NumPyro models ``model(x, y=None)``; they never import inference."""
 
-from bnnpp.models.layers import dense
+from bnnpp.models.cnn import ARCHITECTURES, ConvNet, cnn, convnet_from_spec, lenet5
+from bnnpp.models.layers import conv2d, dense, max_pool
 from bnnpp.models.mlp import ACTIVATIONS, LIKELIHOODS, MLP, mlp, mlp_from_spec
 
-__all__ = ["ACTIVATIONS", "LIKELIHOODS", "MLP", "dense", "from_spec", "mlp"]
+__all__ = [
+    "ACTIVATIONS",
+    "ARCHITECTURES",
+    "LIKELIHOODS",
+    "MLP",
+    "ConvNet",
+    "cnn",
+    "conv2d",
+    "dense",
+    "from_spec",
+    "lenet5",
+    "max_pool",
+    "mlp",
+]
 
-_BUILDERS = {"mlp": mlp_from_spec}
+_BUILDERS = {"mlp": mlp_from_spec, "cnn": convnet_from_spec, "lenet5": convnet_from_spec}
 
 
 def from_spec(spec: dict):
