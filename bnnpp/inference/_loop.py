@@ -76,9 +76,16 @@ def _abstract(tree):
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
 
 
-def lower_chunk(step: Callable[[Any], tuple[Any, jnp.ndarray]], state: Any, num_steps: int, chunk_size: int):
+def lower_chunk(
+    step: Callable[..., tuple[Any, jnp.ndarray]], state: Any, num_steps: int, chunk_size: int, consts: Any = None
+):
     """Lower (trace, not compile) one training chunk: ``chunk_size`` steps of ``step`` in a
     ``lax.scan``. ``state`` may be concrete or abstract (``jax.ShapeDtypeStruct`` leaves).
+
+    ``consts`` (a pytree, e.g. the training data) are arrays the step reads but never changes:
+    with them ``step(state, consts)`` is called and the chunk takes them as a third argument,
+    ``(carry, start, consts)``. Arrays a step closes over are instead embedded in the program
+    as constants: 20,000 MNIST rows made 125 MB of HLO and tripled the compile time.
 
     The compiled chunk maps ``((state, stopped, bad_step), start) -> (carry, losses)``: steps
     at index ≥ ``num_steps`` are masked, so every chunk has the same shape and the chunk
@@ -86,15 +93,16 @@ def lower_chunk(step: Callable[[Any], tuple[Any, jnp.ndarray]], state: Any, num_
     becomes true, ``bad_step`` records its index and the previous state is kept.
     """
     state = _abstract(state)
-    loss_info = jax.eval_shape(step, state)[1]  # a scalar loss, or a vector of loss terms
+    extra = () if consts is None else (_abstract(consts),)
+    loss_info = jax.eval_shape(step, state, *extra)[1]  # a scalar loss, or a vector of loss terms
 
-    def chunk(carry, start):
+    def chunk(carry, start, *const):
         def body(c, i):
             st, stopped, bad_step = c
             active = jnp.logical_and(~stopped, start + i < num_steps)
 
             def do(s):
-                new, loss = step(s)
+                new, loss = step(s, *const)
                 return new, loss, jnp.logical_and(jnp.all(jnp.isfinite(loss)), all_finite(new))
 
             def skip(s):
@@ -109,7 +117,7 @@ def lower_chunk(step: Callable[[Any], tuple[Any, jnp.ndarray]], state: Any, num_
         return jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
 
     carry = (state, jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
-    return jax.jit(chunk).lower(carry, jax.ShapeDtypeStruct((), jnp.int32))
+    return jax.jit(chunk).lower(carry, jax.ShapeDtypeStruct((), jnp.int32), *extra)
 
 
 def drive(
@@ -122,10 +130,15 @@ def drive(
     desc: str,
     postfix: Callable[[np.ndarray], dict] = _mean_loss,
     compile_seconds: float = 0.0,
+    after_chunk: Callable[[Any], dict] | None = None,
+    consts: Any = None,
 ) -> LoopResult:
     """Run a chunk compiled from :func:`lower_chunk` until ``num_steps`` steps are done or a
     step is not finite; the tqdm bar (``progress``) advances once per chunk with ``postfix``
-    of that chunk's losses. Warns with the step index when training stops early."""
+    of that chunk's losses. ``after_chunk(state) -> dict``, if given, runs after every chunk
+    on the last finite state (e.g. a compiled validation pass) and its dict joins the postfix.
+    ``consts`` are passed to a chunk lowered with them. Warns with the step index when
+    training stops early."""
     carry = (state, jnp.array(False), jnp.array(-1, jnp.int32))
     n_chunks = math.ceil(num_steps / chunk_size)
     pieces: list[np.ndarray] = []
@@ -133,7 +146,7 @@ def drive(
     with tqdm(total=num_steps, desc=desc, disable=not progress, leave=False, dynamic_ncols=True) as bar:
         for c in range(n_chunks):
             start = c * chunk_size
-            carry, losses = compiled_chunk(carry, jnp.int32(start))
+            carry, losses = compiled_chunk(carry, jnp.int32(start), *(() if consts is None else (consts,)))
             losses = np.asarray(losses)[: max(0, min(chunk_size, num_steps - start))]
             stopped = bool(carry[1])
             if stopped:
@@ -141,8 +154,11 @@ def drive(
             pieces.append(losses)
             bar.update(len(losses))
             finite = losses[np.all(np.isfinite(losses.reshape(len(losses), -1)), axis=1)]
-            if finite.size:
-                bar.set_postfix(postfix(finite), refresh=False)
+            shown = postfix(finite) if finite.size else {}
+            if after_chunk is not None:
+                shown = {**shown, **after_chunk(carry[0])}
+            if shown:
+                bar.set_postfix(shown, refresh=False)
             if stopped:
                 break
     run_seconds = time.perf_counter() - t0

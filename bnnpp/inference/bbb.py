@@ -27,6 +27,20 @@ Gradient estimators for dense layers (``estimator``):
 
 All three have the same marginal distribution per row; ``local`` and ``flipout`` have lower
 gradient variance. The Monte-Carlo KL under ``local`` uses an independent weight sample.
+
+Convolutional layers (:func:`bnnpp.models.conv2d`, kernels ``(kh, kw, in, out)``) take the same
+estimators, see :func:`conv_preactivations`: ``reparam`` convolves with one kernel sample;
+``flipout`` uses per-example ±1 signs on the input and output channels (Wen et al. 2018, §3.1
+for convolutions), conv(x, μ) + conv(x∘s_in, Δw)∘s_out; ``local`` samples every output
+position from N(conv(x, μ_w) + μ_b, conv(x², σ_w²) + σ_b²) independently, as in Molchanov,
+Ashukha & Vetrov (2017) for sparse variational dropout. For a convolution this ignores the
+correlation between output positions that share a kernel weight, so unlike the dense case it
+is an approximation: its per-position marginals are exact but the joint over positions is not.
+
+``validation_data=(x_val, y_val)`` evaluates the network at the variational means (no noise)
+on the validation set after every compiled chunk, on the device: the error rate for
+classifiers, the RMSE for Gaussian regression (``info["val_error"]``, ``info["val_step"]``,
+``val_err`` in the progress bar).
 ``num_particles`` samples per step are ``vmap``-ed. With ``learn_prior=True`` the scale
 mixture's π, σ1, σ2 are trained with the variational parameters (type-II maximum likelihood
 on the ELBO), as in one of the seed reproductions.
@@ -53,6 +67,7 @@ from bnnpp.inference.base import (
     Backend,
     Posterior,
     check_batch_size,
+    check_data,
     check_optimizer,
     latent_sites,
     one_of,
@@ -61,12 +76,13 @@ from bnnpp.inference.base import (
     register,
     unwrap,
 )
-from bnnpp.models.layers import LAYER_EFFECT
+from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
 from bnnpp.priors import Prior, ScaleMixtureNormal
 
-__all__ = ["DEFAULTS", "blundell_weights", "dense_preactivations", "gaussian_kl", "kl_weights", "negative_elbo_terms"]
+__all__ = ["DEFAULTS", "blundell_weights", "conv_preactivations", "dense_preactivations", "gaussian_kl", "kl_weights", "negative_elbo_terms"]
 
 ESTIMATORS = ("reparam", "local", "flipout")
+LAYER_KINDS = ("dense", "conv2d")  # the bnnpp layer messages this backend answers
 
 DEFAULTS = {
     "epochs": 5000,
@@ -83,6 +99,7 @@ DEFAULTS = {
     "learn_prior": False,
     "num_samples": 1000,
     "chunk_size": None,
+    "validation_data": None,
 }
 
 
@@ -106,6 +123,27 @@ def validate(o: dict) -> None:
     positive_int(o, "num_samples")
     if o["chunk_size"] is not None:
         positive_int(o, "chunk_size")
+    v = o["validation_data"]
+    if v is not None and (not isinstance(v, (tuple, list)) or len(v) != 2):
+        raise TypeError(f"validation_data must be a pair (x_val, y_val) or None, got {type(v).__name__}")
+
+
+def validate_data(o: dict, x: np.ndarray, y: np.ndarray) -> None:
+    """The data-dependent checks, run by ``bnnpp.fit`` before anything compiles: ``batch_size``
+    at most the number of rows, and validation inputs with the training inputs' shape per row."""
+    check_batch_size(o, x, y)
+    if o["validation_data"] is None:
+        return
+    xv, yv = (np.asarray(a) for a in o["validation_data"])
+    if xv.ndim == 0 or xv.shape[1:] != x.shape[1:]:
+        raise ValueError(
+            f"validation_data inputs must have shape (n_val, {', '.join(map(str, x.shape[1:]))}) like the "
+            f"training inputs, got {xv.shape}"
+        )
+    if yv.shape != (xv.shape[0],):
+        raise ValueError(f"validation_data targets must have shape ({xv.shape[0]},), one per input, got {yv.shape}")
+    if xv.shape[0] == 0:
+        raise ValueError("validation_data is empty: pass at least one row, or None")
 
 
 # --------------------------------------------------------------------------------------
@@ -168,14 +206,60 @@ def dense_preactivations(key, x, mu_w, sigma_w, mu_b, sigma_b, estimator: str):
     return h, w, b
 
 
+def _conv(x, w, stride, padding):
+    return jax.lax.conv_general_dilated(x, w, stride, padding, dimension_numbers=CONV_DIMENSION_NUMBERS)
+
+
+def conv_preactivations(key, x, mu_w, sigma_w, mu_b, sigma_b, estimator: str, stride=(1, 1), padding: str = "VALID"):
+    """Sampled pre-activations of a 2-D convolution under q, and a kernel sample for a Monte-Carlo KL.
+
+    Every output position has the marginal N(conv(x, μ_w) + μ_b, conv(x², σ_w²) + σ_b²)
+    under all three estimators (module docstring): ``"reparam"`` convolves with one kernel
+    sample w = μ + σ∘ε shared by the batch; ``"flipout"`` (Wen et al. 2018) computes
+    conv(x, μ_w) + conv(x∘s_in, σ_w∘ε)∘s_out + b with per-example signs s_in ``(n, 1, 1, in)``
+    and s_out ``(n, 1, 1, out)``; ``"local"`` draws each output position independently from
+    that marginal (Molchanov et al. 2017) — an approximation for convolutions, as positions
+    that share kernel weights are correlated under q but not in the draw.
+
+    Args:
+        key: PRNG key.
+        x: images ``(n, height, width, in)`` (NHWC).
+        mu_w, sigma_w: ``(kh, kw, in, out)`` (HWIO); mu_b, sigma_b: ``(out,)``.
+        estimator: ``"reparam"``, ``"local"`` or ``"flipout"``.
+        stride: ``(sh, sw)``.
+        padding: ``"VALID"`` or ``"SAME"``.
+
+    Returns:
+        ``(h, w, b)``: pre-activations ``(n, height', width', out)`` and one draw of ``w``
+        ``(kh, kw, in, out)``, ``b`` ``(out,)`` from q (for ``"local"`` an independent draw).
+    """
+    k_w, k_b, k_out, k_in = jax.random.split(key, 4)
+    eps_w = jax.random.normal(k_w, mu_w.shape, mu_w.dtype)
+    eps_b = jax.random.normal(k_b, mu_b.shape, mu_b.dtype)
+    w = mu_w + sigma_w * eps_w
+    b = mu_b + sigma_b * eps_b
+    if estimator == "reparam":
+        h = _conv(x, w, stride, padding) + b
+    elif estimator == "local":
+        mean = _conv(x, mu_w, stride, padding) + mu_b
+        var = _conv(x * x, sigma_w * sigma_w, stride, padding) + sigma_b * sigma_b
+        h = mean + jnp.sqrt(var) * jax.random.normal(k_out, mean.shape, mean.dtype)
+    else:  # flipout: ±1 signs per example and channel, shared by all positions of an image
+        n = x.shape[0]
+        s_in = jax.random.rademacher(k_in, (n, 1, 1, mu_w.shape[2]), x.dtype)
+        s_out = jax.random.rademacher(k_out, (n, 1, 1, mu_w.shape[3]), x.dtype)
+        h = _conv(x, mu_w, stride, padding) + _conv(x * s_in, sigma_w * eps_w, stride, padding) * s_out + b
+    return h, w, b
+
+
 # --------------------------------------------------------------------------------------
 # The layer handler: answers bnnpp's layer messages from the variational parameters
 # --------------------------------------------------------------------------------------
 
 
 class _VariationalLayers(Messenger):
-    """Inside the model, replace every bnnpp dense layer by a draw from q and accumulate the
-    layers' KL(q ‖ p) (conditional on the sampled prior scale)."""
+    """Inside the model, replace every bnnpp dense and conv2d layer by a draw from q and
+    accumulate the layers' KL(q ‖ p) (conditional on the sampled prior scale)."""
 
     def __init__(self, fn, loc, sigma, key, estimator, kl, learned):
         super().__init__(fn)
@@ -191,15 +275,18 @@ class _VariationalLayers(Messenger):
         return prior.log_prob(value, scale)
 
     def process_message(self, msg):
-        if msg["type"] != LAYER_EFFECT or msg["kind"] != "dense" or msg["value"] is not None:
+        if msg["type"] != LAYER_EFFECT or msg["kind"] not in LAYER_KINDS or msg["value"] is not None:
             return
-        name, x, units, prior, scale = msg["args"]
+        name, x, _, prior, scale = msg["args"]
         wn, bn = f"{name}.w", f"{name}.b"
         key = jax.random.fold_in(self.key, self.count)
         self.count += 1
-        h, w, b = dense_preactivations(
-            key, x, self.loc[wn], self.sigma[wn], self.loc[bn], self.sigma[bn], self.estimator
-        )
+        q = (self.loc[wn], self.sigma[wn], self.loc[bn], self.sigma[bn])
+        if msg["kind"] == "dense":
+            h, w, b = dense_preactivations(key, x, *q, self.estimator)
+        else:
+            kw = msg["kwargs"]
+            h, w, b = conv_preactivations(key, x, *q, self.estimator, kw["stride"], kw["padding"])
         if self.kl_mode == "analytic" and prior.kind == "normal" and self.learned is None:
             kl = jnp.sum(gaussian_kl(self.loc[wn], self.sigma[wn], 0.0, scale)) + jnp.sum(
                 gaussian_kl(self.loc[bn], self.sigma[bn], 0.0, scale)
@@ -214,7 +301,9 @@ class _VariationalLayers(Messenger):
 
 
 class _LayerRecorder(Messenger):
-    """Record the bnnpp layers a model builds (name, kind, prior, input width, units)."""
+    """Record the bnnpp layers a model builds: name → kind, prior, input width ``in``,
+    ``units`` (filters for a convolution), and Glorot's ``fan_in`` / ``fan_out``
+    (in / units for dense; kh·kw·in / kh·kw·out for conv2d)."""
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -223,7 +312,12 @@ class _LayerRecorder(Messenger):
     def process_message(self, msg):
         if msg["type"] == LAYER_EFFECT:
             name, x, units, prior, _ = msg["args"]
-            self.layers[name] = {"kind": msg["kind"], "prior": prior, "in": int(x.shape[-1]), "units": int(units)}
+            n_in, units = int(x.shape[-1]), int(units)
+            field = math.prod(msg["kwargs"]["kernel_size"]) if msg["kind"] == "conv2d" else 1
+            self.layers[name] = {
+                "kind": msg["kind"], "prior": prior, "in": n_in, "units": units,
+                "fan_in": field * n_in, "fan_out": field * units,
+            }
 
 
 def _find_layers(model: Callable, x, y) -> dict[str, dict]:
@@ -235,7 +329,7 @@ def _find_layers(model: Callable, x, y) -> dict[str, dict]:
         return 0
 
     jax.eval_shape(run, jax.random.PRNGKey(0))
-    return {k: v for k, v in rec.layers.items() if v["kind"] == "dense"}
+    return {k: v for k, v in rec.layers.items() if v["kind"] in LAYER_KINDS}
 
 
 def _generic_kl(tr, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) -> jnp.ndarray:
@@ -266,7 +360,7 @@ def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl
             (``pi_logit``, ``log_sigma1``, ``log_sigma2``) when the scale mixture is learned.
         key: PRNG key of this sample.
         x, y: the (mini)batch.
-        generic: names of the latent sites outside bnnpp dense layers (Gaussian on their
+        generic: names of the latent sites outside bnnpp layers (Gaussian on their
             unconstrained space).
         estimator, kl: as the options of :func:`fit`.
         lik_scale: N / batch size.
@@ -294,6 +388,52 @@ def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl
     return -lik_scale * log_likelihood(tr), kl_value
 
 
+_VAL_BATCH = 1000
+
+
+def _validation_batches(xv: np.ndarray, yv: np.ndarray):
+    """Validation rows padded to whole batches of ``_VAL_BATCH`` (at most): ``(k, B, ...)``
+    inputs, ``(k, B)`` targets and a ``(k, B)`` mask that is 0 on the padding, on the device."""
+    nv = xv.shape[0]
+    b = min(nv, _VAL_BATCH)
+    k = -(-nv // b)
+    pad = k * b - nv
+    xp = np.concatenate([xv, np.zeros((pad, *xv.shape[1:]), xv.dtype)]).reshape(k, b, *xv.shape[1:])
+    yp = np.concatenate([yv, np.zeros(pad, yv.dtype)]).reshape(k, b)
+    mask = (np.arange(k * b) < nv).astype(np.float32).reshape(k, b)
+    return jax.device_put(xp), jax.device_put(yp), jax.device_put(mask)
+
+
+def _mean_network_error(model, n_val: int):
+    """``f(params, xb, yb, mask) -> scalar``: the model's error on the validation batches with
+    every latent site at its variational mean μ (on the unconstrained space; layers use their
+    default behaviour, so no noise): the error rate of the most probable class for
+    Categorical/Bernoulli observations, the RMSE of the mean for Normal ones."""
+
+    regression = []  # set while tracing: the observation's family decides the error measure
+
+    def batch_error(loc, xb, yb):
+        tr = latent_trace(model, loc, xb, None, jax.random.PRNGKey(0))
+        if "y" not in tr:
+            raise ValueError("validation_data needs the model's observation site 'y'")
+        fn = unwrap(tr["y"]["fn"])
+        if isinstance(fn, dist.CategoricalProbs | dist.CategoricalLogits):
+            return (jnp.argmax(fn.probs, axis=-1) != yb).astype(jnp.float32)
+        if isinstance(fn, dist.BernoulliProbs | dist.BernoulliLogits):
+            return ((fn.probs > 0.5).astype(yb.dtype) != yb).astype(jnp.float32)
+        if isinstance(fn, dist.Normal):
+            regression.append(True)
+            return (jnp.broadcast_to(fn.loc, yb.shape) - yb) ** 2
+        raise TypeError(f"validation_data supports Categorical, Bernoulli and Normal observations, got {type(fn).__name__}")
+
+    def error(params, xb, yb, mask):
+        per_row = jax.lax.map(lambda a: batch_error(params["loc"], a[0], a[1]), (xb, yb))
+        total = jnp.sum(per_row * mask) / n_val
+        return jnp.sqrt(total) if regression else total
+
+    return error
+
+
 def _softplus_inv(y: float) -> float:
     return float(y + math.log(-math.expm1(-y)))
 
@@ -315,24 +455,37 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         num_particles: Monte-Carlo samples of the ELBO per step (``vmap``-ed).
         kl: ``"analytic"`` (closed form where prior and factor are Gaussian) or ``"mc"``.
         kl_weighting: ``"uniform"`` or ``"blundell"`` (module docstring).
-        estimator: ``"reparam"``, ``"local"`` or ``"flipout"`` for bnnpp dense layers.
-        init_loc: ``"glorot"`` — layer weight means U(±sqrt(6/(in+out))), biases 0, other
+        estimator: ``"reparam"``, ``"local"`` or ``"flipout"`` for bnnpp dense and conv2d layers.
+        init_loc: ``"glorot"`` — layer weight means U(±sqrt(6/(fan_in+fan_out))) (fan = in/out
+            for dense, kh·kw·in / kh·kw·out for conv2d), biases 0, other
             sites U(±init_radius) on the unconstrained space; ``"uniform"`` — every mean
             U(±init_radius).
         init_radius: see init_loc.
         init_scale: the initial σ of every factor (ρ = softplus⁻¹(init_scale)).
         learn_prior: train the scale mixture's π, σ1, σ2 (needs ``priors.scale_mixture``).
         num_samples: posterior draws kept.
-        chunk_size: steps per compiled chunk (default: about 20 progress updates).
+        chunk_size: steps per compiled chunk (default: about 20 progress updates, rounded to
+            whole epochs when there are several minibatches per epoch).
+        validation_data: ``(x_val, y_val)`` or ``None``. After every chunk the network at the
+            variational means μ (no noise) is evaluated on it on the device (one compiled
+            program, 1,000 rows at a time): error rate for classifiers, RMSE for regression.
 
     Returns:
         A :class:`Posterior` with ``num_samples`` draws in one chain; ``info["loss"]``,
         ``info["nll"]`` and ``info["kl"]`` are per-step traces ``(steps_run,)`` (loss is the
         weighted minibatch cost above, nll the rescaled data term, kl the unweighted KL);
-        ``info["guide_params"]`` holds ``<site>_loc`` and ``<site>_scale`` (σ) per site.
+        ``info["guide_params"]`` holds ``<site>_loc`` and ``<site>_scale`` (σ) per site; with
+        ``validation_data``, ``info["val_error"]`` (one float per chunk) and
+        ``info["val_step"]`` (the steps done when each was measured), lists.
     """
     n = x.shape[0]
     batch = o["batch_size"] or n  # ≤ n: checked by check_batch_size before fit is called
+    val = None
+    if o["validation_data"] is not None:  # shapes checked by validate_data; labels against the model here
+        try:
+            val = check_data(tuple(o["validation_data"]), model)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"validation_data: {e}") from None
     sites = latent_sites(model, x, y)
     layers = _find_layers(model, x, y)
     layer_sites = {f"{name}.{p}" for name in layers for p in ("w", "b")}
@@ -347,7 +500,8 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     num_steps = o["epochs"] * num_batches
     weights = jnp.asarray(num_batches * kl_weights(num_batches, o["kl_weighting"]), jnp.float32)
     lik_scale = n / batch
-    xj, yj = jax.device_put(x), jax.device_put(y)
+    data = (jax.device_put(x), jax.device_put(y))  # chunk arguments, not program constants
+    x1, y1 = x[:1], y[:1]
     key_init, key_steps, key_data, key_draw = jax.random.split(jax.random.PRNGKey(seed), 4)
     rho0 = _softplus_inv(o["init_scale"])
 
@@ -357,7 +511,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         for name, info in sites.items():
             layer, _, part = name.rpartition(".")
             if o["init_loc"] == "glorot" and name in layer_sites:
-                lim = math.sqrt(6.0 / (layers[layer]["in"] + layers[layer]["units"]))
+                lim = math.sqrt(6.0 / (layers[layer]["fan_in"] + layers[layer]["fan_out"]))
                 loc[name] = (
                     jax.random.uniform(keys[name], info.shape, minval=-lim, maxval=lim)
                     if part == "w"
@@ -387,7 +541,8 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         loss, (nll, kl) = jax.vmap(particle, in_axes=(None, 0, None, None, None))(params, keys, xb, yb, kl_weight)
         return loss.mean(), (nll.mean(), kl.mean())
 
-    def step(state):
+    def step(state, data):
+        xj, yj = data
         params, opt_state, t, perm = state
         i = t % num_batches
         if batch == n:
@@ -417,26 +572,37 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
             u = {nm: params["loc"][nm] + sigma[nm] * jax.random.normal(ki, params["loc"][nm].shape) for nm, ki in zip(sites, uk, strict=True)}
             # one row is enough to run the model: latent shapes do not depend on n, and this
             # keeps drawing cheap when the training set is large
-            return constrained_values(model, u, xj[:1], yj[:1], k_m, sites)
+            return constrained_values(model, u, x1, y1, k_m, sites)
 
         return jax.vmap(one)(keys), params["loc"], sigma, params.get("prior")
 
     chunk_size = o["chunk_size"] or default_chunk_size(num_steps)
+    if not o["chunk_size"] and num_batches > 1:  # whole epochs per chunk
+        chunk_size = num_batches * max(1, round(chunk_size / num_batches))
     t0 = time.perf_counter()
     lowered_init = jax.jit(init_fn).lower(key_init)
     state_shape = lowered_init.out_info
-    programs = compile_all(
-        {
-            "init": lowered_init,
-            "chunk": lower_chunk(step, state_shape, num_steps, chunk_size),
-            "draw": jax.jit(draw).lower(key_draw, state_shape),
-        }
-    )
+    lowered = {
+        "init": lowered_init,
+        "chunk": lower_chunk(step, state_shape, num_steps, chunk_size, consts=data),
+        "draw": jax.jit(draw).lower(key_draw, state_shape),
+    }
+    if val is not None:
+        val_args = _validation_batches(*val)
+        lowered["val"] = jax.jit(_mean_network_error(model, val[0].shape[0])).lower(state_shape[0], *val_args)
+    programs = compile_all(lowered)
     compile_seconds = time.perf_counter() - t0
+    val_log: list[tuple[int, float]] = []
+
+    def after_chunk(state) -> dict:
+        err = float(programs["val"](state[0], *val_args))
+        val_log.append((int(state[2]), err))
+        return {"val_err": f"{err:.4g}"}
+
     res = drive(
         programs["chunk"], programs["init"](key_init), num_steps, chunk_size, progress=progress, desc="bbb",
         postfix=lambda f: {"elbo": f"{-(f[:, 1] + f[:, 2]).mean():.4g}", "nll": f"{f[:, 1].mean():.4g}", "kl": f"{f[:, 2].mean():.4g}"},
-        compile_seconds=compile_seconds,
+        compile_seconds=compile_seconds, after_chunk=after_chunk if val is not None else None, consts=data,
     )
     t0 = time.perf_counter()
     draws, loc, sigma, learned = jax.device_get(programs["draw"](key_draw, res.state))
@@ -445,7 +611,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     info = {
         "method": "bbb",
         "seed": seed,
-        "options": dict(o),
+        "options": {**o, "validation_data": None if val is None else [list(val[0].shape), list(val[1].shape)]},
         "loss": losses[:, 0],
         "nll": losses[:, 1],
         "kl": losses[:, 2],
@@ -460,6 +626,9 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
             **{f"{k}_scale": np.asarray(v) for k, v in sigma.items()},
         },
     }
+    if val is not None:
+        info["val_step"] = [s for s, _ in val_log]
+        info["val_error"] = [e for _, e in val_log]
     if learned is not None:
         info["learned_prior"] = {
             "pi": float(1 / (1 + np.exp(-learned["pi_logit"]))),
@@ -478,6 +647,6 @@ register(
         validate,
         "Bayes by Backprop: mean-field Gaussian, softplus σ, minibatch KL weighting, local/Flipout estimators",
         exclusive=(("optimizer", "learning_rate"),),
-        validate_data=check_batch_size,
+        validate_data=validate_data,
     )
 )
