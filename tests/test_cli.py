@@ -87,7 +87,7 @@ def test_help_lists_every_option(capsys):
     from bnnpp.inference.base import get_backend
 
     for m in bnnpp.registered():
-        missing = set(get_backend(m).defaults) - options - {"optimizer", "chunk_size"}
+        missing = set(get_backend(m).defaults) - options - {"optimizer", "chunk_size", "validation_data"}
         assert not missing, (m, missing)
     for dest, _, _ in METHOD_FLAGS:
         assert _flag(dest) in text

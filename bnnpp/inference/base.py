@@ -213,7 +213,8 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
     rank = getattr(model, "input_rank", None)
     if rank is not None and x.ndim != rank:
         hint = "; reshape a single feature with x.reshape(-1, 1)" if x.ndim == 1 and rank == 2 else ""
-        raise ValueError(f"x must have rank {rank} (n, features), got shape {x.shape}{hint}")
+        layout = "(n, features)" if rank == 2 else "(n, height, width, channels)" if rank == 4 else f"rank {rank}"
+        raise ValueError(f"x must have rank {rank} {layout}, got shape {x.shape}{hint}")
     if y.ndim != 1:
         raise ValueError(f"y must be 1-D with one target per row of x, got shape {y.shape}")
     if x.shape[0] != y.shape[0]:
