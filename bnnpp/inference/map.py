@@ -76,11 +76,14 @@ def _build(model, x, y, seed, o: dict):
         u = init_uniform({n: s.shape for n, s in sites.items()}, k, o["init_radius"])
         return u, optimizer.init(u), jnp.zeros((), jnp.int32), jnp.arange(n, dtype=jnp.int32)
 
-    def step(state):
+    def step_on(state, data):
+        """One step with the training data ``(x, y)`` as an argument: data a program closes
+        over is embedded in it as a constant (157 MB of HLO for MNIST)."""
         u, opt_state, t, perm = state
+        xd, yd = data
         i = t % num_batches
         if batch == n:
-            xb, yb = xj, yj
+            xb, yb = xd, yd
         else:  # reshuffle on device at the start of each epoch, then gather the minibatch (as bbb)
             perm = jax.lax.cond(
                 i == 0,
@@ -88,7 +91,7 @@ def _build(model, x, y, seed, o: dict):
                 lambda: perm,
             )
             idx = jax.lax.dynamic_slice(perm, (i * batch,), (batch,))
-            xb, yb = xj[idx], yj[idx]
+            xb, yb = xd[idx], yd[idx]
         loss, grads = jax.value_and_grad(neg_log_joint)(u, xb, yb)
         updates, opt_state = optimizer.update(grads, opt_state, u)
         return (optax.apply_updates(u, updates), opt_state, t + 1, perm), loss
@@ -96,14 +99,15 @@ def _build(model, x, y, seed, o: dict):
     def final(state):
         return constrained_values(model, state[0], xj[:1], yj[:1], key_model, sites)  # latent shapes do not depend on n
 
-    return init_fn, step, final, key_init, sites, num_batches
+    return init_fn, step_on, final, key_init, sites, num_batches, (xj, yj)
 
 
 def program(model, x, y, seed, o: dict) -> Program:
     """MAP as pure functions (see :class:`~bnnpp.inference.base.Program`); ``draws``
     returns the mode as one draw ``(1, *site_shape)``."""
-    init_fn, step, final, key_init, sites, _ = _build(model, x, y, seed, o)
+    init_fn, step_on, final, key_init, sites, _, data = _build(model, x, y, seed, o)
     draws = lambda k, state: jax.tree_util.tree_map(lambda v: v[None], final(state))
+    step = lambda state: step_on(state, data)  # the sweep vmaps small data sets: closing over them is fine
     return Program(init_fn, step, draws, key_init, key_init, o["num_steps"], sites)
 
 
@@ -123,7 +127,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         (minibatch estimate of the) negative log joint per step ``(steps_run,)``;
         ``info["num_batches"]`` the steps per epoch.
     """
-    init_fn, step, final, key_init, sites, num_batches = _build(model, x, y, seed, o)
+    init_fn, step_on, final, key_init, sites, num_batches, data = _build(model, x, y, seed, o)
 
     chunk_size = o["chunk_size"] or default_chunk_size(o["num_steps"])
     t0 = time.perf_counter()
@@ -132,14 +136,14 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     programs = compile_all(
         {
             "init": lowered_init,
-            "chunk": lower_chunk(step, state_shape, o["num_steps"], chunk_size),
+            "chunk": lower_chunk(step_on, state_shape, o["num_steps"], chunk_size, consts=data),
             "final": jax.jit(final).lower(state_shape),
         }
     )
     compile_seconds = time.perf_counter() - t0
     res = drive(
         programs["chunk"], programs["init"](key_init), o["num_steps"], chunk_size, progress=progress, desc="map",
-        postfix=lambda losses: {"-log joint": f"{losses.mean():.4g}"}, compile_seconds=compile_seconds,
+        postfix=lambda losses: {"-log joint": f"{losses.mean():.4g}"}, compile_seconds=compile_seconds, consts=data,
     )
     t0 = time.perf_counter()
     values = jax.device_get(programs["final"](res.state))
