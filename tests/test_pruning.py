@@ -150,3 +150,26 @@ def test_table_markdown_layout():
     assert md[2] == "| 0% | 2.4m | 1.24% | 1.24% |"
     assert md[3] == "| 95% | 120k | 1.29% | 1.50% |"  # as Blundell et al.'s Table 2 writes the counts
     assert all(line.count("|") == 5 for line in md)
+
+
+@pytest.mark.slow  # about 2 minutes on an idle 2-core CPU: six BBB/MAP fits on the 50,000 MNIST images
+def test_mnist_bbb_benchmark_quick(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
+    if not (data / "mnist").is_dir():
+        pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "mnist_bbb.py"), "--quick", "--data-dir", str(data), "--out", str(tmp_path)],
+                          check=False, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads((tmp_path / "mnist_bbb.json").read_text())
+    assert r["mode"] == "quick" and r["timing"]["ratio_bbb_over_map"] > 0
+    assert len(r["training"]["curve"]) == r["training"]["epochs"] == 2
+    assert {(row["rule"], row["fraction"]) for row in r["pruning"]} == {(k, f) for k in pruning.RULES for f in (0, 0.25, 0.5, 0.75, 0.95, 0.98)}
+    assert 0 < r["training"]["test_error_10_draws"] < 0.2
+    assert (tmp_path / "mnist_bbb.md").read_text().startswith("# mnist_bbb (quick)")
