@@ -62,7 +62,7 @@ def _moments(posterior: Posterior, site: str, need_sd: bool) -> tuple[np.ndarray
     if draws.shape[0] < 2:
         raise ValueError(
             f"the signal-to-noise ratio needs a posterior spread, but this {posterior.info.get('method', '')} "
-            "posterior has a single draw and no variational scales; use rule='magnitude'"
+            "posterior has a single draw and no variational scales; use rule='magnitude' (CLI: --rule magnitude)"
         )
     return draws.mean(axis=0), draws.std(axis=0, ddof=1)
 
