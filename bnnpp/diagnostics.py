@@ -405,7 +405,8 @@ def loo(posterior) -> dict:
     draws = ll.sizes.get("chain", 1) * ll.sizes.get("draw", 1)
     if draws < 2:
         raise ValueError("loo needs several posterior draws; a point estimate (map) has one: use advi, bbb, nuts or sgld")
-    res = az.loo(idata, pointwise=True)
+    with _quiet_arviz():  # one chain (VI): ArviZ logs a shape warning computing the relative ESS
+        res = az.loo(idata, pointwise=True)
     k = np.asarray(res.pareto_k)
     return {
         "elpd": float(res.elpd_loo),
@@ -431,7 +432,8 @@ def compare(posteriors: dict[str, Any]):
     """
     if len(posteriors) < 2:
         raise ValueError(f"compare needs at least two fits with several draws each, got {len(posteriors)}")
-    return az.compare({k: _idata(v) for k, v in posteriors.items()}, ic="loo")
+    with _quiet_arviz():
+        return az.compare({k: _idata(v) for k, v in posteriors.items()}, ic="loo")
 
 
 # --------------------------------------------------------------------------------------
