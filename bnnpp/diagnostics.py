@@ -391,10 +391,11 @@ def loo(posterior) -> dict:
             ``log_likelihood`` group.
 
     Returns:
-        ``{"elpd", "se", "p_loo", "n", "max_khat", "share_khat_above_0.7", "warning"}``:
-        the expected log pointwise predictive density and its standard error, the
-        effective number of parameters, and the Pareto k̂ of the observations (above 0.7
-        an observation's LOO estimate is unreliable).
+        ``{"elpd", "se", "p_loo", "n", "pareto_k", "max_khat", "share_khat_above_0.7",
+        "warning"}``: the expected log pointwise predictive density and its standard error,
+        the effective number of parameters, and the Pareto k̂ of every observation
+        (``pareto_k``, a numpy array ``(n,)``; above 0.7 an observation's LOO estimate is
+        unreliable) with its maximum and the share above 0.7.
     """
     if not isinstance(posterior, az.InferenceData) and not posterior.has_data:
         raise ValueError("loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True")
@@ -413,6 +414,7 @@ def loo(posterior) -> dict:
         "se": float(res.se),
         "p_loo": float(res.p_loo),
         "n": int(k.size),
+        "pareto_k": k,
         "max_khat": float(np.max(k)),
         "share_khat_above_0.7": float(np.mean(k > 0.7)),
         "warning": bool(res.warning),

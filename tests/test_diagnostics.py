@@ -3,6 +3,7 @@ cases whose answer is known, including cases built to fail."""
 
 from __future__ import annotations
 
+import arviz as az
 import jax.numpy as jnp
 import numpy as np
 import numpyro
@@ -61,6 +62,9 @@ def test_summary_predictive_is_permutation_invariant(moons):
     unchanged): weight R-hat explodes, predictive R-hat does not notice."""
     model = bnnpp.models.mlp((4,), num_classes=2)
     post = bnnpp.fit(model, moons, method="sgld", num_chains=1, num_samples=200, burn_in=300, thinning=2, progress=False)
+    res = diagnostics.loo(post)  # while we have a fit with many draws: loo is ArviZ's PSIS-LOO
+    assert res["pareto_k"].shape == (len(moons.y_train),) and res["max_khat"] == res["pareto_k"].max()
+    assert res["elpd"] == pytest.approx(float(az.loo(post.to_arviz()).elpd_loo), rel=1e-9)
     # chain 2 = the same draws in another order with the hidden units relabelled: both
     # chains then sample the same distribution of functions (shuffling in time removes any
     # drift that split R-hat would rightly flag)
