@@ -75,3 +75,22 @@ def test_regression_benchmark_quick(tmp_path):
         assert {"test_nll", "epistemic_ratio", "total_ratio", "epistemic_sd", "seconds"} <= set(r)
         assert r["epistemic_ratio"] > 0
     assert (tmp_path / "regression.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_speed_benchmark_quick(tmp_path):
+    result = _run_quick("speed", tmp_path)
+    assert set(result["moons"]) == {"bnnpp_advi", "numpyro_svi", "bnnpp_bbb", "hand_bbb"}
+    rows = list(result["moons"].values()) + list((result["mnist"] or {}).values())
+    for r in rows:
+        assert {"import_seconds", "compile_seconds", "num_compiles", "run_seconds", "predict_seconds",
+                "seconds_to_usable_posterior", "us_per_step", "accuracy"} <= set(r)
+        assert (r["us_per_step"] is None or r["us_per_step"] > 0) and 0 <= r["accuracy"] <= 1
+    assert result["mnist"] is not None or "MNIST skipped" in result["mnist_note"]
+    assert {(r["width"], r["n"]) for r in result["steady"] if r["kind"] == "moons"} == {(5, 700), (50, 700), (5, 7000)}
+    assert all({"bnnpp_bbb_us_per_step", "hand_bbb_us_per_step", "ratio"} <= set(r) for r in result["steady"])
+    assert set(result["cli"]) == {"cold", "warm"}
+    assert all({"wall_seconds", "compile_seconds"} <= set(r) for r in result["cli"].values())
+    assert {"steady_step_moons", "usable_posterior_moons", "steady_step_scaling"} <= set(result["targets"])
+    assert all("met" in t for t in result["targets"].values())
+    assert (tmp_path / "speed.md").stat().st_size > 0 and (tmp_path / "speed.png").stat().st_size > 0
