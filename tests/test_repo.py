@@ -94,3 +94,13 @@ def test_speed_benchmark_quick(tmp_path):
     assert {"steady_step_moons", "usable_posterior_moons", "steady_step_scaling"} <= set(result["targets"])
     assert all("met" in t for t in result["targets"].values())
     assert (tmp_path / "speed.md").stat().st_size > 0 and (tmp_path / "speed.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_priors_grid_benchmark_quick(tmp_path):
+    result = _run_quick("priors_grid", tmp_path)
+    assert {(r["data"], r["hyperprior"]) for r in result["table"]} == {
+        (d, h) for d in ("moons", "circles") for h in ("fixed", "inverse-gamma")
+    }
+    for r in result["nuts_reference"]:
+        assert {"cell", "advi_accuracy", "accuracy_mean", "nll_mean", "divergences"} <= set(r)
