@@ -87,6 +87,20 @@ def bbb_options(epochs: int, num_batches: int, **extra) -> dict:
     }
 
 
+def _with_schedule(options: dict, schedule: str, num_steps: int) -> dict:
+    """``schedule="cosine"``: Adam whose learning rate decays from LEARNING_RATE to 1% of it over
+    the run (cosine), instead of the constant rate. With a 30-minute CPU budget (~150–250
+    epochs, not the 600 of Singh's reproduction) the constant rate leaves the test error
+    bouncing between 1.6% and 1.9% from epoch 30 on (measured); annealing settles it."""
+    if schedule == "constant":
+        return options
+    import optax
+
+    out = {k: v for k, v in options.items() if k != "learning_rate"}
+    out["optimizer"] = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, num_steps, alpha=0.01))
+    return out
+
+
 def map_options(epochs: int, num_batches: int) -> dict:
     # start like BBB's Glorot means (uniform, limit √(6/(784+400)) ≈ 0.07), not MAP's default (−2, 2)
     return {
@@ -139,7 +153,7 @@ def timing(model, data, rounds: int, epochs: int, seed: int, gaussian: bool) -> 
     }
 
 
-def train(model, data, epochs: int, seed: int, progress: bool) -> tuple[object, dict]:
+def train(model, data, epochs: int, seed: int, progress: bool, schedule: str = "constant") -> tuple[object, dict]:
     """The BBB run: the test error at the variational means after every epoch, then 10 draws."""
     import bnnpp
     from bnnpp import metrics
@@ -148,7 +162,7 @@ def train(model, data, epochs: int, seed: int, progress: bool) -> tuple[object, 
     t0 = time.perf_counter()
     post = bnnpp.fit(
         model, data, method="bbb", seed=seed, progress=progress,
-        **bbb_options(epochs, m, num_samples=100, validation_data=(data.x_test, data.y_test)),
+        **_with_schedule(bbb_options(epochs, m, num_samples=100, validation_data=(data.x_test, data.y_test)), schedule, epochs * m),
     )
     fit_s = time.perf_counter() - t0
     pred = post.predict(data.x_test, num_samples=10)
@@ -239,6 +253,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: $BNNPP_DATA_DIR, else ../shared/data)")
     ap.add_argument("--out", "--results", dest="out", default=os.path.join(HERE, "results"), help="folder for mnist_bbb.{json,md}")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr-schedule", choices=("cosine", "constant"), default="cosine",
+                    help="the training run's Adam learning rate: cosine decay from 1e-3 to 1e-5, or constant 1e-3 (timing fits: constant)")
     ap.add_argument("--progress", action="store_true", help="show the training progress bar")
     args = ap.parse_args(argv)
     for name in ("epochs", "rounds"):
@@ -270,10 +286,12 @@ def main(argv=None) -> dict:
     elif args.full:
         epochs = FULL_EPOCHS
     else:  # as many epochs as fit the budget at the measured speed, compile included, 5% margin
-        per_epoch = max(t["seconds_per_epoch"]["bbb"]) * 1.05
+        # the median round, not the slowest: one round slowed by other work on a shared
+        # machine would otherwise cut the run to a third of the budget
+        per_epoch = t["median_seconds_per_epoch"]["bbb"] * 1.05
         epochs = max(1, int((args.budget_minutes * 60 - max(t["compile_seconds"]["bbb"])) / per_epoch))
         print(f"budget {args.budget_minutes:g} min at {per_epoch:.2f} s/epoch: {epochs} epochs", flush=True)
-    post, tr = train(model, data, epochs, args.seed, args.progress)
+    post, tr = train(model, data, epochs, args.seed, args.progress, args.lr_schedule)
     print(f"BBB {epochs} epochs: test error {tr['test_error_10_draws']:.2%} (10 draws), fit {tr['fit_seconds']:.0f} s", flush=True)
     rows = pruning.pruning_table(post, data.x_test, data.y_test, num_samples=10)
     peak = _peak_gb()
@@ -289,7 +307,7 @@ def main(argv=None) -> dict:
         f"jax {__import__('jax').__version__}",
         "device": _device(),
         "model": "784-400-400-10 ReLU MLP, scale-mixture prior (π=0.5, σ1=1, σ2=e^-6); pixels/126; 50,000 train / 10,000 test",
-        "bbb": f"batch {BATCH}, Adam lr {LEARNING_RATE:g}, local reparameterisation, KL weighting 2^(M-i)/(2^M-1), M={m}",
+        "bbb": f"batch {BATCH}, Adam lr {LEARNING_RATE:g} ({args.lr_schedule}{' decay to 1e-5 in the training run' if args.lr_schedule == 'cosine' else ''}), local reparameterisation, KL weighting 2^(M-i)/(2^M-1), M={m}",
         "timing": t,
         "training": tr,
         "pruning": rows,
