@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bnnpp import diagnostics, metrics
+from bnnpp import diagnostics
 from bnnpp.inference import fit
 from bnnpp.inference.base import get_backend, registered
 
@@ -90,15 +90,7 @@ def compare_methods(
         seconds = time.perf_counter() - t0
         posteriors[m] = post
         pred = post.predict(dataset.x_test)
-        y = dataset.y_test
-        row = {
-            "accuracy": metrics.accuracy(pred.mean, y),
-            "nll": metrics.nll(pred.mean, y),
-            "brier": metrics.brier(pred.mean, y),
-            "ece": metrics.ece(pred.mean, y),
-            "mean_entropy": float(pred.entropy.mean()),
-            "mean_mutual_information": float(pred.mutual_information.mean()),
-        }
+        row = pred.scores(dataset.y_test)
         s = diagnostics.summary(post, x_ref=x_ref)
         row.update({"max_r_hat": s["max_r_hat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"]})
         row["psis_khat"] = row["psis_reading"] = row["elbo_converged"] = None

@@ -300,16 +300,7 @@ def evaluate(posterior, dataset) -> dict:
 
         probs = predict_probs(posterior, dataset.x_test, batch_size=block_rows(posterior, dataset.x_test))
         pred = Prediction("classification", probs=probs)
-        return {
-            "accuracy": metrics.accuracy(pred.mean, y),
-            "nll": metrics.nll(pred.mean, y),
-            "brier": metrics.brier(pred.mean, y),
-            "ece": metrics.ece(pred.mean, y),
-            "mean_entropy": float(pred.entropy.mean()),
-            "mean_mutual_information": float(pred.mutual_information.mean()),
-            "mean_expected_error_rate": float(pred.expected_error_rate.mean()),
-            "num_draws": int(probs.shape[0]),
-        }
+        return {**pred.scores(y), "num_draws": int(probs.shape[0])}
     pred = posterior.predict(dataset.x_test)
     return {
         "rmse": metrics.rmse(pred.mean, y),

@@ -393,6 +393,22 @@ class Prediction:
         self._need("classification")
         return metrics.expected_error_rate(self.mean)
 
+    def scores(self, y) -> dict:
+        """Classification test scores against labels ``y`` ``(n,)``: accuracy, NLL, Brier, ECE
+        (of the mean prediction) and the means of entropy, mutual information and expected
+        error rate over the points, as floats."""
+        self._need("classification")
+        m = self.mean
+        return {
+            "accuracy": metrics.accuracy(m, y),
+            "nll": metrics.nll(m, y),
+            "brier": metrics.brier(m, y),
+            "ece": metrics.ece(m, y),
+            "mean_entropy": float(self.entropy.mean()),
+            "mean_mutual_information": float(self.mutual_information.mean()),
+            "mean_expected_error_rate": float(self.expected_error_rate.mean()),
+        }
+
     def _need(self, task: str) -> None:
         if self.task != task:
             raise AttributeError(f"this quantity is defined for {task}, not {self.task}")
