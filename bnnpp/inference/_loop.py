@@ -17,7 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-__all__ = ["LoopResult", "all_finite", "compile_all", "default_chunk_size", "drive", "lower_chunk", "run_chunked"]
+__all__ = [
+    "LoopResult", "all_finite", "compile_all", "default_chunk_size", "drive", "lower_chunk", "lower_guarded", "run_chunked",
+]
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,13 @@ def _abstract(tree):
 
 
 def lower_chunk(
-    step: Callable[..., tuple[Any, jnp.ndarray]], state: Any, num_steps: int, chunk_size: int, consts: Any = None
+    step: Callable[..., tuple[Any, jnp.ndarray]],
+    state: Any,
+    num_steps: int,
+    chunk_size: int,
+    consts: Any = None,
+    *,
+    guard: str = "step",
 ):
     """Lower (trace, not compile) one training chunk: ``chunk_size`` steps of ``step`` in a
     ``lax.scan``. ``state`` may be concrete or abstract (``jax.ShapeDtypeStruct`` leaves).
@@ -89,9 +97,19 @@ def lower_chunk(
 
     The compiled chunk maps ``((state, stopped, bad_step), start) -> (carry, losses)``: steps
     at index ≥ ``num_steps`` are masked, so every chunk has the same shape and the chunk
-    compiles once. A step whose loss or new state is not finite is not applied: ``stopped``
-    becomes true, ``bad_step`` records its index and the previous state is kept.
+    compiles once.
+
+    ``guard="step"``: a step whose loss or new state is not finite is not applied: ``stopped``
+    becomes true, ``bad_step`` records its index and the previous state is kept. Checking the
+    whole new state and selecting between two states on every step costs 20–30% of a step
+    on a 2×400 MNIST MLP (benchmarks/README.md, speed).
+    ``guard="loss"``: only the loss is checked per step, and the whole state once at the
+    end of the chunk; a chunk that fails either check reports ``stopped`` but its state is
+    not usable: :func:`drive` re-runs it from its input with a ``guard="step"`` chunk (see
+    :func:`lower_guarded`), so the outcome is the same as with ``guard="step"``.
     """
+    if guard not in ("step", "loss"):
+        raise ValueError(f"guard must be 'step' or 'loss', got {guard!r}")
     state = _abstract(state)
     extra = () if consts is None else (_abstract(consts),)
     loss_info = jax.eval_shape(step, state, *extra)[1]  # a scalar loss, or a vector of loss terms
@@ -103,21 +121,43 @@ def lower_chunk(
 
             def do(s):
                 new, loss = step(s, *const)
-                return new, loss, jnp.logical_and(jnp.all(jnp.isfinite(loss)), all_finite(new))
+                ok = jnp.all(jnp.isfinite(loss))
+                return new, loss, jnp.logical_and(ok, all_finite(new)) if guard == "step" else ok
 
             def skip(s):
                 return s, jnp.full(loss_info.shape, jnp.nan, loss_info.dtype), jnp.array(True)
 
             new, loss, ok = jax.lax.cond(active, do, skip, st)
             bad = jnp.logical_and(active, ~ok)
-            st = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, st)
+            if guard == "step":
+                new = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, st)
             bad_step = jnp.where(bad, start + i, bad_step)
-            return (st, jnp.logical_or(stopped, bad), bad_step), loss
+            return (new, jnp.logical_or(stopped, bad), bad_step), loss
 
-        return jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
+        carry, losses = jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
+        if guard == "loss":  # one whole-state check per chunk instead of one per step
+            st, stopped, bad_step = carry
+            broken = ~all_finite(st)
+            carry = (st, jnp.logical_or(stopped, broken), jnp.where(broken & (bad_step < 0), start, bad_step))
+        return carry, losses
 
     carry = (state, jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
     return jax.jit(chunk).lower(carry, jax.ShapeDtypeStruct((), jnp.int32), *extra)
+
+
+def lower_guarded(
+    step: Callable[..., tuple[Any, jnp.ndarray]], state: Any, num_steps: int, chunk_size: int, consts: Any = None
+):
+    """The fast training chunk and its fallback: returns ``(lowered, recover)``, where
+    ``lowered`` is :func:`lower_chunk` with ``guard="loss"`` and ``recover()`` lowers and
+    compiles the exact ``guard="step"`` chunk (only called, once, if a chunk fails; pass it
+    to :func:`drive`)."""
+    lowered = lower_chunk(step, state, num_steps, chunk_size, consts, guard="loss")
+
+    def recover():
+        return lower_chunk(step, state, num_steps, chunk_size, consts, guard="step").compile()
+
+    return lowered, recover
 
 
 def drive(
@@ -132,13 +172,16 @@ def drive(
     compile_seconds: float = 0.0,
     after_chunk: Callable[[Any], dict] | None = None,
     consts: Any = None,
+    recover: Callable[[], Any] | None = None,
 ) -> LoopResult:
     """Run a chunk compiled from :func:`lower_chunk` until ``num_steps`` steps are done or a
     step is not finite; the tqdm bar (``progress``) advances once per chunk with ``postfix``
     of that chunk's losses. ``after_chunk(state) -> dict``, if given, runs after every chunk
     on the last finite state (e.g. a compiled validation pass) and its dict joins the postfix.
-    ``consts`` are passed to a chunk lowered with them. Warns with the step index when
-    training stops early."""
+    ``consts`` are passed to a chunk lowered with them. ``recover`` (from
+    :func:`lower_guarded`) gives the exact per-step-guarded chunk, which re-runs a chunk that
+    failed; its compile time is added to ``compile_seconds``. Warns with the step index
+    when training stops early."""
     carry = (state, jnp.array(False), jnp.array(-1, jnp.int32))
     n_chunks = math.ceil(num_steps / chunk_size)
     pieces: list[np.ndarray] = []
@@ -146,7 +189,16 @@ def drive(
     with tqdm(total=num_steps, desc=desc, disable=not progress, leave=False, dynamic_ncols=True) as bar:
         for c in range(n_chunks):
             start = c * chunk_size
-            carry, losses = compiled_chunk(carry, jnp.int32(start), *(() if consts is None else (consts,)))
+            args = (jnp.int32(start), *(() if consts is None else (consts,)))
+            carry_in = carry  # not donated, so still valid after the call
+            carry, losses = compiled_chunk(carry, *args)
+            if recover is not None and bool(carry[1]):
+                t_c = time.perf_counter()
+                careful = recover()
+                recompile = time.perf_counter() - t_c
+                compile_seconds += recompile
+                t0 += recompile  # run_seconds counts running only
+                carry, losses = careful(carry_in, *args)
             losses = np.asarray(losses)[: max(0, min(chunk_size, num_steps - start))]
             stopped = bool(carry[1])
             if stopped:
@@ -188,8 +240,9 @@ def run_chunked(
     :func:`drive`); ``chunk_size`` defaults to ``num_steps / 20``."""
     chunk_size = chunk_size or default_chunk_size(num_steps)
     t0 = time.perf_counter()
-    compiled = lower_chunk(step, state, num_steps, chunk_size).compile()
+    lowered, recover = lower_guarded(step, state, num_steps, chunk_size)
+    compiled = lowered.compile()
     return drive(
         compiled, state, num_steps, chunk_size, progress=progress, desc=desc, postfix=postfix,
-        compile_seconds=time.perf_counter() - t0,
+        compile_seconds=time.perf_counter() - t0, recover=recover,
     )

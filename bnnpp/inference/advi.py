@@ -4,7 +4,8 @@ NumPyro's SVI and an autoguide.
 ``guide="normal"`` is mean-field ADVI (``AutoNormal``: one independent Normal per latent
 coordinate on the unconstrained space); ``"lowrank"`` (``AutoLowRankMultivariateNormal``)
 and ``"fullrank"`` (``AutoMultivariateNormal``) add correlations. The ELBO is estimated with
-``num_particles`` Monte-Carlo draws per step (``Trace_ELBO``).
+``num_particles`` Monte-Carlo draws per step (:class:`SortedTraceELBO`, NumPyro's ``Trace_ELBO``
+with its sites added in a fixed order).
 
 Everything is compiled, once: guide initialisation, the training chunk (a ``lax.scan``, see
 :mod:`bnnpp.inference._loop`) and posterior sampling — three programs traced up front and
@@ -16,14 +17,18 @@ from __future__ import annotations
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
+from numpyro.handlers import replay, seed
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivariateNormal, AutoNormal
 from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.util import compute_log_probs
 from numpyro.optim import optax_to_numpyro
+from numpyro.util import check_model_guide_match
 
-from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
+from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_guarded
 from bnnpp.inference.base import (
     Backend,
     Posterior,
@@ -51,6 +56,39 @@ DEFAULTS = {
 }
 
 
+class SortedTraceELBO(Trace_ELBO):
+    """NumPyro's ``Trace_ELBO`` with the per-site terms added in sorted site-name order.
+
+    NumPyro 0.22 adds the terms log p − log q in ``set`` order (``numpyro/infer/elbo.py``),
+    which follows Python's string-hash seed, so the HLO of every program that differentiates
+    the ELBO changed from one process to the next: the warm CLI missed JAX's persistent
+    compilation cache for ADVI's training chunk (benchmarks/README.md, speed), and float32
+    sums differed in the last bits between runs with the same seed. The estimator is the
+    same (Wingate & Weber 2013; Ranganath et al. 2014): per particle, draw z ~ q, then
+    log p(x, z) − log q(z); the loss is minus its mean over particles.
+    """
+
+    def loss_with_mutable_state(self, rng_key, param_map, model, guide, *args, **kwargs):
+        def particle(key):
+            model_seed, guide_seed = jax.random.split(key)
+            guide_lp, guide_trace = compute_log_probs(seed(guide, guide_seed), args, kwargs, param_map)
+            if any(site["type"] == "mutable" for site in guide_trace.values()):
+                raise TypeError("advi does not support numpyro.mutable sites in the guide")
+            model_lp, model_trace = compute_log_probs(
+                replay(seed(model, model_seed), guide_trace), args, kwargs, param_map
+            )
+            check_model_guide_match(model_trace, guide_trace)
+            elbo = jnp.array(0.0)
+            for name in sorted(set(model_lp) | set(guide_lp)):
+                elbo = elbo + model_lp.get(name, 0.0) - guide_lp.get(name, 0.0)
+            return elbo
+
+        if self.num_particles == 1:
+            return {"loss": -particle(rng_key), "mutable_state": None}
+        elbos = self.vectorize_particles_fn(particle, jax.random.split(rng_key, self.num_particles))
+        return {"loss": -jnp.mean(elbos), "mutable_state": None}
+
+
 def validate(o: dict) -> None:
     """Reject bad ADVI options with a one-line error."""
     positive_int(o, "num_steps")
@@ -70,7 +108,7 @@ def _build(model, x, y, seed: int, o: dict):
     optimizer = o["optimizer"] if o["optimizer"] is not None else optax.adam(o["learning_rate"])
     guide_cls = GUIDES[o["guide"]]
     guide = guide_cls(model, init_loc_fn=init_to_uniform(radius=o["init_radius"]), init_scale=o["init_scale"])
-    svi = SVI(model, guide, optax_to_numpyro(optimizer), Trace_ELBO(num_particles=o["num_particles"]))
+    svi = SVI(model, guide, optax_to_numpyro(optimizer), SortedTraceELBO(num_particles=o["num_particles"]))
     sites = latent_sites(model, x, y)
     xj, yj = jax.device_put(x), jax.device_put(y)
     key_init, key_draw = jax.random.split(jax.random.PRNGKey(seed))
@@ -119,9 +157,10 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     t0 = time.perf_counter()
     lowered_init = jax.jit(init_fn).lower(key_init)
     state_shape = lowered_init.out_info
+    chunk, recover = lower_guarded(step, state_shape, o["num_steps"], chunk_size)
     lowered = {
         "init": lowered_init,
-        "chunk": lower_chunk(step, state_shape, o["num_steps"], chunk_size),
+        "chunk": chunk,
         "draw": jax.jit(draw).lower(key_draw, state_shape),
     }
     programs = compile_all(lowered)
@@ -136,6 +175,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         desc="advi",
         postfix=lambda losses: {"elbo": f"{-losses.mean():.4g}"},
         compile_seconds=compile_seconds,
+        recover=recover,
     )
     t0 = time.perf_counter()
     draws, params = jax.device_get(programs["draw"](key_draw, res.state))

@@ -61,7 +61,7 @@ from numpyro import handlers
 from numpyro.primitives import Messenger
 
 from bnnpp.inference._joint import constrained_values, latent_trace, log_likelihood, site_log_prior
-from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
+from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_guarded
 from bnnpp.inference.base import (
     BATCH_WRAPPERS,
     Backend,
@@ -582,9 +582,10 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     t0 = time.perf_counter()
     lowered_init = jax.jit(init_fn).lower(key_init)
     state_shape = lowered_init.out_info
+    chunk, recover = lower_guarded(step, state_shape, num_steps, chunk_size, consts=data)
     lowered = {
         "init": lowered_init,
-        "chunk": lower_chunk(step, state_shape, num_steps, chunk_size, consts=data),
+        "chunk": chunk,
         "draw": jax.jit(draw).lower(key_draw, state_shape),
     }
     if val is not None:
@@ -603,6 +604,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         programs["chunk"], programs["init"](key_init), num_steps, chunk_size, progress=progress, desc="bbb",
         postfix=lambda f: {"elbo": f"{-(f[:, 1] + f[:, 2]).mean():.4g}", "nll": f"{f[:, 1].mean():.4g}", "kl": f"{f[:, 2].mean():.4g}"},
         compile_seconds=compile_seconds, after_chunk=after_chunk if val is not None else None, consts=data,
+        recover=recover,
     )
     t0 = time.perf_counter()
     draws, loc, sigma, learned = jax.device_get(programs["draw"](key_draw, res.state))

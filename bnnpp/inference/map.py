@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 from bnnpp.inference._joint import constrained_values, init_uniform, joint_terms
-from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_chunk
+from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_guarded
 from bnnpp.inference.base import (
     Backend,
     Posterior,
@@ -133,10 +133,11 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     t0 = time.perf_counter()
     lowered_init = jax.jit(init_fn).lower(key_init)
     state_shape = lowered_init.out_info
+    chunk, recover = lower_guarded(step_on, state_shape, o["num_steps"], chunk_size, consts=data)
     programs = compile_all(
         {
             "init": lowered_init,
-            "chunk": lower_chunk(step_on, state_shape, o["num_steps"], chunk_size, consts=data),
+            "chunk": chunk,
             "final": jax.jit(final).lower(state_shape),
         }
     )
@@ -144,6 +145,7 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     res = drive(
         programs["chunk"], programs["init"](key_init), o["num_steps"], chunk_size, progress=progress, desc="map",
         postfix=lambda losses: {"-log joint": f"{losses.mean():.4g}"}, compile_seconds=compile_seconds, consts=data,
+        recover=recover,
     )
     t0 = time.perf_counter()
     values = jax.device_get(programs["final"](res.state))
