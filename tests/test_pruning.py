@@ -173,3 +173,42 @@ def test_mnist_bbb_benchmark_quick(tmp_path):
     assert {(row["rule"], row["fraction"]) for row in r["pruning"]} == {(k, f) for k in pruning.RULES for f in (0, 0.25, 0.5, 0.75, 0.95, 0.98)}
     assert 0 < r["training"]["test_error_10_draws"] < 0.2
     assert (tmp_path / "mnist_bbb.md").read_text().startswith("# mnist_bbb (quick)")
+
+
+@pytest.mark.slow  # about 1 minute: three BBB fits on 2,560 MNIST images
+def test_mnist_bbb_variants_quick(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
+    if not (data / "mnist").is_dir():
+        pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "mnist_bbb.py"), "--variants", "--quick", "--data-dir", str(data), "--out", str(tmp_path)],
+        check=False, capture_output=True, text=True, timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads((tmp_path / "mnist_bbb_variants.json").read_text())
+    assert [row["variant"] for row in r["rows"]] == ["baseline", "Gaussian prior N(0, 1)", "pixels standardised"]
+    for row in r["rows"]:
+        assert {"test_error_10_draws", "test_nll_10_draws", "settings", "run_seconds"} <= set(row)
+        assert 0 < row["test_error_10_draws"] < 0.9  # 1 epoch on 2,560 images: better than chance (0.9)
+    assert r["rows"][1]["settings"]["mixture"] is None and r["rows"][2]["settings"]["normalize"] == "standardize"
+    assert not (tmp_path / "mnist_bbb.json").exists()
+
+
+def test_mnist_bbb_variant_list_is_the_papers_grid():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("mnist_bbb", Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_bbb.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    full = [c["mixture"] for _, c in mod.variant_list(full=True) if c.get("mixture")]
+    assert sorted(full + [(0.5, 0, 6)]) == sorted((p, a, b) for p in (0.25, 0.5, 0.75) for a in (0, 1, 2) for b in (6, 7, 8))
+    cpu = [c["mixture"] for _, c in mod.variant_list(full=False) if c.get("mixture")]
+    assert len(cpu) == 6 and all(sum(x != y for x, y in zip(c, (0.5, 0, 6), strict=True)) == 1 for c in cpu)

@@ -104,3 +104,20 @@ def test_priors_grid_benchmark_quick(tmp_path):
     }
     for r in result["nuts_reference"]:
         assert {"cell", "advi_accuracy", "accuracy_mean", "nll_mean", "divergences"} <= set(r)
+
+
+@pytest.mark.slow
+def test_ood_lenet_benchmark_quick(tmp_path):
+    import os
+
+    data = pathlib.Path(os.environ.get("BNNPP_DATA_DIR") or ROOT.parent / "shared" / "data")
+    if not (data / "mnist").is_dir():
+        pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
+    result = _run_quick("ood_lenet", tmp_path)
+    assert set(result["rejected"]) == {"bbb", "map"}
+    sets = {"MNIST test", "uniform noise", "gaussian noise"} | ({"Fashion-MNIST"} if (data / "fashion_mnist").is_dir() else set())
+    for name, shares in result["rejected"].items():
+        assert set(shares) == sets and all(0 <= v <= 1 for v in shares.values())
+    for k in sets - {"MNIST test"}:
+        assert 0 <= result["reports"]["bbb"]["ood"][k]["auroc_mutual_information"] <= 1
+    assert (tmp_path / "ood_lenet_histograms.png").stat().st_size > 0
