@@ -120,4 +120,4 @@ def test_ood_lenet_benchmark_quick(tmp_path):
         assert set(shares) == sets and all(0 <= v <= 1 for v in shares.values())
     for k in sets - {"MNIST test"}:
         assert 0 <= result["reports"]["bbb"]["ood"][k]["auroc_mutual_information"] <= 1
-    assert (tmp_path / "ood_lenet_histograms.png").stat().st_size > 0
+    assert (tmp_path / "ood_lenet_ood.png").stat().st_size > 0
