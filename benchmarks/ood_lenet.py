@@ -132,7 +132,7 @@ def main(argv=None) -> dict:
 
     result = {
         "benchmark": "ood_lenet",
-        "produced_by": "python benchmarks/ood_lenet.py" + ("" if argv is None and len(sys.argv) < 2 else " " + " ".join(argv if argv is not None else sys.argv[1:])),
+        "produced_by": " ".join(["python benchmarks/ood_lenet.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, jax {jax.__version__} on {jax.default_backend()}",
         "settings": {"epochs": epochs, "steps": epochs * m, "map_epochs": map_epochs, "batch_size": BATCH, "learning_rate": LEARNING_RATE, "n_train": len(data.x_train),
