@@ -55,9 +55,12 @@ def _mean_loss(losses: np.ndarray) -> dict:
     return {"loss": f"{np.nanmean(losses):.4g}"}
 
 
-def default_chunk_size(num_steps: int, updates: int = 20) -> int:
-    """Steps per compiled chunk so that the bar updates about ``updates`` times."""
-    return max(1, math.ceil(num_steps / updates))
+def default_chunk_size(num_steps: int, updates: int = 20, minimum: int = 10) -> int:
+    """Steps per compiled chunk so that the bar updates about ``updates`` times, but at least
+    ``minimum`` steps (or all of them): every chunk call returns a fresh copy of the state and
+    checks it, which on a 2×1200 net cost about 30 ms, as much as half a step, so a 20-step
+    fit in chunks of one step ran 1.6× slower per step (benchmarks/README.md, speed)."""
+    return max(1, min(num_steps, max(minimum, math.ceil(num_steps / updates))))
 
 
 def compile_all(lowered: dict[str, Any]) -> dict[str, Any]:
