@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -15,7 +16,17 @@ def default_data_dir() -> str:
     return os.environ.get("BNNPP_DATA_DIR") or os.path.join(HERE, "..", "..", "shared", "data")
 
 
-def write_results(folder: str, name: str, result: dict, markdown: str, figures: dict | None = None) -> list[str]:
+def machine() -> str:
+    """The machine line every result file carries: architecture, cores, Python, jax and its backend."""
+    import jax
+
+    return (f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"jax {jax.__version__} on {jax.default_backend()}")
+
+
+def write_results(
+    folder: str, name: str, result: dict, markdown: str, figures: dict | None = None, *, dpi: int = 110
+) -> list[str]:
     """Write ``<folder>/<name>.json``, ``<name>.md`` and each figure (file name → matplotlib
     Figure), each through a temporary file renamed into place, so an interrupted run leaves
     no half-written table. Returns the paths written."""
@@ -37,7 +48,7 @@ def write_results(folder: str, name: str, result: dict, markdown: str, figures: 
         paths.append(os.path.join(folder, fname))
 
     for fname, fig in (figures or {}).items():
-        put(fname, lambda f, fig=fig: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
+        put(fname, lambda f, fig=fig: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight"))
     put(f"{name}.json", lambda f: f.write(json.dumps(result, indent=2).encode()))
     put(f"{name}.md", lambda f: f.write(markdown.encode()))
     return paths

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
-import platform
 import sys
 import time
+
+from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -96,20 +96,15 @@ def main(argv=None) -> dict:
                 f"({r['throughput']:.0f} {r['throughput_unit']})",
                 flush=True,
             )
-    import jax
 
     result = {
         "benchmark": "backends",
         "produced_by": "python benchmarks/backends.py" + (" --quick" if args.quick else ""),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {jax.__version__} on {jax.default_backend()}",
+        "machine": machine(),
         "model": "2-5-5-2 tanh MLP, Normal weights, InverseGamma(1,1) on each layer's variance; 700/300 split",
         "rows": rows,
     }
-    os.makedirs(args.results, exist_ok=True)
-    with open(os.path.join(args.results, "backends.json"), "w") as f:
-        json.dump(result, f, indent=2)
     lines = [
         "# backends: every method on moons and circles",
         "",
@@ -127,8 +122,7 @@ def main(argv=None) -> dict:
             f"{r['compile_seconds']:.1f} | {r['run_seconds']:.1f} | {r['seconds_to_prediction']:.1f} | "
             f"{r['throughput']:.0f} {r['throughput_unit']} | {div} |"
         )
-    with open(os.path.join(args.results, "backends.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_results(args.results, "backends", result, "\n".join(lines) + "\n")
     print("\n".join(lines[6:]))
     return result
 

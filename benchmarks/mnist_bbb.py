@@ -44,7 +44,6 @@ import argparse
 import datetime as dt
 import math
 import os
-import platform
 import resource
 import statistics
 import sys
@@ -275,7 +274,7 @@ BASELINE_VARIANT = {"mixture": (0.5, 0, 6), "kl_weighting": "blundell", "normali
 
 def run_variants(args, data_dir: str) -> dict:
     """Fit every variant for the same number of epochs; test error from 10 draws."""
-    import jax
+    from _common import machine
 
     import bnnpp
     from bnnpp import metrics, priors
@@ -325,7 +324,7 @@ def run_variants(args, data_dir: str) -> dict:
         "mode": "quick" if args.quick else "full" if full else "cpu",
         "command": "python benchmarks/mnist_bbb.py " + " ".join(args.argv),
         "date": dt.datetime.now().isoformat(timespec="minutes"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, jax {jax.__version__}",
+        "machine": machine(),
         "device": _device(),
         "epochs": epochs,
         "n_train": len(data.x_train),
@@ -393,7 +392,7 @@ def main(argv=None) -> dict:
             ap.error(f"--{name} must be ≥ 1, got {v}")
     if not args.budget_minutes > 0:
         ap.error(f"--budget-minutes must be > 0, got {args.budget_minutes}")
-    from _common import default_data_dir
+    from _common import default_data_dir, machine
 
     data_dir = args.data_dir or default_data_dir()
     if args.variants:
@@ -443,8 +442,7 @@ def main(argv=None) -> dict:
         "mode": mode_name,
         "command": "python benchmarks/mnist_bbb.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="minutes"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {__import__('jax').__version__}",
+        "machine": machine(),
         "device": _device(),
         "model": "784-400-400-10 ReLU MLP, scale-mixture prior (π=0.5, σ1=1, σ2=e^-6); pixels/126; 50,000 train / 10,000 test",
         "bbb": f"batch {BATCH}, Adam lr {LEARNING_RATE:g} ({args.lr_schedule}{' decay to 1e-5 in the training run' if args.lr_schedule == 'cosine' else ''}), local reparameterisation, KL weighting 2^(M-i)/(2^M-1), M={m}",

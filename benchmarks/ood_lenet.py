@@ -26,12 +26,11 @@ import argparse
 import datetime as dt
 import math
 import os
-import platform
 import sys
 import time
 
 import numpy as np
-from _common import default_data_dir, write_results
+from _common import default_data_dir, machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TAU = 0.2
@@ -86,7 +85,6 @@ def main(argv=None) -> dict:
     data_dir = args.data_dir or default_data_dir()
     t_start = time.perf_counter()
 
-    import jax
 
     import bnnpp
     from bnnpp import evaluation, priors
@@ -134,7 +132,7 @@ def main(argv=None) -> dict:
         "benchmark": "ood_lenet",
         "produced_by": " ".join(["python benchmarks/ood_lenet.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, jax {jax.__version__} on {jax.default_backend()}",
+        "machine": machine(),
         "settings": {"epochs": epochs, "steps": epochs * m, "map_epochs": map_epochs, "batch_size": BATCH, "learning_rate": LEARNING_RATE, "n_train": len(data.x_train),
                      "estimator": "flipout", "prior": "normal(1)", "kl_weighting": "uniform", "num_samples": NUM_SAMPLES, "tau": TAU,
                      "n_eval": n_eval, "seed": args.seed},

@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
-import platform
 import sys
 import time
 
 import numpy as np
+from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PUBLISHED = {"moons": (0.851, "normal", "inverse-gamma"), "circles": (0.735, "cauchy", "inverse-gamma")}
@@ -60,7 +59,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="a 1×2 grid, few steps (< 2 minutes)")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for priors_grid.{json,md}")
     args = ap.parse_args(argv)
-    import jax
 
     import bnnpp
     from bnnpp import metrics, sweep
@@ -99,17 +97,13 @@ def main(argv=None) -> dict:
         "benchmark": "priors_grid",
         "produced_by": "python benchmarks/priors_grid.py" + (" --quick" if args.quick else ""),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {jax.__version__} on {jax.default_backend()}",
+        "machine": machine(),
         "settings": {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items()},
         "seconds": time.perf_counter() - t0,
         "table": table,
         "nuts_reference": nuts_rows,
         "published": {k: {"accuracy": v[0], "prior": v[1], "hyperprior": v[2]} for k, v in PUBLISHED.items()},
     }
-    os.makedirs(args.results, exist_ok=True)
-    with open(os.path.join(args.results, "priors_grid.json"), "w") as f:
-        json.dump(result, f, indent=2)
     lines = [
         "# priors_grid: weight priors × scale hyperpriors (ADVI), NUTS for the best cells",
         "",
@@ -135,8 +129,7 @@ def main(argv=None) -> dict:
             f"| {r['noise']} | {r['data']} | {r['cell']} | {r['advi_accuracy']:.3f} | {r['accuracy_mean']:.3f} ± {r['accuracy_sd']:.3f} | "
             f"{r['nll_mean']:.3f} ± {r['nll_sd']:.3f} | {r['divergences']} |"
         )
-    with open(os.path.join(args.results, "priors_grid.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_results(args.results, "priors_grid", result, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return result
 

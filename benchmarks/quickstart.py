@@ -14,11 +14,12 @@ import argparse
 import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
+
+from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 COMMAND = ["bnnpp", "fit", "--data", "moons", "--out"]
@@ -43,7 +44,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="cold run only")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for quickstart.{json,md}")
     args = ap.parse_args(argv)
-    os.makedirs(args.results, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         cache = os.path.join(tmp, "cache")
         runs = {"cold": run_once(os.path.join(tmp, "cold"), cache)}
@@ -54,7 +54,7 @@ def main(argv=None) -> dict:
         "command": " ".join(COMMAND) + " DIR",
         "produced_by": "python benchmarks/quickstart.py" + (" --quick" if args.quick else ""),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}",
+        "machine": machine(),
         "target": "cold demo < 30 s wall with test accuracy >= 0.86",
         "runs": runs,
     }
@@ -79,10 +79,7 @@ def main(argv=None) -> dict:
             "",
         ]
     )
-    with open(os.path.join(args.results, "quickstart.json"), "w") as f:
-        json.dump(result, f, indent=2)
-    with open(os.path.join(args.results, "quickstart.md"), "w") as f:
-        f.write(md)
+    write_results(args.results, "quickstart", result, md)
     print(md)
     return result
 

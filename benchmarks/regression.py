@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import sys
 import time
 
 import numpy as np
+from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -83,7 +83,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for regression.{json,md,png}")
     args = ap.parse_args(argv)
-    import jax
     from matplotlib.figure import Figure
 
     import bnnpp
@@ -118,8 +117,7 @@ def main(argv=None) -> dict:
         "benchmark": "regression",
         "produced_by": "python benchmarks/regression.py" + (" --quick" if args.quick else ""),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {jax.__version__} on {jax.default_backend()}",
+        "machine": machine(),
         "model": "1-20-20-1 ReLU, scale mixture (pi=0.2, sigma1=1, sigma2=0.1) on every weight, noise sd 1 known; 32 points",
         "rows": rows,
     }
@@ -145,8 +143,6 @@ def main(argv=None) -> dict:
         "narrow on [−0.5, 0.5] and widens steeply outside. Here that is the epistemic sd ratio ±1.2 / 0 above.",
     ]
     md = "\n".join(lines) + "\n"
-    from _common import write_results
-
     write_results(args.results, "regression", result, md, {"regression.png": fig})
     print(md)
     return result

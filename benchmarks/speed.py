@@ -43,12 +43,13 @@ import itertools
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -697,15 +698,13 @@ def main(argv=None) -> dict:
         "met": all(r["ratio"] <= 1.2 for r in scaling),
     }
 
-    import jax
 
     produced_by = "python benchmarks/speed.py" + (" --quick" if args.quick else "") + (f" --rounds {args.rounds}" if args.rounds else "")
     result = {
         "benchmark": "speed",
         "produced_by": produced_by,
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {jax.__version__} on {jax.default_backend()}",
+        "machine": machine(),
         "load_average": {"start": load_start, "end": os.getloadavg()},
         "quick": args.quick,
         "rounds": rounds,
@@ -718,13 +717,9 @@ def main(argv=None) -> dict:
         "targets": targets,
         "total_seconds": time.perf_counter() - t_start,
     }
-    os.makedirs(args.results, exist_ok=True)
-    with open(os.path.join(args.results, "speed.json"), "w") as f:
-        json.dump(result, f, indent=2)
     md = _markdown(result, cfg)
-    with open(os.path.join(args.results, "speed.md"), "w") as f:
-        f.write(md)
-    _figure(scaling, os.path.join(args.results, "speed.png"))
+    fig = _figure(scaling)
+    write_results(args.results, "speed", result, md, {"speed.png": fig}, dpi=120)
     print(md)
     return result
 
@@ -831,14 +826,13 @@ def _markdown(res: dict, cfg: dict) -> str:
     return "\n".join(lines)
 
 
-def _figure(scaling: list[dict], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _figure(scaling: list[dict]):
+    """Steady µs/step of bnnpp bbb and the hand-written loop against width and N (a Figure)."""
+    from matplotlib.figure import Figure
     from matplotlib.ticker import NullFormatter
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    fig = Figure(figsize=(9, 3.6))
+    axes = fig.subplots(1, 2)
     for ax, key, fixed, label in ((axes[0], "width", ("n", BASE_N), "hidden width (both layers)"),
                                   (axes[1], "n", ("width", BASE_WIDTH), "N (training points)")):
         rows = sorted((r for r in scaling if r[fixed[0]] == fixed[1]), key=lambda r: r[key])
@@ -853,8 +847,7 @@ def _figure(scaling: list[dict], path: str) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    return fig
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
-import platform
 import sys
+
+from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -34,7 +34,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="small grid and few steps (< 2 minutes)")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for sweep.{json,md}")
     args = ap.parse_args(argv)
-    import jax
 
     import bnnpp
     from bnnpp import sweep
@@ -73,8 +72,7 @@ def main(argv=None) -> dict:
         "benchmark": "sweep",
         "produced_by": "python benchmarks/sweep.py" + (" --quick" if args.quick else ""),
         "date": dt.date.today().isoformat(),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"jax {jax.__version__} on {jax.default_backend()}",
+        "machine": machine(),
         "method": "advi",
         "options": options,
         "seeds": list(cfg["seeds"]),
@@ -93,9 +91,6 @@ def main(argv=None) -> dict:
         "table": table,
         "published": {"moons": "0.851 (normal prior, inverse-gamma hyperprior)", "circles": "0.735 (cauchy prior, inverse-gamma hyperprior)"},
     }
-    os.makedirs(args.results, exist_ok=True)
-    with open(os.path.join(args.results, "sweep.json"), "w") as f:
-        json.dump(result, f, indent=2)
     tm = result["timing"]
     lines = [
         "# sweep: weight priors × scale hyperpriors under ADVI",
@@ -127,8 +122,7 @@ def main(argv=None) -> dict:
             f"{r['nll_mean']:.3f} ± {r['nll_sd']:.3f} |"
         )
     lines += ["", "Published (seed study, PyMC3 ADVI): moons 0.851 (normal, inverse-gamma), circles 0.735 (cauchy, inverse-gamma)."]
-    with open(os.path.join(args.results, "sweep.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    write_results(args.results, "sweep", result, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return result
 
