@@ -121,3 +121,12 @@ def test_ood_lenet_benchmark_quick(tmp_path):
     for k in sets - {"MNIST test"}:
         assert 0 <= result["reports"]["bbb"]["ood"][k]["auroc_mutual_information"] <= 1
     assert (tmp_path / "ood_lenet_ood.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_probes_benchmark_quick(tmp_path):
+    result = _run_quick("probes", tmp_path)
+    assert set(result["chunk"]["us_per_step"]) == {"1", "10"}
+    assert result["hash"]["bnnpp"]["distinct"] == 1  # the sorted ELBO gives one program for every hash seed
+    assert len(result["sinusoid_init"]) == 3
+    assert all(r["train_rmse"] > 0 and r["epistemic_ratio"] > 0 for r in result["sinusoid_init"])

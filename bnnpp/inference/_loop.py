@@ -59,7 +59,7 @@ def default_chunk_size(num_steps: int, updates: int = 20, minimum: int = 10) -> 
     """Steps per compiled chunk so that the bar updates about ``updates`` times, but at least
     ``minimum`` steps (or all of them): every chunk call returns a fresh copy of the state and
     checks it, which on a 2×1200 net cost about 30 ms, as much as half a step, so a 20-step
-    fit in chunks of one step ran 1.6× slower per step (benchmarks/README.md, speed)."""
+    fit in chunks of one step ran 1.66× slower per step (benchmarks/probes.py)."""
     return max(1, min(num_steps, max(minimum, math.ceil(num_steps / updates))))
 
 
