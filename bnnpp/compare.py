@@ -15,7 +15,10 @@ import numpy as np
 
 from bnnpp import diagnostics
 from bnnpp.inference import fit
-from bnnpp.inference.base import get_backend, registered
+from bnnpp.inference.registry import get_method, registered
+from bnnpp.posterior import MeanFieldGaussian
+from bnnpp.posterior.io import UNRECORDED_OPTIONS
+from bnnpp.reports import compare_markdown
 
 __all__ = ["COMPARE_DEFAULTS", "QUICK_OPTIONS", "check_methods", "compare_methods", "markdown"]
 
@@ -80,7 +83,7 @@ def compare_methods(
     base = QUICK_OPTIONS if quick else COMPARE_DEFAULTS
     per_method = {m: {**base.get(m, {}), **((options or {}).get(m, {}))} for m in methods}
     for m in methods:  # every option checked before the first fit compiles
-        get_backend(m).check_options(per_method[m])
+        get_method(m).check_options(per_method[m])
     x_ref = np.asarray(dataset.x_test[:num_ref], np.float32)
     results: dict = {"methods": {}, "ranking": [], "seed": seed, "data": dataset.name}
     posteriors: dict = {}
@@ -94,7 +97,7 @@ def compare_methods(
         s = diagnostics.summary(post, x_ref=x_ref)
         row.update({"max_r_hat": s["max_r_hat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"]})
         row["psis_khat"] = row["psis_reading"] = row["elbo_converged"] = None
-        if m in ("advi", "bbb") and post.info["options"].get("guide", "normal") == "normal":
+        if isinstance(post.approximation, MeanFieldGaussian):
             k = diagnostics.psis_khat(post, num_draws=1000, seed=seed)
             row["psis_khat"], row["psis_reading"] = k["khat"], k["reading"]
             row["elbo_converged"] = diagnostics.elbo_convergence(post)["converged"]
@@ -106,7 +109,7 @@ def compare_methods(
             row["loo_elpd"], row["loo_se"] = loo["elpd"], loo["se"]
             row["loo_max_khat"] = loo["max_khat"]
         row["seconds"] = seconds
-        row["options"] = {k: v for k, v in post.info["options"].items() if k not in ("optimizer", "validation_data")}
+        row["options"] = {k: v for k, v in post.stats.options.items() if k not in UNRECORDED_OPTIONS}
         results["methods"][m] = row
     ranked = [m for m in methods if posteriors[m].num_chains * posteriors[m].num_draws > 1]
     if len(ranked) >= 2:
@@ -122,43 +125,5 @@ def compare_methods(
     return results, posteriors
 
 
-def _fmt(v, spec: str = ".3f") -> str:
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    return format(v, spec)
-
-
-def markdown(results: dict) -> str:
-    """``compare.md``: the metrics table and the LOO ranking."""
-    lines = [
-        f"# bnnpp compare: {results['data']}, seed {results['seed']}",
-        "",
-        "| method | accuracy | NLL | Brier | ECE | mean entropy | mean MI | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for m, r in results["methods"].items():
-        loo = "—" if r["loo_elpd"] is None else f"{r['loo_elpd']:.1f} ± {r['loo_se']:.1f}"
-        lines.append(
-            f"| {m} | {_fmt(r['accuracy'])} | {_fmt(r['nll'])} | {_fmt(r['brier'])} | {_fmt(r['ece'])} | "
-            f"{_fmt(r['mean_entropy'])} | {_fmt(r['mean_mutual_information'])} | {_fmt(r['max_r_hat'])} | "
-            f"{_fmt(r['min_ess_bulk'], '.0f')} | {_fmt(r['psis_khat'], '.2f')} | {loo} | {_fmt(r['seconds'], '.1f')} |"
-        )
-    lines += [
-        "",
-        (
-            "max R-hat and min ESS are over the permutation-invariant quantities (layer scales and the predictive "
-            "probabilities at 20 test inputs); R-hat needs ≥ 2 chains (nuts, sgld). PSIS k̂ (VI only, Yao et al. "
-            "2018): < 0.5 good, 0.5–0.7 usable, > 0.7 the approximation is not trustworthy. LOO elpd from PSIS-LOO "
-            "on the training data (higher is better)."
-        ),
-    ]
-    if results["ranking"]:
-        lines += ["", "## az.compare (PSIS-LOO)", "", "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo |", "|---|---|---|---|---|---|---|"]
-        for r in results["ranking"]:
-            lines.append(
-                f"| {r['rank']} | {r['method']} | {r['elpd_loo']:.1f} | {r['elpd_diff']:.1f} | {r['dse']:.1f} | "
-                f"{r['weight']:.2f} | {r['p_loo']:.1f} |"
-            )
-    return "\n".join(lines) + "\n"
+markdown = compare_markdown
+"""``compare.md``: the metrics table and the LOO ranking (see :func:`bnnpp.reports.compare_markdown`)."""

@@ -1,4 +1,4 @@
-"""The one door to ArviZ: convert a :class:`~bnnpp.Posterior` to ``InferenceData``, check
+"""The one door to ArviZ's analyses: convert a :class:`~bnnpp.Posterior` to ``InferenceData``, check
 convergence (MCMC and variational), estimate out-of-sample fit (PSIS-LOO), compare fits and
 draw ArviZ's figures. Nothing else in bnnpp imports ArviZ.
 
@@ -19,17 +19,17 @@ fits are read the same way:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import sys
 import warnings
-from importlib import metadata
 from typing import Any
 
 import arviz as az
 import numpy as np
-import xarray as xr
 from matplotlib.figure import Figure
+
+from bnnpp.inference.joint import gaussian_log_weights
+from bnnpp.posterior import MeanFieldGaussian
+from bnnpp.posterior.io import read_netcdf, to_arviz
 
 __all__ = [
     "compare",
@@ -63,112 +63,6 @@ def _quiet_arviz():
             yield
     finally:
         logger.setLevel(level)
-
-
-def _versions() -> str:
-    out = {"python": sys.version.split()[0]}
-    for pkg in ("bnnpp", "jax", "numpyro", "optax", "arviz", "blackjax"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return json.dumps(out)
-
-
-def _attrs(posterior) -> dict:
-    info = posterior.info
-    options = {k: v for k, v in (info.get("options") or {}).items() if k not in ("optimizer", "validation_data")}
-    seconds = {k: float(info[k]) for k in ("compile_seconds", "run_seconds", "sample_seconds") if k in info}
-    return {
-        "bnnpp_method": str(info.get("method")),
-        "bnnpp_seed": int(info.get("seed", 0)),
-        "bnnpp_options": json.dumps(options, default=repr),
-        "bnnpp_seconds": json.dumps(seconds),
-        "versions": _versions(),
-    }
-
-
-def to_arviz(posterior, include_data: bool | None = None) -> az.InferenceData:
-    """Build an ``az.InferenceData`` from a posterior of any backend.
-
-    Groups:
-        posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
-            and integer coordinates (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in,
-            dense_0.out``);
-        log_likelihood: ``y`` ``(chain, draw, obs)``, so ``az.loo``/``az.waic`` work;
-        posterior_predictive: ``y`` ``(chain, draw, obs)``, one replicated data set per draw;
-        observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
-        sample_stats: optimisation traces such as ``loss``, ``nll``, ``kl`` ``(chain, step)``
-            (VI and MAP), and per-draw sampler statistics ``(chain, draw)`` from
-            ``info["sample_stats"]`` (NUTS: ``diverging``, ``acceptance_rate``, ``step_size``,
-            ``tree_depth``, ``n_steps``, ``energy``, ``lp``; SG-MCMC: ``step_size``, ``lp``);
-        variational_params: the fitted guide's parameters (VI backends), so a saved fit keeps
-            its variational posterior and not only the draws.
-    The four data groups are left out when ``include_data`` resolves to False (see
-    :meth:`bnnpp.Posterior.save`). Attributes carry the method, options, seed, seconds
-    (compile, run, sample) and package versions; the posterior group's ``bnnpp`` attribute
-    holds the JSON that :func:`bnnpp.load` reads back.
-    """
-    with_data = posterior.include_data(include_data)
-    dims = {name: list(site.dims) for name, site in posterior.sites.items()}
-    x_dims = ["obs"] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
-    attrs = _attrs(posterior)
-    kwargs: dict[str, Any] = {}
-    if with_data:
-        kwargs = {
-            "log_likelihood": {"y": posterior.log_likelihood()},
-            "posterior_predictive": {"y": posterior.posterior_predictive()},
-            "observed_data": {"y": np.asarray(posterior.y)},
-            "constant_data": {"x": np.asarray(posterior.x)},
-        }
-    idata = az.from_dict(
-        posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
-        dims={**dims, "y": ["obs"], "x": x_dims},
-        attrs=attrs,
-        **kwargs,
-    )
-    traces = {k: v for k, v in posterior.info.items() if isinstance(v, np.ndarray) and v.ndim == 1}
-    per_draw = posterior.info.get("sample_stats") or {}
-    if traces or per_draw:
-        # one optimisation run per fit: its traces carry the (single) chain axis when the
-        # posterior has one chain, and only a step axis otherwise
-        trace_dims = ("chain", "step") if posterior.num_chains == 1 else ("step",)
-        # traces as long as the loss share the step axis; shorter ones (e.g. a validation
-        # error per chunk) get their own axis
-        n_steps = len(posterior.info["loss"]) if "loss" in traces else len(next(iter(traces.values()), []))
-        variables = {}
-        for k, v in traces.items():
-            v = np.asarray(v)
-            if len(v) == n_steps:
-                variables[k] = (trace_dims, v[None] if len(trace_dims) == 2 else v)
-            else:
-                variables[k] = ((f"{k}_index",), v)
-        variables.update({k: (("chain", "draw"), np.asarray(v)) for k, v in per_draw.items()})
-        coords = {"chain": np.arange(posterior.num_chains)}
-        if traces:
-            coords["step"] = np.arange(n_steps)
-        if per_draw:
-            coords["draw"] = np.arange(posterior.num_draws)
-        idata.add_groups({"sample_stats": xr.Dataset(variables, coords=coords, attrs=attrs)})
-    params = posterior.info.get("guide_params")
-    if params:
-        idata.add_groups(
-            {
-                "variational_params": xr.Dataset(
-                    {k: ([f"{k}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v)) for k, v in params.items()}
-                )
-            }
-        )
-    idata.posterior.attrs["bnnpp"] = posterior.meta_json()
-    return idata
-
-
-def read_netcdf(path: str) -> az.InferenceData:
-    """Read an InferenceData file fully into memory (so the file is closed afterwards)."""
-    idata = az.from_netcdf(path)
-    for group in idata.groups():
-        getattr(idata, group).load()
-    return idata
 
 
 # --------------------------------------------------------------------------------------
@@ -227,7 +121,7 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
     out: dict[str, Any] = {
         "num_chains": posterior.num_chains,
         "num_draws": posterior.num_draws,
-        "divergences": posterior.info.get("divergences"),
+        "divergences": posterior.stats.extras.get("divergences"),
     }
     if posterior.num_draws < 4:
         out.update({"scales": {}, "weights": None, "predictive": None, "max_r_hat": None, "min_ess_bulk": None,
@@ -285,12 +179,10 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
 
 
 def _negative_elbo_trace(posterior) -> np.ndarray:
-    info = posterior.info
-    if "nll" in info and "kl" in info:  # bbb: the full-data estimate, whatever the KL weighting
-        return np.asarray(info["nll"], np.float64) + np.asarray(info["kl"], np.float64)
-    if "loss" not in info:
-        raise ValueError(f"method {info.get('method')!r} has no loss trace: ELBO convergence is for VI fits (advi, bbb)")
-    return np.asarray(info["loss"], np.float64)
+    trace = posterior.stats.negative_elbo
+    if trace is None:
+        raise ValueError(f"method {posterior.method!r} has no loss trace to read as a negative ELBO: ELBO convergence is for variational fits (advi, bbb)")
+    return np.asarray(trace, np.float64)
 
 
 def elbo_convergence(posterior, window: float = 0.1, tol: float = 0.01) -> dict:
@@ -328,20 +220,15 @@ def khat_reading(k: float | None) -> str:
 
 
 def _gaussian_factors(posterior) -> tuple[dict, dict]:
-    """The mean-field Gaussian q on the unconstrained space, from a VI posterior's guide params."""
-    params = posterior.info.get("guide_params") or {}
-    method = posterior.info.get("method")
+    """The mean-field Gaussian q on the unconstrained space of a variational posterior."""
+    q = posterior.approximation
+    if not isinstance(q, MeanFieldGaussian):
+        raise ValueError(
+            f"PSIS k̂ needs a mean-field Gaussian variational posterior (bbb, or advi with guide='normal'); "
+            f"method {posterior.method!r} has none"
+        )
     names = list(posterior.sites)
-    for loc_fmt, scale_fmt in (("{}_loc", "{}_scale"), ("{}_auto_loc", "{}_auto_scale")):
-        if all(loc_fmt.format(n) in params and scale_fmt.format(n) in params for n in names):
-            return (
-                {n: np.asarray(params[loc_fmt.format(n)], np.float32) for n in names},
-                {n: np.asarray(params[scale_fmt.format(n)], np.float32) for n in names},
-            )
-    raise ValueError(
-        f"PSIS k̂ needs a mean-field Gaussian variational posterior (bbb, or advi with guide='normal'); "
-        f"method {method!r} has none"
-    )
+    return ({n: np.asarray(q.loc[n], np.float32) for n in names}, {n: np.asarray(q.scale[n], np.float32) for n in names})
 
 
 def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
@@ -353,14 +240,12 @@ def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
         ``{"khat", "reading", "num_draws"}``: k̂ < 0.5 good, 0.5–0.7 usable, > 0.7 the
         approximation is not trustworthy (importance weights with infinite variance).
     """
-    from bnnpp.inference._joint import gaussian_log_weights
-
     if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 100:
         raise ValueError(f"num_draws must be an integer ≥ 100 (the Pareto fit needs a tail), got {num_draws!r}")
     loc, scale = _gaussian_factors(posterior)
     if not posterior.has_data:
         raise ValueError("PSIS k̂ needs the training data: this posterior was saved without it (include_data=True)")
-    model = posterior._model_or_raise()
+    model = posterior.model_or_raise()
     lw = gaussian_log_weights(model, loc, scale, posterior.x, posterior.y, num_draws, seed)
     if not np.all(np.isfinite(lw)):
         return {"khat": float("inf"), "reading": khat_reading(float("inf")), "num_draws": num_draws}

@@ -1,7 +1,7 @@
 """Evaluation of a fitted image classifier: test error, calibration, per-image uncertainty and
 out-of-distribution (OOD) detection — the library side of ``bnnpp evaluate``.
 
-The per-image uncertainty report follows the seed study (Zharikov et al., MNIST with 100
+The per-image uncertainty report follows Zharikov, Isachenko & Bochkarev (MNIST with 100
 posterior draws): for every test image the predictive probabilities of ``num_samples`` draws,
 the variance of those probabilities over draws summed over classes, and the expected error
 rate 1 − max_c p̄_c; the misclassified images the model was sure of and the images with the
@@ -16,15 +16,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from typing import Any
 
 import numpy as np
 
-from bnnpp import metrics
-from bnnpp.inference.base import Posterior
+from bnnpp import files, metrics, reports
+from bnnpp.posterior import Posterior
 
 __all__ = [
     "check_count",
@@ -112,7 +110,7 @@ def uniform_noise(like: np.ndarray, n: int | None = None, seed: int = 0) -> np.n
     return rng.uniform(lo, hi, size=(n, *like.shape[1:])).astype(np.float32)
 
 
-def _scores(probs: np.ndarray) -> dict[str, np.ndarray]:
+def _uncertainty_scores(probs: np.ndarray) -> dict[str, np.ndarray]:
     """Per-input summaries of per-draw probabilities ``(S, n, C)``, each ``(n,)`` (``mean_probs`` ``(n, C)``)."""
     mean = probs.mean(axis=0)
     return {
@@ -176,7 +174,7 @@ def evaluate(
 
     t0 = time.perf_counter()
     probs = predict_probs(posterior, x_test, num_samples=draws, seed=seed, batch_size=batch_size)
-    s = _scores(probs)
+    s = _uncertainty_scores(probs)
     mean = s["mean_probs"]
     predicted = mean.argmax(-1)
     wrong = np.flatnonzero(predicted != y_test)
@@ -205,7 +203,7 @@ def evaluate(
     }
     ood_report, ood_scores = {}, {}
     for name, xo in ood.items():
-        so = _scores(predict_probs(posterior, xo, num_samples=draws, seed=seed, batch_size=batch_size))
+        so = _uncertainty_scores(predict_probs(posterior, xo, num_samples=draws, seed=seed, batch_size=batch_size))
         ood_scores[name] = so
         ood_report[name] = {
             "n": len(xo),
@@ -230,6 +228,7 @@ def evaluate(
 
 def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     """The evaluation figures by file name."""
+    # bnnpp.plots imports matplotlib (~0.5 s): loaded on first use, not at command start-up
     from bnnpp import plots
 
     def grid(entries, title):
@@ -254,40 +253,6 @@ def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     return figs
 
 
-def _markdown(report: dict) -> str:
-    t = report["test"]
-    lines = [
-        f"# Evaluation of {report.get('run_dir', 'a posterior')}",
-        "",
-        f"{report['num_samples']} posterior draws per prediction; reject when max class probability < τ = {report['tau']:g}.",
-        "",
-        "| test set | n | error | NLL | Brier | ECE | rejected | mean entropy | mean MI |",
-        "|---|---|---|---|---|---|---|---|---|",
-        (f"| {report.get('data', 'test')} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
-        f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"),
-        "",
-    ]
-    if report["ood"]:
-        lines += [
-            "| out of distribution | n | rejected | mean entropy | mean MI | AUROC entropy | AUROC MI |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name, o in report["ood"].items():
-            lines.append(
-                f"| {name} | {o['n']} | {o['rejected']:.2%} | {o['mean_entropy']:.4f} | {o['mean_mutual_information']:.4f} | "
-                f"{o['auroc_entropy']:.4f} | {o['auroc_mutual_information']:.4f} |"
-            )
-        lines.append("")
-    for key, label in (("sure_but_wrong", "Misclassified images the model was surest of"), ("lowest_confidence", "Lowest-confidence images")):
-        lines += [f"{label} (test index: label → predicted, expected error rate):", ""]
-        lines += [f"- {e['index']}: {e['label']} → {e['predicted']}, {e['expected_error_rate']:.4f}" for e in t[key]] or ["- none"]
-        lines.append("")
-    if report.get("skipped"):
-        lines += [f"Skipped: {'; '.join(report['skipped'])}", ""]
-    lines.append(f"Figures: {', '.join(report.get('figures', []))}")
-    return "\n".join(lines) + "\n"
-
-
 def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation") -> list[str]:
     """Write ``<name>.json``, ``<name>.md``, the figures (PNG) and ``<name>.npz`` (the
     per-image arrays) into ``out_dir``: everything goes to a temporary folder first and is
@@ -300,22 +265,14 @@ def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_im
     if not os.path.isdir(out_dir):
         raise ValueError(f"{out_dir} is not a folder")
     report = dict(report, figures=sorted(figures))
-    tmp = tempfile.mkdtemp(prefix=f".{name}-", dir=out_dir)
-    try:
-        names = []
+    names = [*figures, *([f"{name}.npz"] if per_image is not None else []), f"{name}.json", f"{name}.md"]
+    with files.publish_folder(out_dir, prefix=f".{name}-") as tmp:
         for fname, fig in figures.items():
             fig.savefig(os.path.join(tmp, fname), dpi=110)
-            names.append(fname)
         if per_image is not None:
             np.savez_compressed(os.path.join(tmp, f"{name}.npz"), **per_image)
-            names.append(f"{name}.npz")
         with open(os.path.join(tmp, f"{name}.json"), "w") as f:
             json.dump(report, f, indent=2)
         with open(os.path.join(tmp, f"{name}.md"), "w") as f:
-            f.write(_markdown(report))
-        names += [f"{name}.json", f"{name}.md"]
-        for fname in names:
-            os.replace(os.path.join(tmp, fname), os.path.join(out_dir, fname))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            f.write(reports.evaluation_markdown(report))
     return names

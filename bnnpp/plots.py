@@ -36,7 +36,7 @@ def decision_map(
 ):
     """Two panels over a grid covering ``x`` (2-D inputs): the posterior-predictive
     probability of class 1 and its standard deviation over posterior draws, with the points
-    ``(x, y)`` on top (the seed study's uncertainty picture).
+    ``(x, y)`` on top (the uncertainty picture of Zharikov, Isachenko & Bochkarev).
 
     Args:
         predict: ``predict(grid) -> Prediction`` with ``probs`` ``(S, m, C)``, e.g.
@@ -137,7 +137,7 @@ def decision_maps(predicts: dict, x: np.ndarray, y: np.ndarray, *, resolution: i
 def weight_histograms(posterior, *, bins: int = 40, title: str = ""):
     """Histograms of the per-weight posterior means (top row) and posterior standard
     deviations (bottom row, when there is more than one draw), one column per layer's
-    weight matrix (``<layer>.w``). The seed study read off these how a Laplace prior makes
+    weight matrix (``<layer>.w``). Zharikov, Isachenko & Bochkarev read off these how a Laplace prior makes
     many weights sit at zero while a Cauchy prior lets a few grow large.
 
     Returns:
@@ -308,7 +308,7 @@ def _as_images(x: np.ndarray) -> np.ndarray:
 
 def image_grid(images: np.ndarray, titles=None, *, ncols: int = 8, title: str = ""):
     """Grayscale images in a grid, each with an optional caption (e.g. label, prediction and
-    expected error rate), as in the seed study's "misclassified with zero expected error"
+    expected error rate), as in Zharikov, Isachenko & Bochkarev's "misclassified with zero expected error"
     and "lowest confidence" pictures.
 
     Args:
@@ -342,7 +342,7 @@ def image_grid(images: np.ndarray, titles=None, *, ncols: int = 8, title: str = 
 
 
 def uncertainty_histograms(variance: np.ndarray, expected_error_rate: np.ndarray, *, bins: int = 50, title: str = ""):
-    """The seed study's per-image uncertainty picture: histograms of the predictive variance
+    """Zharikov, Isachenko & Bochkarev's per-image uncertainty picture: histograms of the predictive variance
     over posterior draws summed over classes, and of the expected error rate 1 − max_c p̄_c
     (counts on a log scale, as most images sit near zero).
 

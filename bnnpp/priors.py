@@ -22,6 +22,9 @@ Example::
     from bnnpp import priors
     p = priors.normal(scale=priors.inverse_gamma(1.0, 1.0))   # variance ~ IG(1, 1) per layer
     q = priors.scale_mixture(0.5, 1.0, float(np.exp(-6)))     # Blundell et al. (2015)
+
+The six families and three hyperpriors share one :class:`Prior` / :class:`Hyperprior` pair so
+that every method reads them the same way; that is why this file is a little over 400 lines.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
 __all__ = [
+    "HYPERPRIORS",
+    "PRIORS",
     "Hyperprior",
     "Prior",
     "ScaleMixtureNormal",
@@ -52,8 +57,6 @@ __all__ = [
     "prior",
     "scale_mixture",
     "student_t",
-    "HYPERPRIORS",
-    "PRIORS",
 ]
 
 Per = Literal["layer", "network", "unit"]

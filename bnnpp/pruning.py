@@ -6,10 +6,9 @@ magnitude |μ| (rule ``"magnitude"``, the "naive" pruning of Singh's reproductio
 of all layers are pooled, as in Blundell et al.'s Table 2, and the lowest-scoring share of
 entries is set to zero in every posterior draw.
 
-μ and σ come from the variational factors where the posterior has them
-(``info["guide_params"]``: ``<site>_loc``/``<site>_scale`` of ``bbb``, ``<site>_auto_loc``/
-``<site>_auto_scale`` of mean-field ``advi``), otherwise from the mean and standard deviation
-of the draws (MCMC, low-rank/full-rank ADVI, MAP).
+μ and σ come from the posterior's approximation where it is a mean-field Gaussian
+(``Posterior.approximation``: ``bbb`` and mean-field ``advi``), otherwise from the mean and
+standard deviation of the draws (MCMC, low-rank/full-rank ADVI, MAP).
 """
 
 from __future__ import annotations
@@ -20,15 +19,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from bnnpp.inference.base import Posterior
+from bnnpp.evaluation import predict_probs
+from bnnpp.posterior import MeanFieldGaussian, Posterior
+from bnnpp.reports import pruning_table_markdown
 
 __all__ = ["RULES", "check_fraction", "check_rule", "magnitude", "prune", "pruning_table", "snr", "table_markdown", "weight_sites"]
 
 RULES = ("snr", "magnitude")
-
-# the guide-parameter names of one site's location and scale, per backend
-_GUIDE_NAMES = (("{}_loc", "{}_scale"), ("{}_auto_loc", "{}_auto_scale"))
-
 
 def weight_sites(posterior: Posterior) -> list[str]:
     """Names of the posterior's weight-matrix sites (``<layer>.w``), in site order."""
@@ -40,28 +37,18 @@ def weight_sites(posterior: Posterior) -> list[str]:
     return names
 
 
-def _guide_keys(posterior: Posterior, site: str) -> tuple[str, str] | None:
-    params = posterior.info.get("guide_params") or {}
-    for loc_name, scale_name in _GUIDE_NAMES:
-        keys = (loc_name.format(site), scale_name.format(site))
-        if all(k in params for k in keys):
-            return keys
-    return None
-
-
 def _moments(posterior: Posterior, site: str, need_sd: bool) -> tuple[np.ndarray, np.ndarray | None]:
     """Posterior mean μ and sd σ of one site, each of the site's shape (σ None if not needed)."""
-    keys = _guide_keys(posterior, site)
-    if keys is not None:
-        params = posterior.info["guide_params"]
-        return np.asarray(params[keys[0]], np.float64), np.asarray(params[keys[1]], np.float64)
+    q = posterior.approximation
+    if isinstance(q, MeanFieldGaussian) and site in q.loc:
+        return np.asarray(q.loc[site], np.float64), np.asarray(q.scale[site], np.float64)
     draws = np.asarray(posterior.samples[site], np.float64)
     draws = draws.reshape((-1, *draws.shape[2:]))
     if not need_sd:
         return draws.mean(axis=0), None
     if draws.shape[0] < 2:
         raise ValueError(
-            f"the signal-to-noise ratio needs a posterior spread, but this {posterior.info.get('method', '')} "
+            f"the signal-to-noise ratio needs a posterior spread, but this {posterior.method} "
             "posterior has a single draw and no variational scales; use rule='magnitude' (CLI: --rule magnitude)"
         )
     return draws.mean(axis=0), draws.std(axis=0, ddof=1)
@@ -106,7 +93,7 @@ def check_rule(rule) -> str:
     return rule
 
 
-def _scores(posterior: Posterior, rule: str) -> dict[str, np.ndarray]:
+def _weight_scores(posterior: Posterior, rule: str) -> dict[str, np.ndarray]:
     return snr(posterior) if rule == "snr" else magnitude(posterior)
 
 
@@ -141,7 +128,7 @@ def prune(posterior: Posterior, fraction: float, rule: str = "snr") -> Posterior
     """
     fraction = check_fraction(fraction)
     rule = check_rule(rule)
-    return _apply(posterior, _scores(posterior, rule), fraction, rule)
+    return _apply(posterior, _weight_scores(posterior, rule), fraction, rule)
 
 
 def _apply(posterior: Posterior, scores: dict[str, np.ndarray], fraction: float, rule: str) -> Posterior:
@@ -149,18 +136,16 @@ def _apply(posterior: Posterior, scores: dict[str, np.ndarray], fraction: float,
     samples = dict(posterior.samples)
     for site, keep in masks.items():
         samples[site] = np.where(keep, posterior.samples[site], 0).astype(posterior.samples[site].dtype)
-    info = dict(posterior.info)
-    if posterior.info.get("guide_params"):
-        params = dict(posterior.info["guide_params"])
-        for site, keep in masks.items():
-            keys = _guide_keys(posterior, site)
-            if keys is not None:
-                params[keys[0]] = np.where(keep, params[keys[0]], 0).astype(np.asarray(params[keys[0]]).dtype)
-        info["guide_params"] = params
+    q = posterior.approximation
+    if isinstance(q, MeanFieldGaussian):
+        q = q.with_loc({
+            site: np.where(keep, q.loc[site], 0).astype(np.asarray(q.loc[site]).dtype) for site, keep in masks.items() if site in q.loc
+        })
     total = sum(m.size for m in masks.values())
-    info["pruning"] = {"fraction": fraction, "rule": rule, "removed": removed, "remaining": total - removed}
+    pruning = {"fraction": fraction, "rule": rule, "removed": removed, "remaining": total - removed}
+    stats = dataclasses.replace(posterior.stats, extras={**posterior.stats.extras, "pruning": pruning})
     # same model and shapes: the compiled prediction program is shared with the original
-    return dataclasses.replace(posterior, samples=samples, info=info)
+    return dataclasses.replace(posterior, samples=samples, stats=stats, approximation=q)
 
 
 def pruning_table(
@@ -189,8 +174,6 @@ def pruning_table(
         ``remaining`` (weight entries), ``test_error`` (share of ``y_test`` misclassified by
         the mean prediction over ``num_samples`` draws).
     """
-    from bnnpp.evaluation import predict_probs
-
     fractions = [check_fraction(f) for f in fractions]
     rules = [check_rule(r) for r in rules]
     if not fractions or not rules:
@@ -198,45 +181,17 @@ def pruning_table(
     y_test = np.asarray(y_test)
     if y_test.ndim != 1 or len(y_test) != len(x_test):
         raise ValueError(f"y_test must be (n,) labels for the {len(x_test)} test inputs, got shape {y_test.shape}")
-    scores = {rule: _scores(posterior, rule) for rule in rules}  # fails before predicting (e.g. snr of MAP)
+    scores = {rule: _weight_scores(posterior, rule) for rule in rules}  # fails before predicting (e.g. snr of MAP)
     rows = []
     for rule in rules:
         for f in fractions:
             pruned = _apply(posterior, scores[rule], f, rule)
             probs = predict_probs(pruned, x_test, num_samples=num_samples, seed=seed, batch_size=batch_size)
             error = float(np.mean(probs.mean(axis=0).argmax(axis=-1) != y_test))
-            p = pruned.info["pruning"]
+            p = pruned.stats.extras["pruning"]
             rows.append({"rule": rule, "fraction": f, "removed": p["removed"], "remaining": p["remaining"], "test_error": error})
     return rows
 
 
-def _count(n: int) -> str:
-    """Weight counts as in Blundell et al.'s Table 2: 2.4m, 120k, 48k, 950."""
-    if n >= 1_000_000:
-        return f"{n / 1e6:.1f}m"
-    if n >= 10_000:
-        return f"{n / 1e3:.0f}k"
-    return f"{n:,}"
-
-
-RULE_LABELS = {"snr": "SNR", "magnitude": "magnitude"}  # no "|" inside a Markdown table cell
-
-
-def table_markdown(rows: Sequence[dict]) -> str:
-    """The rows of :func:`pruning_table` as a Markdown table in the layout of Blundell et al.
-    (2015) Table 2 — "Proportion removed | # weights | test error" — with one test-error
-    column per rule, side by side (as Singh's reproduction compares naive and SNR pruning).
-
-    Returns:
-        The table, one line per fraction, ending in a newline.
-    """
-    rules = list(dict.fromkeys(r["rule"] for r in rows))
-    fractions = list(dict.fromkeys(r["fraction"] for r in rows))
-    by = {(r["rule"], r["fraction"]): r for r in rows}
-    head = "| proportion removed | # weights | " + " | ".join(f"test error ({RULE_LABELS[r]})" for r in rules) + " |"
-    lines = [head, "|---" * (2 + len(rules)) + "|"]
-    for f in fractions:
-        first = next(by[(r, f)] for r in rules if (r, f) in by)
-        errors = [f"{by[(r, f)]['test_error']:.2%}" if (r, f) in by else "" for r in rules]
-        lines.append(f"| {f * 100:g}% | {_count(first['remaining'])} | " + " | ".join(errors) + " |")
-    return "\n".join(lines) + "\n"
+table_markdown = pruning_table_markdown
+"""The rows of :func:`pruning_table` as Blundell et al. (2015) Table 2 (see :func:`bnnpp.reports.pruning_table_markdown`)."""

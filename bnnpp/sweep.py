@@ -1,4 +1,4 @@
-"""A grid of weight priors × scale hyperpriors, fitted on the same data (the seed study:
+"""A grid of weight priors × scale hyperpriors, fitted on the same data (the priors experiment of Zharikov, Isachenko & Bochkarev:
 normal / laplace / cauchy / flat × fixed / half-normal / half-cauchy / inverse-gamma on
 moons and circles).
 
@@ -26,7 +26,11 @@ from tqdm.auto import tqdm
 
 from bnnpp import metrics, models, priors
 from bnnpp.data import Dataset
-from bnnpp.inference.base import _observation, check_data, get_backend
+from bnnpp.inference import fit
+from bnnpp.inference.checks import check_data
+from bnnpp.inference.registry import get_method, registered
+from bnnpp.inference.runner import trace_fit
+from bnnpp.introspection import observation
 
 __all__ = ["Config", "grid", "summarise", "sweep"]
 
@@ -66,8 +70,8 @@ def grid(
 ) -> list[Config]:
     """The configurations of a weight-prior × hyperprior grid.
 
-    ``fixed`` expands into one configuration per entry of ``fixed_scales`` (the seed study
-    tuned the fixed scale on a logarithmic grid); hyperpriors use their default parameters
+    ``fixed`` expands into one configuration per entry of ``fixed_scales`` (Zharikov, Isachenko &
+    Bochkarev tuned the fixed scale on a logarithmic grid); hyperpriors use their default parameters
     (half-normal(1), half-cauchy(1), inverse-gamma(1, 1) on the variance). ``flat`` has no
     scale: it appears once, with ``fixed``, and is skipped with a hyperprior.
 
@@ -157,33 +161,28 @@ def _model(dataset: Dataset, prior, hidden, activation):
     return models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=dataset.num_classes, prior=prior)
 
 
-def _scores(mean_probs: np.ndarray, y: np.ndarray) -> dict:
+def _test_scores(mean_probs: np.ndarray, y: np.ndarray) -> dict:
     return {"accuracy": metrics.accuracy(mean_probs, y), "nll": metrics.nll(mean_probs, y)}
 
 
-def _vmapped_group(backend, dataset, template, numbers, seeds, hidden, activation, options):
-    """Fit every (numbers[i], seeds[i]) of one structure group in one compiled program.
+def _vmapped_group(method, dataset, template, numbers, seeds, hidden, activation, options):
+    """Fit every (numbers[i], seeds[i]) of one structure group in one compiled program: the
+    method's algorithm traced whole by :func:`bnnpp.inference.runner.trace_fit` and ``vmap``-ed.
 
     Returns:
-        Mean test probabilities ``(B, n_test, C)`` and final losses ``(B,)``.
+        Mean test probabilities ``(B, n_test, C)`` and the last step's losses ``(B,)``.
     """
     x, y = check_data(dataset, _model(dataset, template, hidden, activation))
+    xj, yj = jnp.asarray(x), jnp.asarray(y)
     x_test = jnp.asarray(dataset.x_test, jnp.float32)
 
     def one(nums, seed):
         model = _model(dataset, _with_numbers(template, nums), hidden, activation)
-        prog = backend.program(model, x, y, seed, options)
-        state = prog.init(prog.key_init)
-
-        def body(s, _):
-            return prog.step(s)
-
-        state, losses = jax.lax.scan(body, state, None, length=prog.num_steps)
-        draws = prog.draws(prog.key_draw, state)
+        draws, info = trace_fit(method.build(model, x, y, options), jax.random.PRNGKey(seed), xj, yj)
         s = next(iter(draws.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(0), s)  # as Posterior.predict(x, seed=0)
-        probs = jax.vmap(lambda d, k: _observation(model, d, k, x_test, None)["probs"])(draws, keys)
-        return probs.mean(0), losses[-1]
+        probs = jax.vmap(lambda d, k: observation(model, d, k, x_test, None)["probs"])(draws, keys)
+        return probs.mean(0), info.loss
 
     return jax.jit(jax.vmap(one))(jnp.asarray(numbers), jnp.asarray(seeds, jnp.int32))
 
@@ -205,9 +204,10 @@ def sweep(
     Args:
         datasets: classification :class:`~bnnpp.data.Dataset` s (e.g. moons and circles).
         configs: from :func:`grid`.
-        method: a backend; ``vmap=True`` needs one with a ``program`` (``advi``, ``map``).
+        method: a registered method; ``vmap=True`` needs one the runner drives (every
+            method but ``nuts``, which runs NumPyro's own loop).
         seeds: inference seeds (the data stay fixed).
-        hidden, activation: the MLP (default the seed study's 2-5-5-2 tanh net).
+        hidden, activation: the MLP (default the 2-5-5-2 tanh net of Zharikov, Isachenko & Bochkarev).
         vmap: train each structure group in one vmapped program (``False``: one
             :func:`bnnpp.fit` per configuration and seed, the reference loop).
         progress: a bar over groups (vmap) or fits (loop).
@@ -228,15 +228,14 @@ def sweep(
     for d in datasets:
         if d.task != "classification":
             raise ValueError(f"sweep scores classifiers; dataset {d.name!r} is {d.task}")
-    backend = get_backend(method)
-    merged = backend.check_options(options)
-    if vmap and backend.program is None:
-        with_program = ", ".join(m for m in _registered_with_program())
-        raise ValueError(f"method {method!r} cannot be vmapped over a grid; use one of {with_program}, or vmap=False")
+    chosen = get_method(method)
+    parsed = chosen.parse(options)
+    if vmap and chosen.build is None:
+        vmappable = ", ".join(m for m in registered() if get_method(m).build is not None)
+        raise ValueError(f"method {method!r} cannot be vmapped over a grid; use one of {vmappable}, or vmap=False")
     for d in datasets:
         x, y = check_data(d, _model(d, configs[0].prior, hidden, activation))
-        if backend.validate_data is not None:
-            backend.validate_data(merged, x, y)
+        parsed.check_data(x, y)
     runs: list[dict] = []
     t0 = time.perf_counter()
     groups: dict[tuple, list[Config]] = {}
@@ -248,24 +247,16 @@ def sweep(
             cells = [(c, s) for c in group for s in seeds]
             numbers = np.stack([_numbers(c.prior) for c, _ in cells]) if _numbers(group[0].prior).size else np.zeros((len(cells), 0), np.float32)
             probs, _ = jax.device_get(
-                _vmapped_group(backend, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, merged)
+                _vmapped_group(chosen, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, parsed)
             )
             for (c, s), p in zip(cells, np.asarray(probs), strict=True):
-                runs.append(_row(d, c, s, _scores(p, d.y_test)))
+                runs.append(_row(d, c, s, _test_scores(p, d.y_test)))
     else:
-        from bnnpp.inference import fit
-
         work = [(d, c, s) for d in datasets for c in configs for s in seeds]
         for d, c, s in tqdm(work, desc=f"sweep ({method}, one by one)", disable=not progress, leave=False):
             post = fit(_model(d, c.prior, hidden, activation), d, method=method, seed=s, progress=False, **options)
-            runs.append(_row(d, c, s, _scores(post.predict(d.x_test).mean, d.y_test)))
+            runs.append(_row(d, c, s, _test_scores(post.predict(d.x_test).mean, d.y_test)))
     return {"runs": runs, "seconds": time.perf_counter() - t0, "compiled_groups": len(groups) * len(datasets) if vmap else len(runs)}
-
-
-def _registered_with_program() -> list[str]:
-    from bnnpp.inference.base import registered
-
-    return [m for m in registered() if get_backend(m).program is not None]
 
 
 def _row(d: Dataset, c: Config, seed: int, scores: dict) -> dict:
@@ -282,7 +273,7 @@ def _row(d: Dataset, c: Config, seed: int, scores: dict) -> dict:
 
 def summarise(runs: list[dict]) -> list[dict]:
     """Mean ± sd over seeds per (data, weight prior, hyperprior); for ``fixed`` the best
-    scale of the grid by mean test accuracy (as the seed study tuned it), with the scale.
+    scale of the grid by mean test accuracy (as Zharikov, Isachenko & Bochkarev tuned it), with the scale.
 
     Returns:
         Rows ``{"data", "weight_prior", "hyperprior", "scale", "accuracy_mean",

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import optax
 import pytest
 
 import bnnpp
 from bnnpp import metrics, priors
-from bnnpp.inference._loop import run_chunked
+from bnnpp.inference import Algorithm
+from bnnpp.inference.runner import run
 
 SIGMA, TAU = 0.5, 1.0  # known noise sd, prior sd of every coefficient
 
@@ -76,37 +82,61 @@ def test_guides_give_same_posterior_shapes(guide, moons):
     assert np.all(post.samples["dense_0.scale"] > 0)
 
 
-def test_loop_stops_at_first_nonfinite_step_and_keeps_last_finite_state():
-    def step(count):
-        loss = jnp.where(count >= 37, jnp.nan, count.astype(jnp.float32))
-        return count + 1, loss
+def _three_weights(x, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+    numpyro.sample("y", dist.Normal(x[:, 0] * w.sum(), 1.0), obs=y)
 
+
+class _Info(NamedTuple):
+    loss: jax.Array
+
+
+def _counter(num_steps: int, loss_nan_at: int | None = None, state_nan_at: int | None = None) -> Algorithm:
+    """A toy algorithm: the state counts steps and adds 1 to w; the loss is the count."""
+
+    def step(key, state, batch):
+        count, w = state
+        loss = count.astype(jnp.float32)
+        if loss_nan_at is not None:
+            loss = jnp.where(count >= loss_nan_at, jnp.nan, loss)
+        w = jnp.where(count >= state_nan_at, jnp.nan, w + 1.0) if state_nan_at is not None else w + 1.0
+        return (count + 1, w), _Info(loss)
+
+    return Algorithm(
+        lambda key, data: (jnp.int32(0), jnp.zeros(3)), step, lambda key, state, n: {"w": state[1][None]},
+        num_steps=num_steps,
+    )
+
+
+def _run(algorithm):
+    x, y = np.ones((4, 1), np.float32), np.zeros(4, np.float32)
+    return run(algorithm, _three_weights, x, y, method="counter", seed=0, options={}, progress=False, chunk_size=16)
+
+
+def test_loop_stops_at_first_nonfinite_step_and_keeps_last_finite_state():
     with pytest.warns(RuntimeWarning, match="step 37"):
-        res = run_chunked(step, jnp.int32(0), 100, progress=False, desc="t", chunk_size=16)
-    assert res.stopped_at == 37
-    assert int(res.state) == 37  # the state before the failing step
-    assert res.losses.shape == (38,) and np.isnan(res.losses[-1]) and np.all(np.isfinite(res.losses[:-1]))
+        post = _run(_counter(100, loss_nan_at=37))
+    assert post.stats.stopped_at == 37 and post.stats.steps_run == 38
+    np.testing.assert_array_equal(post.samples["w"], 37.0)  # the state before the failing step
+    loss = post.stats.traces["loss"]
+    assert loss.shape == (38,) and np.isnan(loss[-1]) and np.all(np.isfinite(loss[:-1]))
 
 
 def test_loop_catches_nonfinite_state_behind_a_finite_loss():
     # the fast chunk checks only the loss per step; a NaN that reaches the state with a finite
     # loss is found by the end-of-chunk check and the chunk is re-run with the per-step guard
-    def step(s):
-        count, w = s
-        w = jnp.where(count >= 20, jnp.nan, w + 1.0)
-        return (count + 1, w), count.astype(jnp.float32)
-
     with pytest.warns(RuntimeWarning, match="step 20"):
-        res = run_chunked(step, (jnp.int32(0), jnp.zeros(3)), 100, progress=False, desc="t", chunk_size=16)
-    assert res.stopped_at == 20
-    assert int(res.state[0]) == 20 and np.all(np.asarray(res.state[1]) == 20.0)  # after step 19
-    assert res.losses.shape == (21,) and np.all(np.isfinite(res.losses[:-1]))
+        post = _run(_counter(100, state_nan_at=20))
+    assert post.stats.stopped_at == 20
+    np.testing.assert_array_equal(post.samples["w"], 20.0)  # after step 19
+    assert post.stats.traces["loss"].shape == (21,) and np.all(np.isfinite(post.stats.traces["loss"][:-1]))
 
 
 def test_loop_masks_tail_of_last_chunk():
-    res = run_chunked(lambda c: (c + 1, c.astype(jnp.float32)), jnp.int32(0), 50, progress=False, desc="t", chunk_size=16)
-    assert int(res.state) == 50 and res.stopped_at is None
-    np.testing.assert_array_equal(res.losses, np.arange(50))
+    post = _run(_counter(50))
+    assert post.stats.stopped_at is None and post.stats.steps_run == 50
+    np.testing.assert_array_equal(post.samples["w"], 50.0)
+    np.testing.assert_array_equal(post.stats.traces["loss"], np.arange(50))
 
 
 def test_divergent_fit_keeps_finite_parameters(moons):
@@ -177,13 +207,14 @@ def test_advi_chunk_hlo_does_not_depend_on_the_hash_seed(tmp_path):
     script.write_text(
         "import hashlib, jax, bnnpp\n"
         "from bnnpp import priors\n"
-        "from bnnpp.inference import advi\n"
-        "from bnnpp.inference._loop import lower_guarded\n"
+        "from bnnpp.inference import advi, runner\n"
         "d = bnnpp.data.load_synthetic('moons', seed=0)\n"
         "m = bnnpp.models.mlp((5, 5), activation='tanh', num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))\n"
-        "init_fn, step, *_ = advi._build(m, d.x_train, d.y_train, 0, dict(advi.DEFAULTS))\n"
-        "shape = jax.jit(init_fn).lower(jax.random.PRNGKey(0)).out_info\n"
-        "print(hashlib.sha256(lower_guarded(step, shape, 100, 10)[0].as_text().encode()).hexdigest())\n"
+        "alg = advi.build(m, d.x_train, d.y_train, advi.ADVIOptions(num_steps=100))\n"
+        "plan = runner._plan(alg, jax.random.PRNGKey(0), len(d.x_train))\n"
+        "data = (d.x_train, d.y_train)\n"
+        "shape = jax.jit(lambda a: runner._init(plan, a)).lower(data).out_info\n"
+        "print(hashlib.sha256(runner._lower_chunk(plan, shape, 10, data, 'loss').as_text().encode()).hexdigest())\n"
     )
     out = set()
     for h in ("1", "2"):

@@ -12,7 +12,7 @@ import pytest
 import bnnpp
 from bnnpp import priors
 from bnnpp.inference import bbb
-from bnnpp.inference.base import latent_sites
+from bnnpp.introspection import latent_sites
 
 
 def _params(model, x, y, seed=0, sigma=0.3):
@@ -134,7 +134,7 @@ def test_learn_prior_trains_the_scale_mixture(moons):
     learned = post.info["learned_prior"]
     assert 0 < learned["pi"] < 1 and learned["sigma1"] > 0 and learned["sigma2"] > 0
     assert (learned["pi"], learned["sigma1"], learned["sigma2"]) != pytest.approx((0.5, 1.0, math.exp(-6)), rel=1e-3)
-    assert "learned_prior" in bnnpp.inference.base.Posterior.meta_json(post)
+    assert "learned_prior" in post.meta_json()
 
 
 @pytest.mark.parametrize(

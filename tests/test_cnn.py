@@ -16,7 +16,7 @@ from numpyro import handlers
 import bnnpp
 from bnnpp import models, priors
 from bnnpp.inference import bbb
-from bnnpp.inference.base import latent_sites
+from bnnpp.introspection import latent_sites
 
 IMAGES = np.random.default_rng(0).normal(size=(4, 28, 28, 1)).astype(np.float32)
 
@@ -182,7 +182,7 @@ def _tiny_convnet(prior):
 
 
 def test_conv_layers_are_found_with_glorot_fans():
-    layers = bbb._find_layers(models.lenet5(), IMAGES, None)
+    layers = bbb.find_layers(models.lenet5(), IMAGES, None)
     assert list(layers) == ["conv_0", "conv_1", "conv_2", "dense_0", "dense_1"]
     assert (layers["conv_1"]["fan_in"], layers["conv_1"]["fan_out"]) == (25 * 6, 25 * 16)
     assert (layers["dense_0"]["fan_in"], layers["dense_0"]["fan_out"]) == (120, 84)

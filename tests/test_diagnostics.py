@@ -12,7 +12,8 @@ import pytest
 
 import bnnpp
 from bnnpp import diagnostics
-from bnnpp.inference.base import Posterior, SiteInfo
+from bnnpp.introspection import SiteInfo
+from bnnpp.posterior import Posterior
 
 
 def _posterior(samples: dict, info: dict | None = None, model=None, x=None, y=None) -> Posterior:

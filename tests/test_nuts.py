@@ -17,7 +17,7 @@ from test_backends import TAU, _data, linreg
 import bnnpp
 from bnnpp import priors
 from bnnpp.inference import nuts
-from bnnpp.inference.base import latent_sites
+from bnnpp.introspection import latent_sites
 
 SIGMA = 0.5
 STATS = ("diverging", "acceptance_rate", "step_size", "tree_depth", "n_steps", "energy", "lp")

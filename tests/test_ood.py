@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bnnpp import evaluation, metrics, models, plots
-from bnnpp.inference.base import Posterior, latent_sites
+from bnnpp.introspection import latent_sites
+from bnnpp.posterior import Posterior
 
 
 def _brute_auroc(a, b):

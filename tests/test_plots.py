@@ -7,7 +7,7 @@ import pytest
 from matplotlib.figure import Figure
 
 from bnnpp import plots
-from bnnpp.inference.base import Prediction
+from bnnpp.posterior import Prediction
 
 
 def _fake_predict(grid):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bnnpp import models, pruning
-from bnnpp.inference.base import Posterior, latent_sites
+from bnnpp.introspection import latent_sites
+from bnnpp.posterior import Posterior
 
 IN, HID, C = 4, 3, 3
 

@@ -58,6 +58,19 @@ def test_vmapped_sweep_equals_one_by_one_map():
     _compare("map", {"num_steps": 40}, configs)
 
 
+@pytest.mark.parametrize(
+    "method, options",
+    [
+        ("bbb", {"epochs": 40, "num_samples": 20}),
+        ("sgld", {"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2}),
+    ],
+)
+def test_vmapped_sweep_equals_one_by_one_for_every_runner_method(method, options):
+    # every method the runner drives shares the contract, so the sweep vmaps it
+    configs = sw.grid(("normal",), ("fixed",), fixed_scales=(0.5, 2.0))
+    _compare(method, options, configs)
+
+
 @pytest.mark.slow
 def test_vmapped_sweep_equals_one_by_one_advi():
     configs = sw.grid(("laplace", "flat"), ("fixed", "half-normal"), fixed_scales=(0.5, 2.0))

@@ -7,19 +7,20 @@ and ``"fullrank"`` (``AutoMultivariateNormal``) add correlations. The ELBO is es
 ``num_particles`` Monte-Carlo draws per step (:class:`SortedTraceELBO`, NumPyro's ``Trace_ELBO``
 with its sites added in a fixed order).
 
-Everything is compiled, once: guide initialisation, the training chunk (a ``lax.scan``, see
-:mod:`bnnpp.inference._loop`) and posterior sampling — three programs traced up front and
-compiled side by side.
+NumPyro's ``SVIState`` carries its own PRNG key, split on every update; it is seeded by
+``init``, so the runner's per-step key is not used. The approximation is a
+:class:`~bnnpp.posterior.MeanFieldGaussian` for ``guide="normal"`` (AutoNormal's loc and
+scale on the unconstrained space) and :class:`~bnnpp.posterior.GuideParameters` otherwise.
 """
 
 from __future__ import annotations
 
-import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from numpyro.handlers import replay, seed
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivariateNormal, AutoNormal
@@ -28,32 +29,22 @@ from numpyro.infer.util import compute_log_probs
 from numpyro.optim import optax_to_numpyro
 from numpyro.util import check_model_guide_match
 
-from bnnpp.inference._loop import compile_all, default_chunk_size, drive, lower_guarded
-from bnnpp.inference.base import (
-    Backend,
-    Posterior,
-    Program,
-    check_optimizer,
-    latent_sites,
-    one_of,
-    positive_float,
-    positive_int,
-    register,
-)
+from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.options import Options, optimizer, optimizer_of, option, optional, positive_float, positive_int
+from bnnpp.inference.registry import Method, register
+from bnnpp.introspection import latent_sites
+from bnnpp.posterior import GuideParameters, MeanFieldGaussian
+
+__all__ = [
+    "DEFAULTS",
+    "GUIDES",
+    "ADVIInfo",
+    "ADVIOptions",
+    "SortedTraceELBO",
+    "build",
+]
 
 GUIDES = {"normal": AutoNormal, "lowrank": AutoLowRankMultivariateNormal, "fullrank": AutoMultivariateNormal}
-
-DEFAULTS = {
-    "num_steps": 10_000,
-    "learning_rate": 1e-2,
-    "optimizer": None,
-    "num_particles": 1,
-    "guide": "normal",
-    "num_samples": 1000,
-    "init_scale": 0.1,
-    "init_radius": 2.0,
-    "chunk_size": None,
-}
 
 
 class SortedTraceELBO(Trace_ELBO):
@@ -61,9 +52,8 @@ class SortedTraceELBO(Trace_ELBO):
 
     NumPyro 0.22 adds the terms log p − log q in ``set`` order (``numpyro/infer/elbo.py``),
     which follows Python's string-hash seed, so the HLO of every program that differentiates
-    the ELBO changed from one process to the next: the warm CLI missed JAX's persistent
-    compilation cache for ADVI's training chunk (benchmarks/README.md, speed), and float32
-    sums differed in the last bits between runs with the same seed. The estimator is the
+    the ELBO changed from one process to the next (missing JAX's persistent compilation
+    cache), and float32 sums differed in the last bits between runs with the same seed. The estimator is the
     same (Wingate & Weber 2013; Ranganath et al. 2014): per particle, draw z ~ q, then
     log p(x, z) − log q(z); the loss is minus its mean over particles.
     """
@@ -89,121 +79,88 @@ class SortedTraceELBO(Trace_ELBO):
         return {"loss": -jnp.mean(elbos), "mutable_state": None}
 
 
-def validate(o: dict) -> None:
-    """Reject bad ADVI options with a one-line error."""
-    positive_int(o, "num_steps")
-    positive_float(o, "learning_rate")
-    positive_int(o, "num_particles")
-    positive_int(o, "num_samples")
-    positive_float(o, "init_scale")
-    positive_float(o, "init_radius")
-    one_of(o, "guide", tuple(GUIDES))
-    if o["chunk_size"] is not None:
-        positive_int(o, "chunk_size")
-    check_optimizer(o["optimizer"])
+@dataclass(frozen=True)
+class ADVIOptions(Options):
+    """Options of ``method="advi"``."""
+
+    exclusive = (("optimizer", "learning_rate"),)
+
+    num_steps: int = option(10_000, "optimisation steps", check=positive_int, flag="steps")
+    learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
+    optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
+    num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
+    guide: str = option("normal", "variational family (normal = mean-field)", choices=tuple(GUIDES))
+    num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    init_scale: float = option(0.1, "initial sd of the variational factors", check=positive_float)
+    init_radius: float = option(
+        2.0, "start values uniform in (-r, r) on the unconstrained space (a start near zero lets hierarchical "
+        "scales collapse to a near-linear optimum)", check=positive_float,
+    )
+    chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
 
-def _build(model, x, y, seed: int, o: dict):
-    """The guide, the three pure functions of a fit and its keys (shared by fit and program)."""
-    optimizer = o["optimizer"] if o["optimizer"] is not None else optax.adam(o["learning_rate"])
-    guide_cls = GUIDES[o["guide"]]
-    guide = guide_cls(model, init_loc_fn=init_to_uniform(radius=o["init_radius"]), init_scale=o["init_scale"])
-    svi = SVI(model, guide, optax_to_numpyro(optimizer), SortedTraceELBO(num_particles=o["num_particles"]))
+DEFAULTS = ADVIOptions.defaults()
+"""Every option's default (the dict of bnnpp 0.1)."""
+
+
+class ADVIInfo(NamedTuple):
+    """loss: the negative ELBO estimate of the step; negative_elbo: the same (what the
+    diagnostics read for every variational method)."""
+
+    loss: jax.Array
+    negative_elbo: jax.Array
+
+
+def _keys(root) -> Keys:
+    # bnnpp 0.1's derivation, so that a seed gives the same fit as before
+    key_init, key_draw = jax.random.split(root)
+    return Keys(init=key_init, steps=key_init, data=jax.random.fold_in(key_init, 1), sample=key_draw)
+
+
+def build(model, x, y, options: ADVIOptions) -> Algorithm:
+    """ADVI as an :class:`Algorithm` over NumPyro's ``SVIState``."""
+    opt = optimizer_of(options)
+    guide = GUIDES[options.guide](model, init_loc_fn=init_to_uniform(radius=options.init_radius), init_scale=options.init_scale)
+    svi = SVI(model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
     sites = latent_sites(model, x, y)
-    xj, yj = jax.device_put(x), jax.device_put(y)
-    key_init, key_draw = jax.random.split(jax.random.PRNGKey(seed))
+    x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
 
-    def init_fn(k):
-        return svi.init(k, xj, yj)
+    def init(key, data):
+        # the guide keeps what it was set up with (its postprocessing closes over the model's
+        # arguments), so it is set up on one concrete row rather than on the traced data
+        return svi.init(key, x1, y1)
 
-    def step(s):
-        return svi.update(s, xj, yj)
+    def step(key, state, batch):
+        state, loss = svi.update(state, *batch)
+        return state, ADVIInfo(loss, loss)
 
-    def draw(k, state):
+    def sample(key, state, num_samples):
         params = svi.get_params(state)  # constrained guide parameters
-        s = guide.sample_posterior(k, params, xj, yj, sample_shape=(o["num_samples"],))
-        return {name: s[name] for name in sites}, params
+        draws = guide.sample_posterior(key, params, x1, y1, sample_shape=(num_samples,))
+        return {name: draws[name] for name in sites}
 
-    return init_fn, step, draw, key_init, key_draw, sites
+    def point(state):
+        params = svi.get_params(state)
+        if options.guide == "normal":
+            return {name: params[f"{name}_auto_loc"] for name in sites}
+        return _unpack_loc(guide, params)
 
+    def approximation(state):
+        params = {k: np.asarray(v) for k, v in svi.get_params(state).items()}
+        if options.guide == "normal":
+            return MeanFieldGaussian({n: params[f"{n}_auto_loc"] for n in sites}, {n: params[f"{n}_auto_scale"] for n in sites})
+        return GuideParameters(params)
 
-def program(model, x, y, seed, o: dict) -> Program:
-    """ADVI as pure functions (see :class:`~bnnpp.inference.base.Program`); ``seed`` may be
-    a traced integer and ``model`` may close over traced prior hyperparameters."""
-    init_fn, step, draw, key_init, key_draw, sites = _build(model, x, y, seed, o)
-    return Program(init_fn, step, lambda k, s: draw(k, s)[0], key_init, key_draw, o["num_steps"], sites)
-
-
-def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
-    """Fit ``model`` to ``(x, y)`` by ADVI.
-
-    Options (defaults in ``DEFAULTS``): ``num_steps``; ``learning_rate`` for the default Adam,
-    or ``optimizer``, any optax transformation (giving both is an error);
-    ``num_particles``; ``guide``; ``num_samples`` posterior draws kept; ``init_scale`` initial
-    sd of the guide; ``init_radius``: guide means start uniform in (−r, r) on the
-    unconstrained space (a start near zero lets hierarchical scales collapse to a
-    near-linear optimum, see shared/PERFORMANCE-NOTES.md); ``chunk_size`` steps per compiled
-    chunk.
-
-    Returns:
-        A :class:`Posterior` with ``num_samples`` draws in one chain; ``info["loss"]`` is the
-        negative ELBO per step ``(steps_run,)``.
-    """
-    init_fn, step, draw, key_init, key_draw, sites = _build(model, x, y, seed, o)
-
-    # Trace all three programs first, then compile them side by side: init, one training
-    # chunk, posterior sampling. Nothing is compiled twice and nothing runs eagerly.
-    chunk_size = o["chunk_size"] or default_chunk_size(o["num_steps"])
-    t0 = time.perf_counter()
-    lowered_init = jax.jit(init_fn).lower(key_init)
-    state_shape = lowered_init.out_info
-    chunk, recover = lower_guarded(step, state_shape, o["num_steps"], chunk_size)
-    lowered = {
-        "init": lowered_init,
-        "chunk": chunk,
-        "draw": jax.jit(draw).lower(key_draw, state_shape),
-    }
-    programs = compile_all(lowered)
-    compile_seconds = time.perf_counter() - t0
-
-    res = drive(
-        programs["chunk"],
-        programs["init"](key_init),
-        o["num_steps"],
-        chunk_size,
-        progress=progress,
-        desc="advi",
-        postfix=lambda losses: {"elbo": f"{-losses.mean():.4g}"},
-        compile_seconds=compile_seconds,
-        recover=recover,
+    return Algorithm(
+        init, step, sample, num_steps=options.num_steps, num_samples=options.num_samples, name="advi",
+        point=point, approximation=approximation, keys=_keys,
+        postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"},
     )
-    t0 = time.perf_counter()
-    draws, params = jax.device_get(programs["draw"](key_draw, res.state))
-    sample_seconds = time.perf_counter() - t0
-    samples = {k: np.asarray(v)[None] for k, v in draws.items()}
-    info = {
-        "method": "advi",
-        "seed": seed,
-        "options": {k: v for k, v in o.items()},
-        "loss": res.losses,
-        "steps_run": res.steps_run,
-        "stopped_at": res.stopped_at,
-        "compile_seconds": compile_seconds,  # tracing + compiling all three programs (wall)
-        "run_seconds": res.run_seconds,
-        "sample_seconds": sample_seconds,
-        "guide_params": {k: np.asarray(v) for k, v in params.items()},
-    }
-    return Posterior(samples, info, model, x, y, sites)
 
 
-register(
-    Backend(
-        "advi",
-        fit,
-        DEFAULTS,
-        validate,
-        "mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
-        exclusive=(("optimizer", "learning_rate"),),
-        program=program,
-    )
-)
+def _unpack_loc(guide, params) -> dict:
+    """The unconstrained means of a low-rank / full-rank autoguide, per site."""
+    return guide._unpack_latent(params[f"{guide.prefix}_loc"])
+
+
+register(Method("advi", ADVIOptions, build=build, summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)"))

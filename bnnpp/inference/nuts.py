@@ -40,9 +40,9 @@ draw, so it is the gold standard for small networks only: above
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
+from dataclasses import dataclass
 
 import jax
 import jax.monitoring
@@ -50,35 +50,14 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS
-from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.initialization import init_to_uniform
+from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn
 
-from bnnpp.inference.base import (
-    BATCH_WRAPPERS,
-    Backend,
-    Posterior,
-    SiteInfo,
-    latent_sites,
-    non_negative_int,
-    one_of,
-    positive_float,
-    positive_int,
-    register,
-    unwrap,
-)
-
-DEFAULTS = {
-    "num_chains": 4,
-    "num_warmup": 1000,
-    "num_samples": 1000,
-    "target_accept_prob": 0.8,
-    "max_tree_depth": 10,
-    "chain_method": "vectorized",
-    "init_radius": 2.0,
-    "dense_mass": False,
-    "noncentered": False,
-}
+from bnnpp.inference.options import Options, boolean, non_negative_int, option, positive_float, positive_int
+from bnnpp.inference.registry import Method, register
+from bnnpp.introspection import BATCH_WRAPPERS, latent_sites, num_parameters, unwrap
+from bnnpp.posterior import FitStats, Posterior
 
 CHAIN_METHODS = ("vectorized", "parallel", "sequential")
 MAX_TREE_DEPTH = 15
@@ -117,35 +96,43 @@ jax.monitoring.register_event_duration_secs_listener(_on_duration)
 # --------------------------------------------------------------------------------------
 
 
-def _integer(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+def _accept_prob(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) or not 0 < value < 1:
+        raise ValueError(f"{name} must be a number strictly between 0 and 1 (e.g. 0.8 or 0.95), got {value!r}")
 
 
-def validate(o: dict) -> None:
-    """Reject bad NUTS options with a one-line error."""
-    positive_int(o, "num_chains")
-    positive_int(o, "num_samples")
-    non_negative_int(o, "num_warmup")
-    p = o["target_accept_prob"]
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.integer, np.floating)) or not 0 < p < 1:
-        raise ValueError(f"target_accept_prob must be a number strictly between 0 and 1 (e.g. 0.8 or 0.95), got {p!r}")
-    d = o["max_tree_depth"]
-    if not _integer(d) or not 1 <= d <= MAX_TREE_DEPTH:
-        raise ValueError(f"max_tree_depth must be an integer from 1 to {MAX_TREE_DEPTH} (default 10), got {d!r}")
-    one_of(o, "chain_method", CHAIN_METHODS)
-    positive_float(o, "init_radius")
-    if not isinstance(o["dense_mass"], (bool, np.bool_)):
-        raise ValueError(f"dense_mass must be True or False, got {o['dense_mass']!r}")
-    if not isinstance(o["noncentered"], (bool, np.bool_)):
-        raise ValueError(f"noncentered must be True or False, got {o['noncentered']!r}")
-    if o["chain_method"] == "parallel":
-        devices = jax.local_device_count()
-        if o["num_chains"] > devices:
-            raise ValueError(
-                f'chain_method="parallel" needs one device per chain: num_chains={o["num_chains"]} but jax sees '
-                f'{devices} device(s); use chain_method="vectorized", or set '
-                f"XLA_FLAGS=--xla_force_host_platform_device_count={o['num_chains']} before importing jax"
-            )
+def _tree_depth(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_TREE_DEPTH:
+        raise ValueError(f"{name} must be an integer from 1 to {MAX_TREE_DEPTH} (default 10), got {value!r}")
+
+
+@dataclass(frozen=True)
+class NUTSOptions(Options):
+    """Options of ``method="nuts"`` (see :func:`fit`)."""
+
+    num_chains: int = option(4, "independent chains", check=positive_int)
+    num_warmup: int = option(1000, "NUTS warm-up (adaptation) iterations per chain", check=non_negative_int)
+    num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    target_accept_prob: float = option(0.8, "NUTS target acceptance probability", check=_accept_prob)
+    max_tree_depth: int = option(10, "NUTS maximum tree depth", check=_tree_depth)
+    chain_method: str = option("vectorized", "how NUTS runs its chains", choices=CHAIN_METHODS)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    dense_mass: bool = option(False, "NUTS: adapt a dense mass matrix", check=boolean)
+    noncentered: bool = option(False, "NUTS: sample location-scale weights as loc + scale * z", check=boolean)
+
+    def check(self) -> None:
+        if self.chain_method == "parallel":
+            devices = jax.local_device_count()
+            if self.num_chains > devices:
+                raise ValueError(
+                    f'chain_method="parallel" needs one device per chain: num_chains={self.num_chains} but jax sees '
+                    f'{devices} device(s); use chain_method="vectorized", or set '
+                    f"XLA_FLAGS=--xla_force_host_platform_device_count={self.num_chains} before importing jax"
+                )
+
+
+DEFAULTS = NUTSOptions.defaults()
+"""Every option's default (the dict of bnnpp 0.1)."""
 
 
 def _noncentered(site) -> LocScaleReparam | None:
@@ -156,11 +143,9 @@ def _noncentered(site) -> LocScaleReparam | None:
     between a layer's weights and its scale when the data say little about the weights.
 
     It is off by default because with informative data the centred form is the better one
-    (the classic trade-off): on moons (700 points, 2-5-5-2 tanh, IG(1, 1) on each layer's
-    variance, 4 chains × 1000 + 1000, seed 0) centred NUTS had 37 of 4000 draws divergent and
-    non-centred 295 (one chain 231); on circles (same set-up) 215 and 163; with 2 chains ×
-    300 + 300 on moons the two were close (11 and 8 of 600). Neither removes the divergences
-    of these nets, whose posteriors also have the symmetries of hidden units. Try it when a
+    (the classic trade-off); on the moons and circles nets neither form removes the
+    divergences, whose posteriors also have the symmetries of hidden units
+    (``benchmarks/README.md`` has the counts). Try it when a
     layer's scale is weakly identified (little data, wide layers)."""
     if site["type"] != "sample" or site.get("is_observed") or site["name"].endswith("_decentered"):
         return None  # (the standardised site LocScaleReparam creates is left alone)
@@ -170,11 +155,6 @@ def _noncentered(site) -> LocScaleReparam | None:
     if type(base) is dist.StudentT:
         return LocScaleReparam(0, shape_params=("df",))
     return None
-
-
-def num_parameters(sites: dict[str, SiteInfo]) -> int:
-    """Total number of latent scalars: the sum over sites of the product of their shapes."""
-    return int(sum(math.prod(s.shape) for s in sites.values()))
 
 
 def tree_depth(num_steps: np.ndarray) -> np.ndarray:
@@ -189,7 +169,7 @@ def tree_depth(num_steps: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
-def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
+def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Posterior:
     """Sample the posterior of ``model`` given ``(x, y)`` with NUTS.
 
     Options (defaults in ``DEFAULTS``): ``num_chains``; ``num_warmup`` adaptation iterations
@@ -223,28 +203,28 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
         )
     xj, yj = jax.device_put(x), jax.device_put(y)
 
-    sampled = handlers.reparam(model, config=_noncentered) if o["noncentered"] else model
+    sampled = handlers.reparam(model, config=_noncentered) if options.noncentered else model
 
     def postprocess(z):
         # constrained values of the latent sites only: deterministic sites (e.g. the
         # (n, C) logits) are not stored for every draw; a decentred site's original value
         # is the deterministic site of its name
-        values = constrain_fn(sampled, (xj, yj), {}, z, return_deterministic=bool(o["noncentered"]))
+        values = constrain_fn(sampled, (xj, yj), {}, z, return_deterministic=bool(options.noncentered))
         return {k: values[k] for k in sites}
 
     kernel = NUTS(
         sampled,
-        target_accept_prob=float(o["target_accept_prob"]),
-        max_tree_depth=int(o["max_tree_depth"]),
-        dense_mass=bool(o["dense_mass"]),
-        init_strategy=init_to_uniform(radius=float(o["init_radius"])),
+        target_accept_prob=float(options.target_accept_prob),
+        max_tree_depth=int(options.max_tree_depth),
+        dense_mass=bool(options.dense_mass),
+        init_strategy=init_to_uniform(radius=float(options.init_radius)),
     )
     mcmc = MCMC(
         kernel,
-        num_warmup=int(o["num_warmup"]),
-        num_samples=int(o["num_samples"]),
-        num_chains=int(o["num_chains"]),
-        chain_method=o["chain_method"],
+        num_warmup=int(options.num_warmup),
+        num_samples=int(options.num_samples),
+        num_chains=int(options.num_chains),
+        chain_method=options.chain_method,
         postprocess_fn=postprocess,
         progress_bar=progress,
     )
@@ -272,32 +252,18 @@ def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
     if divergences:
         warnings.warn(
             f"{divergences} of {stats['diverging'].size} NUTS draws diverged (per chain: {per_chain}); the "
-            f"posterior may be biased: raise target_accept_prob (now {o['target_accept_prob']}, e.g. to 0.95) "
+            f"posterior may be biased: raise target_accept_prob (now {options.target_accept_prob}, e.g. to 0.95) "
             "or reparameterise the model",
             RuntimeWarning,
             stacklevel=3,
         )
-    info = {
-        "method": "nuts",
-        "seed": seed,
-        "options": dict(o),
-        "num_parameters": n_params,
-        "divergences": divergences,
-        "divergences_per_chain": per_chain,
-        "compile_seconds": compile_seconds,  # XLA backend compilation only (see module docstring)
-        "run_seconds": max(wall - compile_seconds, 0.0),
-        "sample_seconds": sample_seconds,
-        "sample_stats": stats,
-    }
-    return Posterior(samples, info, model, x, y, sites)
-
-
-register(
-    Backend(
-        "nuts",
-        fit,
-        DEFAULTS,
-        validate,
-        "No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks",
+    stats = FitStats(
+        method="nuts", seed=seed, options=options.as_dict(), sample_stats=stats, compile_seconds=compile_seconds,
+        run_seconds=max(wall - compile_seconds, 0.0),  # compile: XLA backend compilation only (module docstring)
+        sample_seconds=sample_seconds,
+        extras={"num_parameters": n_params, "divergences": divergences, "divergences_per_chain": per_chain},
     )
-)
+    return Posterior(samples, stats, model, x, y, sites)
+
+
+register(Method("nuts", NUTSOptions, fit=fit, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks"))

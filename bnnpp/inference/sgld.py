@@ -4,7 +4,7 @@
 
 Target. Every variant samples the model's posterior on the unconstrained space: weights as
 they are, hierarchical scale and noise sites as ``log σ`` (or whatever NumPyro's
-``biject_to`` gives), with the log-Jacobian in the prior term (:func:`_joint.joint_terms`).
+``biject_to`` gives), with the log-Jacobian in the prior term (:func:`joint.joint_terms`).
 The stochastic gradient is the one of Welling & Teh (2011)::
 
     ĝ(u) = ∇ log p(u) + (N / B) · Σ_{i ∈ batch} ∇ log p(y_i | x_i, u)
@@ -20,7 +20,9 @@ front (so it is RMSprop's learning rate: each coordinate drifts about ``h`` per 
 
 Variants (option ``variant``):
 
-* ``"sgld"``: BlackJAX's ``blackjax.sgld`` kernel with :func:`grad_estimator`.
+* ``"sgld"``: BlackJAX's overdamped Langevin integrator
+  (``blackjax.sgmcmc.diffusions.overdamped_langevin``, the update of ``blackjax.sgld``) with
+  the gradient of :func:`logdensity_estimator`.
 * ``"psgld"``: RMSprop-preconditioned SGLD, Li et al. (2016), Algorithm 1: per step
   ``V ← ρV + (1 − ρ) ĝ⊙ĝ``, ``G = 1 / (λ + sqrt V)``, ``u ← u + h·G⊙ĝ + sqrt(2h·G)⊙ξ``
   (ρ = ``rms_decay``, λ = ``rms_eps``). BlackJAX 1.7 has no pSGLD kernel (its
@@ -34,8 +36,9 @@ Variants (option ``variant``):
   per step whatever its gradient, reaching the posterior from a start ``d`` away takes about
   ``d / h`` steps: give psgld a larger ``step_size`` (e.g. 1e-2) or a longer ``burn_in``
   than sgld when the start is far from the posterior.
-* ``"sghmc"``: BlackJAX's ``blackjax.sghmc`` kernel (Chen et al. 2014, in the
-  parameterisation of Ma et al. 2015): each step draws a momentum p ~ N(0, I), then runs
+* ``"sghmc"``: BlackJAX's SGHMC integrator (``blackjax.sgmcmc.diffusions.sghmc``, driven as
+  ``blackjax.sghmc``'s kernel drives it; Chen et al. 2014, in the parameterisation of Ma et
+  al. 2015): each step draws a momentum p ~ N(0, I), then runs
   ``num_integration_steps`` updates ``u ← u + h·p``,
   ``p ← (1 − α h) p + h·ĝ(u) + sqrt(2αh)·ξ`` on one minibatch (α = ``friction``). A step
   of sghmc therefore costs ``num_integration_steps`` gradients; ``burn_in`` and
@@ -65,28 +68,24 @@ after burn-in): ``burn_in + num_samples · thinning`` steps per chain. With
 exploration stage, ``burn_in + num_cycles · L`` steps per chain. A draw is the position
 after the kept step.
 
-Minibatches (``batch_size=B``): drawn on the device inside the compiled step. Each chain
-shuffles the rows once per epoch (a fresh ``jax.random.permutation``) and takes ``N // B``
-consecutive disjoint batches of that permutation; when ``B`` does not divide ``N`` the
-``N mod B`` rows left at the end of a permutation are skipped for that epoch. Every batch is
-then a uniformly random subset drawn without replacement, so ĝ is unbiased.
+Minibatches (``batch_size=B``): drawn on the device by the runner
+(:mod:`bnnpp.inference.runner`): the rows are reshuffled every epoch and each step takes the
+next ``B`` of them, so every batch is a uniformly random subset drawn without replacement and
+ĝ is unbiased. All chains see the same batch at a step; each has its own noise.
 ``batch_size=None`` (or ``N``) uses every row at every step.
 
 Chains. ``num_chains`` chains run side by side (``vmap``), each started uniformly in
-(−``init_radius``, ``init_radius``) on the unconstrained space with its own noise and
-batches.
+(−``init_radius``, ``init_radius``) on the unconstrained space.
 
-Running. Nothing goes back to the host per step. The steps are grouped into segments, each
-ending at a kept step (long runs of unkept steps — burn-in, exploration stages — are cut
-into pieces of at most ``max(thinning, ceil(total steps / 100))`` steps so the progress bar
-moves); one segment is one step of the shared driver (:mod:`bnnpp.inference._loop`): a
-while-loop of SG steps compiled once into a ``lax.scan`` chunk and run chunk after chunk
-with a progress bar. A segment emits one row: the log-density estimate of each chain and
-the constrained values of every latent site at the segment's end. Draws thus leave the
-device as scan outputs, once per chunk; keeping them in a buffer in the loop state instead
-would cost a pass over the whole buffer per step (the driver's NaN guard checks and copies
-its state every step). The NaN guard stops the run at the first segment whose positions or
-log-density estimate are not finite and keeps the draws before it (with a warning).
+Running. The kept draws are the algorithm's outputs (``Algorithm.emit``), not losses: the
+runner groups the steps into segments that end at the kept steps and takes the chains'
+constrained values after each. ``sample_stats``: ``step_size`` of the kept step and ``lp``,
+the minibatch estimate of the log joint on the unconstrained space at the position the kept
+step started from (computed with that step's gradient, at no extra cost; the exact log joint
+without ``batch_size``).
+
+This file is a little over 400 lines: its docstrings carry the update rules of three
+samplers and three schedules, which belong next to the code that implements them.
 
 References:
     Welling, M. & Teh, Y. W. (2011). Bayesian learning via stochastic gradient Langevin
@@ -102,111 +101,86 @@ References:
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
-import blackjax
 import jax
 import jax.numpy as jnp
 import numpy as np
+from blackjax.sgmcmc import diffusions
+from blackjax.util import generate_gaussian_noise
 
-from bnnpp.inference._joint import init_uniform, joint_terms
-from bnnpp.inference._loop import all_finite, compile_all, default_chunk_size, drive, lower_chunk
-from bnnpp.inference.base import (
-    Backend,
-    Posterior,
-    check_batch_size,
-    latent_sites,
+from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.joint import init_uniform, joint_terms
+from bnnpp.inference.options import (
+    Options,
+    fraction,
     non_negative_int,
-    one_of,
+    option,
+    optional,
     positive_float,
     positive_int,
-    register,
 )
+from bnnpp.inference.registry import Method, register
+from bnnpp.inference.runner import segments
+from bnnpp.introspection import latent_sites
 
-__all__ = ["DEFAULTS", "SCHEDULES", "VARIANTS", "Schedule", "fit", "grad_estimator", "logdensity_estimator", "validate"]
+__all__ = [
+    "DEFAULTS",
+    "SCHEDULES",
+    "VARIANTS",
+    "SGLDInfo",
+    "SGLDOptions",
+    "SGLDState",
+    "Schedule",
+    "build",
+    "grad_estimator",
+    "logdensity_estimator",
+]
 
 VARIANTS = ("sgld", "psgld", "sghmc")
 SCHEDULES = ("constant", "polynomial", "cyclical")
 
-DEFAULTS = {
-    "variant": "sgld",
-    "step_size": 1e-3,
-    "schedule": "constant",
-    "decay_steps": 1000.0,
-    "gamma": 0.55,
-    "num_cycles": 4,
-    "exploration": 0.25,
-    "batch_size": None,
-    "num_samples": 1000,
-    "burn_in": 2000,
-    "thinning": 10,
-    "num_chains": 4,
-    "init_radius": 2.0,
-    "num_integration_steps": 10,
-    "friction": 0.01,
-    "rms_decay": 0.99,
-    "rms_eps": 1e-5,
-    "chunk_size": None,
-}
 
-PIECES = 100
-"""Runs of unkept steps are cut so that they take at most about this many driver steps."""
+@dataclass(frozen=True)
+class SGLDOptions(Options):
+    """Options of ``method="sgld"`` (formulas in the module docstring)."""
 
+    variant: str = option("sgld", "stochastic-gradient MCMC variant", choices=VARIANTS)
+    step_size: float = option(1e-3, "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh)", check=positive_float)
+    schedule: str = option("constant", "SG-MCMC step-size schedule", choices=SCHEDULES)
+    decay_steps: float = option(1000.0, "polynomial schedule: h0 (1 + t/decay_steps)^-gamma", check=positive_float)
+    gamma: float = option(0.55, "polynomial schedule exponent, in (0.5, 1]", check=fraction(0.5, 1.0, low_open=True, high_open=False))
+    num_cycles: int = option(4, "cycles of the cyclical schedule", check=positive_int)
+    exploration: float = option(0.25, "cyclical schedule: share of each cycle without noise", check=fraction(low_open=False, high_open=True))
+    batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
+    num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    burn_in: int = option(2000, "SG-MCMC steps discarded before keeping draws", check=non_negative_int)
+    thinning: int = option(10, "keep every k-th SG-MCMC step", check=positive_int)
+    num_chains: int = option(4, "independent chains", check=positive_int)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    num_integration_steps: int = option(10, "SGHMC steps per transition", check=positive_int)
+    friction: float = option(0.01, "SGHMC friction", check=positive_float)
+    rms_decay: float = option(0.99, "pSGLD RMSprop decay", check=fraction(low_open=True, high_open=True))
+    rms_eps: float = option(1e-5, "pSGLD RMSprop epsilon", check=positive_float)
+    chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
-# --------------------------------------------------------------------------------------
-# Options
-# --------------------------------------------------------------------------------------
-
-
-def _fraction(o: dict, name: str, low_open: bool, high_open: bool, low: float = 0.0, high: float = 1.0) -> None:
-    v = o[name]
-    ok = (
-        not isinstance(v, bool)
-        and isinstance(v, (int, float, np.floating, np.integer))
-        and math.isfinite(v)
-        and (v > low if low_open else v >= low)
-        and (v < high if high_open else v <= high)
-    )
-    if not ok:
-        interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise ValueError(f"{name} must be a number in {interval}, got {v!r}")
+    def check(self) -> None:
+        if self.schedule == "cyclical" and self.num_samples % self.num_cycles:
+            k, c = self.num_samples, self.num_cycles
+            raise ValueError(
+                f"with schedule='cyclical' num_samples ({k}) must be a multiple of num_cycles ({c}): "
+                f"e.g. num_samples={max(c, k - k % c)} or num_cycles=1"
+            )
+        if self.variant == "sghmc" and self.friction * self.step_size >= 1:
+            raise ValueError(
+                f"friction × step_size must be < 1 for sghmc (got {self.friction} × {self.step_size}): lower either"
+            )
 
 
-def validate(o: dict) -> None:
-    """Reject bad SG-MCMC options with a one-line error (data-dependent checks, such as a
-    ``batch_size`` larger than the data, are in ``check_batch_size``, run by ``bnnpp.fit``)."""
-    one_of(o, "variant", VARIANTS)
-    one_of(o, "schedule", SCHEDULES)
-    positive_float(o, "step_size")
-    positive_int(o, "num_chains")
-    positive_int(o, "num_samples")
-    positive_int(o, "thinning")
-    non_negative_int(o, "burn_in")
-    if o["batch_size"] is not None:
-        positive_int(o, "batch_size")
-    positive_float(o, "init_radius")
-    positive_float(o, "decay_steps")
-    _fraction(o, "gamma", low_open=True, high_open=False, low=0.5)
-    positive_int(o, "num_cycles")
-    _fraction(o, "exploration", low_open=False, high_open=True)
-    positive_int(o, "num_integration_steps")
-    positive_float(o, "friction")
-    _fraction(o, "rms_decay", low_open=True, high_open=True)
-    positive_float(o, "rms_eps")
-    if o["chunk_size"] is not None:
-        positive_int(o, "chunk_size")
-    if o["schedule"] == "cyclical" and o["num_samples"] % o["num_cycles"]:
-        k, c = o["num_samples"], o["num_cycles"]
-        raise ValueError(
-            f"with schedule='cyclical' num_samples ({k}) must be a multiple of num_cycles ({c}): "
-            f"e.g. num_samples={max(c, k - k % c)} or num_cycles=1"
-        )
-    if o["variant"] == "sghmc" and o["friction"] * o["step_size"] >= 1:
-        raise ValueError(
-            f"friction × step_size must be < 1 for sghmc (got {o['friction']} × {o['step_size']}): lower either"
-        )
+DEFAULTS = SGLDOptions.defaults()
+"""Every option's default (the dict of bnnpp 0.1)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -238,11 +212,13 @@ class Schedule:
     exploration: float = 0.0
 
     @classmethod
-    def from_options(cls, o: dict) -> Schedule:
-        """The schedule of a full option dict (as ``DEFAULTS``)."""
+    def from_options(cls, options: dict | SGLDOptions) -> Schedule:
+        """The schedule of :class:`SGLDOptions` or a full option dict (as ``DEFAULTS``)."""
+        opts = options.as_dict() if isinstance(options, SGLDOptions) else options
         return cls(
-            o["schedule"], float(o["step_size"]), int(o["burn_in"]), int(o["thinning"]), int(o["num_samples"]),
-            float(o["decay_steps"]), float(o["gamma"]), int(o["num_cycles"]), float(o["exploration"]),
+            opts["schedule"], float(opts["step_size"]), int(opts["burn_in"]), int(opts["thinning"]),
+            int(opts["num_samples"]), float(opts["decay_steps"]), float(opts["gamma"]), int(opts["num_cycles"]),
+            float(opts["exploration"]),
         )
 
     @property
@@ -308,22 +284,10 @@ class Schedule:
     def segments(self) -> tuple[np.ndarray, np.ndarray]:
         """Segment ends (exclusive) ``(num_segments,)`` and whether each ends at a kept step.
 
-        Every kept step ends a segment; a longer run of unkept steps is cut into pieces of at
-        most ``max(thinning, ceil(num_steps / PIECES))`` steps.
+        Every kept step ends a segment; longer runs of unkept steps are cut into pieces
+        (:func:`bnnpp.inference.runner.segments`, which the runner uses).
         """
-        piece = max(self.thinning, math.ceil(self.num_steps / PIECES))
-        ends: list[int] = []
-        keep: list[bool] = []
-        start = 0
-        for end in self.kept_steps() + 1:
-            while end - start > piece:
-                start += piece
-                ends.append(start)
-                keep.append(False)
-            ends.append(int(end))
-            keep.append(True)
-            start = int(end)
-        return np.asarray(ends, np.int64), np.asarray(keep, bool)
+        return segments(self.num_steps, self.kept_steps())
 
 
 # --------------------------------------------------------------------------------------
@@ -346,8 +310,8 @@ def logdensity_estimator(model: Callable, data_size: int, key) -> Callable:
 
     def f(position, batch):
         xb, yb = batch
-        log_prior, log_lik, tr = joint_terms(model, position, xb, yb, key)
-        return log_prior + (data_size / xb.shape[0]) * log_lik, tr
+        log_prior, log_lik, trace = joint_terms(model, position, xb, yb, key)
+        return log_prior + (data_size / xb.shape[0]) * log_lik, trace
 
     return f
 
@@ -363,212 +327,122 @@ def grad_estimator(model: Callable, data_size: int, key) -> Callable:
     return jax.grad(lambda u, batch: f(u, batch)[0])
 
 
-def _psgld_update(g: Callable, rms_decay: float, rms_eps: float) -> Callable:
-    """One pSGLD step (Li et al. 2016, Algorithm 1, Γ term dropped; see the module docstring).
-
-    Returns ``update(key, u, v, batch, h, temperature, first) -> (u, v)``.
-    """
-
-    def update(key, u, v, batch, h, temperature, first):
-        grad = g(u, batch)
-        v = jax.tree.map(lambda vi, gi: jnp.where(first, gi * gi, rms_decay * vi + (1 - rms_decay) * gi * gi), v, grad)
-        leaves, tree = jax.tree.flatten(u)
-        keys = jax.tree.unflatten(tree, list(jax.random.split(key, len(leaves))))
-
-        def move(ui, gi, vi, ki):
-            precond = 1.0 / (rms_eps + jnp.sqrt(vi))
-            noise = jax.random.normal(ki, ui.shape, ui.dtype)
-            return ui + h * precond * gi + jnp.sqrt(2.0 * h * precond * temperature) * noise
-
-        return jax.tree.map(move, u, grad, v, keys), v
-
-    return update
-
-
 # --------------------------------------------------------------------------------------
-# Fit
+# The algorithm
 # --------------------------------------------------------------------------------------
 
 
-def fit(model, x, y, *, seed: int, progress: bool, **o) -> Posterior:
-    """Sample the posterior of ``model`` given ``(x, y)`` by stochastic-gradient MCMC.
+class SGLDState(NamedTuple):
+    """position: site → ``(chains, *site_shape)`` unconstrained values; t: steps done (int32,
+    sets the schedule); lp: ``(chains,)`` the log-density estimate at the position the last
+    step started from; v: pSGLD's running mean of ĝ⊙ĝ, shaped like ``position`` (``None``
+    for the other variants); key: the chains' noise key, split on every step (the runner's
+    per-step key is not used, so a seed gives the draws of bnnpp 0.1)."""
 
-    Options (defaults in ``DEFAULTS``; formulas in the module docstring):
-    ``variant`` ``"sgld"`` | ``"psgld"`` | ``"sghmc"``; ``step_size`` the base step size
-    ``h`` (BlackJAX's convention: ``h = ε/2`` of Welling & Teh); ``schedule``
-    ``"constant"`` | ``"polynomial"`` (``decay_steps``, ``gamma``) | ``"cyclical"``
-    (``num_cycles``, ``exploration`` — the noise-free fraction of each cycle);
-    ``batch_size`` rows per minibatch (``None``: all rows); ``num_samples`` kept draws per
-    chain; ``burn_in`` steps discarded first; ``thinning`` steps per kept draw;
-    ``num_chains`` (vmapped); ``init_radius``: start uniform in (−r, r) on the unconstrained
-    space; sghmc: ``num_integration_steps``, ``friction`` (α); psgld: ``rms_decay`` (ρ),
-    ``rms_eps`` (λ); ``chunk_size``: segments (≈ draws) per compiled chunk.
+    position: dict
+    t: jax.Array
+    lp: jax.Array
+    v: dict | None
+    key: jax.Array
+
+
+class SGLDInfo(NamedTuple):
+    """loss: minus the mean over chains of the step's log-density estimate, scalar."""
+
+    loss: jax.Array
+
+
+def _keys(root) -> Keys:
+    key_init, key_model = jax.random.split(root)
+    return Keys(init=key_init, steps=jax.random.fold_in(key_model, 1), data=jax.random.fold_in(key_model, 2), sample=key_model)
+
+
+def build(model, x, y, options: SGLDOptions) -> Algorithm:
+    """Stochastic-gradient MCMC as an :class:`Algorithm` whose draws are emitted after every
+    kept step (module docstring).
 
     Returns:
-        A :class:`Posterior` with samples ``(num_chains, num_samples, *site_shape)`` of the
-        latent sites (constrained values; fewer draws if the run stopped at a NaN).
-        ``info["sample_stats"]``: ``step_size`` — the step size of the step each draw was
-        kept after — and ``lp`` — the minibatch estimate of the log joint on the
-        unconstrained space at each draw (the exact log joint when ``batch_size`` is
-        ``None``) — both ``(num_chains, num_samples)``. ``info["steps_run"]`` counts the SG
-        steps per chain whose results were kept; ``info["stopped_at"]`` is the first step
-        after which a position (or the log-density estimate at a segment's end) was not
-        finite, or ``None``.
-
-    Raises:
-        RuntimeError: the chains became non-finite before the first kept draw.
+        The algorithm; its posterior has samples ``(num_chains, num_samples, *site_shape)``
+        of the latent sites (constrained values; fewer draws if the run stopped at a NaN)
+        and ``sample_stats`` ``step_size`` and ``lp`` ``(num_chains, num_samples)``.
     """
     n = int(x.shape[0])
-    batch_size = o["batch_size"]  # ≤ n: checked by check_batch_size before fit is called
-    minibatch = batch_size is not None and batch_size < n
-    b = batch_size if minibatch else n
-    batches_per_epoch = n // b
-    variant, num_chains = o["variant"], int(o["num_chains"])
-    sched = Schedule.from_options(o)
-    ends, keep = sched.segments()
-    starts = np.concatenate([[0], ends[:-1]])
-    kept_steps = sched.kept_steps()
-
+    variant, num_chains = options.variant, int(options.num_chains)
+    sched = Schedule.from_options(options)
     sites = latent_sites(model, x, y)
     names = list(sites)
-    sizes = [math.prod(sites[k].shape) for k in names]
-    xj, yj = jax.device_put(x), jax.device_put(y)
-    key_init, key_model = jax.random.split(jax.random.PRNGKey(seed))
-
+    key_model = jax.random.PRNGKey(0)  # the models draw nothing random at a fixed position
     logdensity = logdensity_estimator(model, n, key_model)
-    grad = grad_estimator(model, n, key_model)
-    if variant == "sgld":
-        kernel = blackjax.sgld(grad)
-    elif variant == "sghmc":
-        kernel = blackjax.sghmc(grad, int(o["num_integration_steps"]), alpha=float(o["friction"]))
-    else:
-        psgld = _psgld_update(grad, float(o["rms_decay"]), float(o["rms_eps"]))
-    batch_axis = 0 if minibatch else None
+    value_and_grad = jax.value_and_grad(lambda u, b: logdensity(u, b)[0])
+    langevin = diffusions.overdamped_langevin()
+    sghmc = diffusions.sghmc(alpha=float(options.friction))
 
-    def init_fn(key):
-        k_pos, k_run = jax.random.split(key)
+    def init(key, data):
+        k_position, k_noise = jax.random.split(key)
         shapes = {name: s.shape for name, s in sites.items()}
-        u = jax.vmap(lambda k: init_uniform(shapes, k, o["init_radius"]))(jax.random.split(k_pos, num_chains))
-        state = {"t": jnp.int32(0), "segment": jnp.int32(0), "key": k_run, "u": u}
-        if variant == "psgld":
-            state["v"] = jax.tree.map(jnp.zeros_like, u)
-        if minibatch:
-            state["perm"] = jnp.zeros((num_chains, n), jnp.int32)
-        return state
+        u = jax.vmap(lambda k: init_uniform(shapes, k, options.init_radius))(jax.random.split(k_position, num_chains))
+        v = jax.tree.map(jnp.zeros_like, u) if variant == "psgld" else None
+        return SGLDState(u, jnp.zeros((), jnp.int32), jnp.zeros((num_chains,), jnp.float32), v, k_noise)
 
-    def batch_at(perm, t):
-        """Rows of step ``t`` for every chain: ``(C, B, ...)``."""
-        idx = jax.lax.dynamic_slice_in_dim(perm, (t % batches_per_epoch) * b, b, axis=1)
-        return xj[idx], yj[idx]
+    def one_chain(key, u, v, batch_data, h, temperature, first):
+        if variant == "sghmc":  # as blackjax.sghmc's kernel: fresh momentum, L integrator steps
+            def body(carry, k):
+                position, momentum, _ = carry
+                lp, grad = value_and_grad(position, batch_data)
+                position, momentum = sghmc(k, position, momentum, grad, h, temperature)
+                return (position, momentum, lp), None
 
-    def sg_step(t, carry):
-        state, bad = carry
-        key, k_perm, k_step = jax.random.split(state["key"], 3)
+            momentum = generate_gaussian_noise(key, u)
+            keys = jax.random.split(key, options.num_integration_steps)
+            (u, _, lp), _ = jax.lax.scan(body, (u, momentum, jnp.zeros(())), keys)
+            return u, v, lp
+        lp, grad = value_and_grad(u, batch_data)
+        if variant == "sgld":
+            return langevin(key, u, grad, h, temperature), v, lp
+        # pSGLD (Li et al. 2016, Algorithm 1; Γ dropped): RMSprop preconditioner from ĝ⊙ĝ
+        decay, eps = options.rms_decay, options.rms_eps
+        v = jax.tree.map(lambda vi, gi: jnp.where(first, gi * gi, decay * vi + (1 - decay) * gi * gi), v, grad)
+        precond = jax.tree.map(lambda vi: 1.0 / (eps + jnp.sqrt(vi)), v)
+        noise = generate_gaussian_noise(key, u)
+        u = jax.tree.map(lambda ui, gi, pi, ni: ui + h * pi * gi + jnp.sqrt(2.0 * h * pi * temperature) * ni, u, grad, precond, noise)
+        return u, v, lp
+
+    def step(key, state, batch_data):
+        next_key, _, key = jax.random.split(state.key, 3)
+        t = state.t
         h = jnp.asarray(sched.step_size_at(t), jnp.float32)
         temperature = jnp.where(sched.explores(t), 0.0, 1.0)
-        new = dict(state, key=key)
-        if minibatch:
-            new["perm"] = jax.lax.cond(
-                t % batches_per_epoch == 0,
-                lambda: jax.vmap(lambda k: jax.random.permutation(k, n).astype(jnp.int32))(
-                    jax.random.split(k_perm, num_chains)
-                ),
-                lambda: state["perm"],
-            )
-            batch = batch_at(new["perm"], t)
-        else:
-            batch = (xj, yj)
-        keys = jax.random.split(k_step, num_chains)
-        if variant == "psgld":
-            new["u"], new["v"] = jax.vmap(psgld, in_axes=(0, 0, 0, batch_axis, None, None, None))(
-                keys, state["u"], state["v"], batch, h, temperature, t == 0
-            )
-        else:
-            new["u"] = jax.vmap(kernel.step, in_axes=(0, 0, batch_axis, None, None))(
-                keys, state["u"], batch, h, temperature
-            )
-        finite = all_finite(new["u"])
-        bad = jnp.where((bad < 0) & ~finite, t, bad)
-        return new, bad
-
-    ends_j = jnp.asarray(ends, jnp.int32)
-
-    def segment(state):
-        start, end = state["t"], ends_j[state["segment"]]
-        state, bad = jax.lax.fori_loop(start, end, sg_step, (state, jnp.int32(-1)))
-        batch = batch_at(state["perm"], end - 1) if minibatch else (xj, yj)
-        def at_end(u, batch):
-            est, tr = logdensity(u, batch)
-            return est, [tr[name]["value"] for name in names]
-
-        lp, values = jax.vmap(at_end, in_axes=(0, batch_axis))(state["u"], batch)
-        values = [v.reshape(num_chains, -1) for v in values]
-        # one row per segment: lp per chain, the step offset of the first non-finite
-        # position (−1: none), then every chain's constrained values
-        offset = jnp.where(bad < 0, -1, bad - start).astype(lp.dtype)
-        row = jnp.concatenate([lp, offset[None], jnp.concatenate(values, axis=1).ravel().astype(lp.dtype)])
-        return dict(state, t=end, segment=state["segment"] + 1), row
-
-    num_segments = len(ends)
-    chunk_size = o["chunk_size"] or default_chunk_size(num_segments)
-    t0 = time.perf_counter()
-    lowered_init = jax.jit(init_fn).lower(key_init)
-    programs = compile_all(
-        {"init": lowered_init, "chunk": lower_chunk(segment, lowered_init.out_info, num_segments, chunk_size)}
-    )
-    compile_seconds = time.perf_counter() - t0
-
-    def postfix(rows):
-        return {"log density": f"{rows[:, :num_chains].mean():.4g}"}
-
-    res = drive(
-        programs["chunk"], programs["init"](key_init), num_segments, chunk_size, progress=progress,
-        desc=f"sgld ({variant})", postfix=postfix, compile_seconds=compile_seconds,
-    )
-
-    t0 = time.perf_counter()
-    rows = np.asarray(res.losses)
-    done = res.steps_run - (res.stopped_at is not None)  # segments whose results were kept
-    stopped_at = None
-    if res.stopped_at is not None:
-        # the step after which a position became non-finite, else the segment's last step
-        # (its positions were finite, their log-density estimate was not)
-        offset, seg = rows[-1, num_chains], res.stopped_at
-        stopped_at = int(starts[seg]) + int(offset) if np.isfinite(offset) and offset >= 0 else int(ends[seg]) - 1
-    rows = rows[:done][keep[:done]]
-    num_draws = rows.shape[0]
-    if num_draws == 0:
-        raise RuntimeError(
-            f"sgld ({variant}): the chains became NaN/inf at step {stopped_at}, before the first kept draw; "
-            f"lower step_size (now {o['step_size']}) or use a tighter prior"
+        v_axis = 0 if variant == "psgld" else None
+        u, v, lp = jax.vmap(one_chain, in_axes=(0, 0, v_axis, None, None, None, None), out_axes=(0, v_axis, 0))(
+            jax.random.split(key, num_chains), state.position, state.v, batch_data, h, temperature, t == 0
         )
-    lp = rows[:, :num_chains].T
-    flat = rows[:, num_chains + 1 :].reshape(num_draws, num_chains, -1)
-    samples = {}
-    for name, part in zip(names, np.split(flat, np.cumsum(sizes)[:-1], axis=2), strict=True):
-        samples[name] = np.ascontiguousarray(np.swapaxes(part, 0, 1)).reshape(num_chains, num_draws, *sites[name].shape)
-    step_sizes = np.asarray(sched.step_size_at(kept_steps[:num_draws]), np.float64)
-    info = {
-        "method": "sgld",
-        "seed": seed,
-        "options": dict(o),
-        "steps_run": int(ends[done - 1]) if done else 0,
-        "stopped_at": stopped_at,
-        "compile_seconds": compile_seconds,  # tracing + compiling init and the chunk (wall)
-        "run_seconds": res.run_seconds,
-        "sample_stats": {"step_size": np.broadcast_to(step_sizes, (num_chains, num_draws)).copy(), "lp": lp},
-    }
-    info["sample_seconds"] = time.perf_counter() - t0
-    return Posterior(samples, info, model, x, y, sites)
+        return SGLDState(u, t + 1, lp, v, next_key), SGLDInfo(-jnp.mean(lp))
 
+    def constrained(key, state):
+        x1, y1 = x[:1], y[:1]
 
-register(
-    Backend(
-        "sgld",
-        fit,
-        DEFAULTS,
-        validate,
-        "stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
-        validate_data=check_batch_size,
+        def values(u):
+            _, trace = logdensity(u, (x1, y1))
+            return {name: trace[name]["value"] for name in names}
+
+        return jax.vmap(values)(state.position)
+
+    def emit(key, state):
+        return constrained(key, state), {"lp": state.lp}
+
+    def sample(key, state, num_samples):
+        """The chains' current positions (the posterior's draws are the emitted ones)."""
+        return constrained(key, state)
+
+    return Algorithm(
+        init, step, sample, num_steps=sched.num_steps, num_samples=num_chains, batch_size=options.batch_size,
+        name=f"sgld ({variant})", num_chains=num_chains, emit=emit, emit_steps=sched.kept_steps(), keys=_keys,
+        kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)},
+        postfix=lambda info: {"log density": f"{-info.loss.mean():.4g}"},
     )
-)
+
+
+register(Method(
+    "sgld", SGLDOptions, build=build,
+    summary="stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
+))

@@ -1,4 +1,4 @@
-"""Convolutional classifiers as NumPyro models: the seed study's ``cnn`` and ``lenet5``."""
+"""Convolutional classifiers as NumPyro models: Zharikov, Isachenko & Bochkarev's ``cnn`` and ``lenet5``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["ARCHITECTURES", "ConvNet", "cnn", "convnet_from_spec", "lenet5"]
 #: every conv and dense layer but the output is followed by the activation, and the output
 #: layer ``dense`` with ``num_classes`` units is appended.
 ARCHITECTURES: dict[str, tuple[tuple, ...]] = {
-    # Zharikov et al. (seed study 000): 28² → conv 24² → pool 12² → conv 8² → pool 4²·32 = 512 → 64 → C
+    # Zharikov, Isachenko & Bochkarev: 28² → conv 24² → pool 12² → conv 8² → pool 4²·32 = 512 → 64 → C
     "cnn": (("conv", 32, 5, "VALID"), ("pool", 2), ("conv", 32, 5, "VALID"), ("pool", 2), ("dense", 64)),
     # LeCun et al. (1998): 28² → conv SAME 28²·6 → pool 14² → conv 10²·16 → pool 5² → conv 1²·120 → 84 → C
     "lenet5": (
@@ -129,7 +129,7 @@ def _build(architecture: str, prior, num_classes, activation) -> ConvNet:
 
 
 def cnn(prior: Prior | None = None, num_classes: int = 10, *, activation: str | None = None) -> ConvNet:
-    """The seed study's MNIST network (Zharikov, Isachenko & Bochkarev): conv 32 5×5 → max-pool 2 →
+    """The MNIST network of Zharikov, Isachenko & Bochkarev: conv 32 5×5 → max-pool 2 →
     conv 32 5×5 → max-pool 2 → dense 64 → dense ``num_classes``, ``tanh`` after every hidden
     layer, "VALID" convolutions (28×28 inputs reach the dense layer as 4·4·32 = 512 features).
 
@@ -147,7 +147,7 @@ def cnn(prior: Prior | None = None, num_classes: int = 10, *, activation: str | 
 
 
 def lenet5(prior: Prior | None = None, num_classes: int = 10, *, activation: str | None = None) -> ConvNet:
-    """LeNet-5 (LeCun et al. 1998) as in the seed study's Bayesian version: conv 6 5×5 ("SAME")
+    """LeNet-5 (LeCun et al. 1998) as in McAteer's Bayesian version: conv 6 5×5 ("SAME")
     → max-pool 2 → conv 16 5×5 → max-pool 2 → conv 120 5×5 → dense 84 → dense ``num_classes``,
     ``relu`` after every hidden layer (28×28 inputs: 28 → 14 → 10 → 5 → 1, so 120 features
     reach the dense layers; about 61,700 weights).

@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 from bnnpp.models.layers import dense
 from bnnpp.priors import Prior, normal, prior_from_spec
 
-__all__ = ["MLP", "mlp", "ACTIVATIONS", "LIKELIHOODS"]
+__all__ = ["ACTIVATIONS", "LIKELIHOODS", "MLP", "mlp"]
 
 ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     "tanh": jnp.tanh,

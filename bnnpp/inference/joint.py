@@ -1,6 +1,6 @@
 """The log joint of a NumPyro model on the unconstrained space, split into its prior and
-likelihood parts — what the backends that drive their own updates (``map``, ``bbb``,
-``sgld``) differentiate.
+likelihood parts — what the methods that drive their own updates (``map``, ``bbb``,
+``sgld``) differentiate, and the building blocks for writing a new method.
 
 A position ``u`` maps every latent site name to an unconstrained array; a site's value is
 ``biject_to(support)(u)`` (identity for weights, ``exp``/``softplus`` for scales), and the
@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
@@ -43,11 +45,11 @@ def latent_trace(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> d
     m = handlers.substitute(handlers.seed(model, key), substitute_fn=sub)
     for h in extra_handlers:
         m = h(m)
-    tr = handlers.trace(m).get_trace(x, y)
+    trace = handlers.trace(m).get_trace(x, y)
     for name in u:
-        if name in tr:
-            tr[name]["unconstrained"] = u[name]
-    return tr
+        if name in trace:
+            trace[name]["unconstrained"] = u[name]
+    return trace
 
 
 def _site_log_prob(site) -> jnp.ndarray:
@@ -68,10 +70,10 @@ def site_log_prior(site) -> jnp.ndarray:
     return lp
 
 
-def log_likelihood(tr: dict) -> jnp.ndarray:
-    """Sum of the observed sites' log-densities in trace ``tr`` (times a site's ``scale``), scalar."""
+def log_likelihood(trace: dict) -> jnp.ndarray:
+    """Sum of the observed sites' log-densities in trace ``trace`` (times a site's ``scale``), scalar."""
     total = jnp.zeros(())
-    for site in tr.values():
+    for site in trace.values():
         if site["type"] == "sample" and site["is_observed"]:
             total = total + _site_log_prob(site)
     return total
@@ -85,12 +87,12 @@ def joint_terms(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> tu
         log-density plus the log-Jacobian of its transform (scalar); ``log_likelihood`` sums
         the observed sites' log-densities over the rows given (scalar, not rescaled).
     """
-    tr = latent_trace(model, u, x, y, key, extra_handlers=extra_handlers)
+    trace = latent_trace(model, u, x, y, key, extra_handlers=extra_handlers)
     log_prior = jnp.zeros(())
-    for site in tr.values():
+    for site in trace.values():
         if site["type"] == "sample" and not site["is_observed"]:
             log_prior = log_prior + site_log_prior(site)
-    return log_prior, log_likelihood(tr), tr
+    return log_prior, log_likelihood(trace), trace
 
 
 def init_uniform(shapes: dict[str, tuple[int, ...]], key, radius: float) -> dict[str, jnp.ndarray]:
@@ -108,8 +110,8 @@ def init_uniform(shapes: dict[str, tuple[int, ...]], key, radius: float) -> dict
 
 def constrained_values(model: Callable, u: dict, x, y, key, names) -> dict[str, jnp.ndarray]:
     """The constrained values of the latent sites ``names`` at unconstrained position ``u``."""
-    tr = latent_trace(model, u, x, y, key)
-    return {name: tr[name]["value"] for name in names}
+    trace = latent_trace(model, u, x, y, key)
+    return {name: trace[name]["value"] for name in names}
 
 
 def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draws: int, seed: int = 0):
@@ -126,9 +128,6 @@ def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draw
     Returns:
         numpy float64 array ``(S,)``.
     """
-    import numpy as np
-    import numpyro.distributions as dist
-
     names = tuple(loc)
 
     def one(key):

@@ -1,0 +1,154 @@
+"""Atomic file output: a file, or a set of files, appears complete or not at all.
+
+Every writer in bnnpp and its benchmarks goes through these helpers instead of writing to a
+temporary name and renaming it by hand:
+
+- :func:`atomic_path` yields a temporary path beside the target, for writers that need a path
+  (netCDF, ``savefig(path)``, ``np.savez``); :func:`atomic_file` yields an open file object.
+  On success the file is flushed to disk and renamed over the target (``os.replace``), so a
+  reader sees the old file or the new one, never half of one; on any exception the temporary
+  file is removed and the target is left as it was.
+- :func:`publish_folder` yields a temporary folder; on success every file written at its top
+  level is moved into the output folder, and on any exception nothing is moved and the
+  temporary folder is removed.
+
+Temporary files are created with mode ``0o666`` and the process umask applies, so the result
+has the permissions of a file made by ``open(path, "w")`` (``0644`` under umask ``022``), not
+the ``0600`` of :func:`tempfile.mkstemp`. Temporary names start with ``.`` and keep the
+target's extension, for writers that pick a format from it.
+
+This module imports nothing from bnnpp.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO
+
+__all__ = ["atomic_file", "atomic_path", "publish_folder"]
+
+
+def _fsync(path: str) -> None:
+    """Flush a file's data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_folder(folder: str) -> None:
+    """Flush a folder's entries (a rename) to disk; a no-op where folders cannot be synced."""
+    try:
+        _fsync(folder)
+    except OSError:  # e.g. Windows, where a folder cannot be opened
+        pass
+
+
+def _reserve(folder: str, name: str) -> str:
+    """Create an empty, new file ``.<stem>.<random><ext>`` in ``folder`` with mode 0o666 less
+    the umask; returns its path."""
+    stem, ext = os.path.splitext(name)
+    for _ in range(100):
+        path = os.path.join(folder, f".{stem}.{secrets.token_hex(4)}{ext}")
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return path
+    raise FileExistsError(f"could not create a temporary file for {name} in {folder}")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[str]:
+    """Write ``path`` through a temporary file in the same folder.
+
+    The folder is created if missing. The caller writes the yielded path (an empty file
+    already exists there, so the name is reserved); when the ``with`` block ends without an
+    exception the file is synced to disk and renamed onto ``path``. On an exception the
+    temporary file is removed, ``path`` is untouched, and the exception propagates.
+
+    Yields:
+        The temporary path (a ``str``), in ``path``'s folder, with ``path``'s extension.
+    """
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{folder} is a file, not a folder: choose another path")
+    os.makedirs(folder, exist_ok=True)
+    tmp = _reserve(folder, os.path.basename(path))
+    try:
+        yield tmp
+        _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.remove(tmp)
+        raise
+    _fsync_folder(folder)
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
+    """Open ``path`` for writing so that it is replaced only once the ``with`` block succeeds.
+
+    Args:
+        path: the file to write (its folder is created if missing).
+        mode: ``"w"`` (text) or ``"wb"`` (binary).
+        **open_kwargs: passed to :func:`open` (``encoding``, ``newline``, ...).
+
+    Yields:
+        The open file object of a temporary file beside ``path``; see :func:`atomic_path` for
+        what happens on success and on an exception.
+    """
+    if mode not in ("w", "wt", "wb"):
+        raise ValueError(f"atomic_file writes a new file: mode must be 'w' or 'wb', got {mode!r}")
+    with atomic_path(path) as tmp:
+        with open(tmp, mode, **open_kwargs) as f:
+            yield f
+
+
+@contextmanager
+def publish_folder(out_dir: str | os.PathLike, prefix: str = ".bnnpp-") -> Iterator[str]:
+    """Write a set of files into ``out_dir`` all together: through a temporary folder whose
+    top-level files are moved into ``out_dir`` only when the ``with`` block succeeds.
+
+    The temporary folder is made inside ``out_dir`` when that folder exists (a command adding
+    files to a run folder), otherwise beside it in its parent (created if missing), and then
+    ``out_dir`` is created only on success: a failure leaves no new folder behind. Files in
+    ``out_dir`` with the names written are replaced; other files there are kept. On any
+    exception nothing is moved, and in every case the temporary folder is removed.
+
+    Args:
+        out_dir: the output folder.
+        prefix: start of the temporary folder's name (begin it with ``.`` to keep it hidden).
+
+    Yields:
+        The temporary folder's path (a ``str``): write the files into it.
+    """
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir} is a file: give a folder path")
+    if os.path.isdir(out_dir):
+        where = out_dir
+    else:
+        where = os.path.dirname(out_dir)
+        os.makedirs(where, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=where)
+    try:
+        yield tmp
+        names = sorted(os.listdir(tmp))
+        for name in names:
+            _fsync(os.path.join(tmp, name))
+        os.makedirs(out_dir, exist_ok=True)
+        for name in names:
+            os.replace(os.path.join(tmp, name), os.path.join(out_dir, name))
+        _fsync_folder(out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -1,0 +1,100 @@
+"""The contract every iterative method shares, after BlackJAX's ``SamplingAlgorithm`` /
+``VIAlgorithm`` and optax's ``GradientTransformation``: an :class:`Algorithm` is a tuple of
+pure functions over a typed state, and one runner (:mod:`bnnpp.inference.runner`) owns
+everything around them — compiling, chunked ``lax.scan``, minibatches, the NaN guard,
+progress bars, validation and building the :class:`~bnnpp.Posterior`.
+
+A method is one file that declares its options (:mod:`bnnpp.inference.options`) and a
+``build(model, x, y, options) -> Algorithm``; it registers itself with
+:func:`bnnpp.inference.registry.register`. ``Algorithm`` functions must trace inside
+``jit`` and ``vmap`` (the sweep vmaps them over seeds and prior hyperparameters), so they
+close over nothing but the model, static sizes and options.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+__all__ = ["Algorithm", "Keys", "default_keys"]
+
+ArrayTree = Any
+
+
+class Keys(NamedTuple):
+    """The PRNG keys of one fit, all derived from its seed.
+
+    Attributes:
+        init: for ``init``.
+        steps: step ``t`` gets ``jax.random.fold_in(steps, t)``.
+        data: epoch ``e``'s minibatch permutation uses ``jax.random.fold_in(data, e)``.
+        sample: for ``sample`` (or the first ``emit``).
+    """
+
+    init: jax.Array
+    steps: jax.Array
+    data: jax.Array
+    sample: jax.Array
+
+
+def default_keys(root: jax.Array) -> Keys:
+    """``Keys(*jax.random.split(root, 4))``."""
+    return Keys(*jax.random.split(root, 4))
+
+
+class Algorithm(NamedTuple):
+    """One inference method as pure functions, and the few facts the runner needs.
+
+    Functions (``data`` is ``(x, y)``, the full training set; a ``batch`` is ``(x_b, y_b)``):
+        init: ``init(key, data) -> state``, any pytree of arrays (typically a NamedTuple).
+        step: ``step(key, state, batch) -> (state, info)``; ``info`` is a NamedTuple of
+            arrays whose first field ``loss`` is the step's objective (its finiteness is what
+            the NaN guard checks per step); every field is kept per step as a trace.
+        sample: ``sample(key, state, num_samples) -> {site: (num_samples, *site_shape)}``,
+            constrained latent values drawn from the approximation in ``state`` (a point
+            estimate repeats its point).
+
+    Optional:
+        emit: ``emit(key, state) -> (draws, stats)`` for samplers whose draws are the chain's
+            states: ``draws`` ``{site: (chains, *site_shape)}`` and ``stats``
+            ``{name: (chains,)}``, taken after every step listed in ``emit_steps`` (a
+            sorted int array) — an output channel, not a loss. The posterior's draws are
+            then these outputs ``(chains, len(emit_steps), ...)`` and ``sample`` is not used.
+        kept_stats: ``kept_stats(steps) -> {name: (draws,)}``, per-draw statistics computed on
+            the host from the indices of the kept steps (e.g. a schedule's step size in
+            float64), added to the emitted ones for every chain.
+        approximation: ``approximation(state) -> Approximation`` built on the host from the
+            final state (after ``jax.device_get``), e.g. a mean-field Gaussian's loc/scale.
+        point: ``point(state) -> {site: unconstrained value}``, the position the runner's
+            validation evaluates (variational means, the MAP).
+        extras: ``extras(state) -> dict`` of JSON-safe facts from the final host state.
+        keys: ``keys(root) -> Keys`` when a method derives its keys differently from
+            :func:`default_keys`.
+        postfix: ``postfix(traces) -> dict`` of progress-bar entries from a chunk's ``info``
+            (host arrays); default: the mean loss.
+
+    Facts:
+        num_steps: steps to run. batch_size: rows per step (``None``: the full data).
+        num_samples: draws ``sample`` returns. num_chains: chains of ``emit`` (1 otherwise).
+        name: shown on the progress bar.
+    """
+
+    init: Callable[[jax.Array, Any], ArrayTree]
+    step: Callable[[jax.Array, ArrayTree, Any], tuple[ArrayTree, NamedTuple]]
+    sample: Callable[[jax.Array, ArrayTree, int], dict[str, jax.Array]]
+    num_steps: int
+    num_samples: int = 1
+    batch_size: int | None = None
+    name: str = ""
+    num_chains: int = 1
+    emit: Callable[[jax.Array, ArrayTree], tuple[dict, dict]] | None = None
+    emit_steps: np.ndarray | None = None
+    kept_stats: Callable[[np.ndarray], dict] | None = None
+    approximation: Callable[[ArrayTree], Any] | None = None
+    point: Callable[[ArrayTree], dict] | None = None
+    extras: Callable[[ArrayTree], dict] | None = None
+    keys: Callable[[jax.Array], Keys] | None = None
+    postfix: Callable[[NamedTuple], dict] | None = None

@@ -1,0 +1,64 @@
+"""Training data checked against a model before anything compiles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["check_data"]
+
+
+def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Validate training data for ``model`` before anything compiles.
+
+    Args:
+        data: ``(x, y)`` or a :class:`bnnpp.data.Dataset` (its training part is used).
+        model: the NumPyro model; its optional attributes ``likelihood``, ``num_classes`` and
+            ``input_rank`` sharpen the checks.
+
+    Returns:
+        ``x`` as float32 ``(n, ...)`` and ``y`` as int32 (classification) or float32 ``(n,)``.
+    """
+    if hasattr(data, "x_train") and hasattr(data, "y_train"):
+        x, y = data.x_train, data.y_train
+    elif isinstance(data, (tuple, list)) and len(data) == 2:
+        x, y = data
+    else:
+        raise TypeError("data must be (x, y) or a bnnpp.data.Dataset")
+    try:
+        x = np.asarray(x, dtype=np.float32)
+        y = np.asarray(y)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"x and y must be numeric arrays ({e})") from None
+    if y.dtype.kind not in "biuf":
+        raise TypeError(f"y must be numeric, got dtype {y.dtype}")
+    if x.ndim == 0 or x.shape[0] == 0:
+        raise ValueError("data is empty: x needs at least one row")
+    rank = getattr(model, "input_rank", None)
+    if rank is not None and x.ndim != rank:
+        hint = "; reshape a single feature with x.reshape(-1, 1)" if x.ndim == 1 and rank == 2 else ""
+        layout = "(n, features)" if rank == 2 else "(n, height, width, channels)" if rank == 4 else f"rank {rank}"
+        raise ValueError(f"x must have rank {rank} {layout}, got shape {x.shape}{hint}")
+    if y.ndim != 1:
+        raise ValueError(f"y must be 1-D with one target per row of x, got shape {y.shape}")
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}: pass one target per row")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("x contains NaN or inf: drop or impute those rows before fitting")
+    if not np.all(np.isfinite(y.astype(np.float64))):
+        raise ValueError("y contains NaN or inf: drop or impute those rows before fitting")
+    likelihood = getattr(model, "likelihood", None)
+    if likelihood in ("categorical", "bernoulli"):
+        k = int(getattr(model, "num_classes", 2) or 2)
+        if np.any(y != np.round(y)):
+            raise ValueError("classification labels must be integers 0..num_classes-1")
+        if y.min() < 0 or y.max() >= k:
+            raise ValueError(
+                f"labels must lie in [0, {k}) for num_classes={k}, got range [{y.min()}, {y.max()}]; "
+                "re-code the labels or set num_classes"
+            )
+        return x, y.astype(np.int32)
+    if likelihood == "gaussian":
+        return x, y.astype(np.float32)
+    return x, (y.astype(np.int32) if y.dtype.kind in "biu" else y.astype(np.float32))

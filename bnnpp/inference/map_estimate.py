@@ -1,0 +1,104 @@
+"""``map``: maximum a posteriori point estimate with optax — the deterministic baseline.
+
+The objective is the negative log joint (prior + likelihood) of the model on the
+unconstrained space (see :mod:`bnnpp.inference.joint`). Weights are unconstrained, so for
+them this is the usual MAP (with ``priors.flat()``: maximum likelihood). Hierarchical scale
+and noise sites are optimised as ``log σ`` including the log-Jacobian: the mode of the
+density of ``log σ``, which stays away from the σ → 0 spike of the joint density of weights
+and their scale. With minibatches the likelihood is scaled by N/B, so each step's loss is an
+unbiased estimate of the full negative log joint.
+
+The posterior has one chain and one draw, so ``predict``, ``to_arviz`` and ``save`` work as
+for every other method (all uncertainty is aleatoric).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
+from bnnpp.inference.options import Options, optimizer, optimizer_of, option, optional, positive_float, positive_int
+from bnnpp.inference.registry import Method, register
+from bnnpp.introspection import latent_sites
+
+__all__ = [
+    "DEFAULTS","MAPInfo", "MAPOptions", "MAPState", "build"]
+
+
+@dataclass(frozen=True)
+class MAPOptions(Options):
+    """Options of ``method="map"``."""
+
+    exclusive = (("optimizer", "learning_rate"),)
+
+    num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
+    batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
+    learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
+    optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+
+DEFAULTS = MAPOptions.defaults()
+"""Every option's default (the dict of bnnpp 0.1)."""
+
+
+class MAPState(NamedTuple):
+    """position: site → unconstrained value; opt_state: the optimizer's state."""
+
+    position: dict
+    opt_state: Any
+
+
+class MAPInfo(NamedTuple):
+    """loss: the (minibatch estimate of the) negative log joint, scalar."""
+
+    loss: jax.Array
+
+
+def _keys(root) -> Keys:
+    # bnnpp 0.1's derivation, so that a seed gives the same fit as before
+    key_init, key_model = jax.random.split(root)
+    return Keys(init=key_init, steps=key_model, data=jax.random.fold_in(key_init, 1), sample=key_model)
+
+
+def build(model, x, y, options: MAPOptions) -> Algorithm:
+    """MAP as an :class:`Algorithm`; ``sample`` repeats the mode ``(num_samples, *site)``."""
+    opt = optimizer_of(options)
+    sites = latent_sites(model, x, y)
+    n = x.shape[0]
+    batch = options.batch_size or n
+    key_model = _keys(jax.random.PRNGKey(0)).steps  # the model draws nothing random; a fixed key
+
+    def init(key, data):
+        u = init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius)
+        return MAPState(u, opt.init(u))
+
+    def neg_log_joint(u, xb, yb):
+        log_prior, log_lik, _ = joint_terms(model, u, xb, yb, key_model)
+        return -(log_prior + (n / batch) * log_lik)
+
+    def step(key, state, batch_data):
+        loss, grads = jax.value_and_grad(neg_log_joint)(state.position, *batch_data)
+        updates, opt_state = opt.update(grads, state.opt_state, state.position)
+        return MAPState(optax.apply_updates(state.position, updates), opt_state), MAPInfo(loss)
+
+    def sample(key, state, num_samples):
+        # latent shapes do not depend on n: one row is enough to run the model
+        values = constrained_values(model, state.position, x[:1], y[:1], key_model, sites)
+        return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (num_samples, *jnp.shape(v))), values)
+
+    return Algorithm(
+        init, step, sample, num_steps=options.num_steps, num_samples=1, batch_size=options.batch_size, name="map",
+        point=lambda state: state.position, keys=_keys,
+        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+    )
+
+
+register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)"))

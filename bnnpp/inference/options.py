@@ -1,0 +1,249 @@
+"""Each method's options as one frozen dataclass: defaults, validation, help text and
+choices in one place. ``bnnpp.fit`` checks the options a user passes against it before
+anything compiles, and the CLI generates its flags from it.
+
+A method declares its options as fields made with :func:`option`::
+
+    @dataclass(frozen=True)
+    class MyOptions(Options):
+        num_steps: int = option(1000, "optimisation steps", check=positive_int, flag="steps")
+        guide: str = option("normal", "variational family", choices=("normal", "lowrank"))
+
+Checks are functions ``check(name, value)`` that raise ``ValueError``/``TypeError`` with a
+one-line message; :meth:`Options.check` (override it) adds checks across fields and
+:meth:`Options.check_data` checks that need the training data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import optax
+
+__all__ = [
+    "OptionSpec",
+    "Options",
+    "check_batch_size",
+    "fraction",
+    "non_negative_int",
+    "one_of",
+    "optimizer",
+    "optimizer_of",
+    "option",
+    "optional",
+    "positive_float",
+    "positive_int",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Value checks: check(name, value) -> None, raising a one-line ValueError/TypeError
+# --------------------------------------------------------------------------------------
+
+
+def positive_int(name: str, value) -> None:
+    """Raise unless ``value`` is an integer ≥ 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+
+
+def non_negative_int(name: str, value) -> None:
+    """Raise unless ``value`` is an integer ≥ 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
+
+
+def positive_float(name: str, value) -> None:
+    """Raise unless ``value`` is a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (
+        math.isfinite(value) and value > 0
+    ):
+        raise ValueError(f"{name} must be a positive number, got {value!r}")
+
+
+def boolean(name: str, value) -> None:
+    """Raise unless ``value`` is True or False."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+
+
+def optimizer(name: str, value) -> None:
+    """Raise unless ``value`` is ``None`` or an optax GradientTransformation."""
+    if value is not None and not (hasattr(value, "init") and hasattr(value, "update")):
+        raise TypeError(f"{name} must be an optax GradientTransformation such as optax.adam(1e-2), got {value!r}")
+
+
+def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    """``check`` that also accepts ``None``."""
+
+    def inner(name: str, value) -> None:
+        if value is not None:
+            check(name, value)
+
+    return inner
+
+
+def fraction(low: float = 0.0, high: float = 1.0, *, low_open: bool, high_open: bool) -> Callable[[str, Any], None]:
+    """A check that the value is a number in the interval between ``low`` and ``high``."""
+
+    def inner(name: str, value) -> None:
+        ok = (
+            not isinstance(value, bool)
+            and isinstance(value, (int, float, np.floating, np.integer))
+            and math.isfinite(value)
+            and (value > low if low_open else value >= low)
+            and (value < high if high_open else value <= high)
+        )
+        if not ok:
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+            raise ValueError(f"{name} must be a number in {interval}, got {value!r}")
+
+    return inner
+
+
+def one_of(name: str, value, choices: tuple) -> None:
+    """Raise unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def optimizer_of(options) -> Any:
+    """The optax transformation of options with ``optimizer`` and ``learning_rate`` fields:
+    ``options.optimizer`` when given, else Adam at ``options.learning_rate``."""
+    return options.optimizer if options.optimizer is not None else optax.adam(options.learning_rate)
+
+
+def check_batch_size(batch_size: int | None, x: np.ndarray) -> None:
+    """Raise unless ``batch_size`` is ``None`` or at most the number of rows of ``x``."""
+    n = int(x.shape[0])
+    if batch_size is not None and batch_size > n:
+        raise ValueError(
+            f"batch_size {batch_size} is larger than the {n} training rows; use batch_size ≤ {n} or None for full batch"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Option fields and the Options base
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """What the CLI and the checks know about one option.
+
+    Attributes:
+        name: the keyword of ``bnnpp.fit``.
+        default: its default.
+        help: one line of help text.
+        check: ``check(name, value)``, or ``None``.
+        choices: the allowed values, or ``None``.
+        flag: the CLI flag without dashes (``"steps"`` → ``--steps``); ``None``: not on the
+            command line (Python objects such as an optax optimizer).
+        type: the CLI's value type (``int``, ``float``, ``str``, ``bool`` for a switch).
+    """
+
+    name: str
+    default: Any
+    help: str
+    check: Callable[[str, Any], None] | None
+    choices: tuple | None
+    flag: str | None
+    type: type
+
+    @property
+    def cli_flag(self) -> str | None:
+        """``--flag-name`` or ``None``."""
+        return None if self.flag is None else "--" + self.flag.replace("_", "-")
+
+
+def option(
+    default: Any,
+    help: str,
+    *,
+    check: Callable[[str, Any], None] | None = None,
+    choices: tuple | None = None,
+    flag: str | None | bool = True,
+    type: type | None = None,
+) -> Any:
+    """A dataclass field of an :class:`Options` class (see the module docstring).
+
+    ``flag=True`` (default) names the CLI flag after the option, a string names it, and
+    ``False`` keeps the option off the command line. ``type`` defaults to the default's type.
+    """
+    meta = {"help": help, "check": check, "choices": None if choices is None else tuple(choices), "flag": flag, "type": type}
+    return dataclasses.field(default=default, metadata={"bnnpp": meta})
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of every method's options dataclass (frozen; see the module docstring).
+
+    Class attributes:
+        exclusive: pairs of options that must not be given together (the first replaces
+            the second, e.g. ``("optimizer", "learning_rate")``).
+    """
+
+    exclusive: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def __post_init__(self):
+        for spec in self.specs():
+            value = getattr(self, spec.name)
+            if spec.choices is not None:
+                one_of(spec.name, value, spec.choices)
+            if spec.check is not None:
+                spec.check(spec.name, value)
+        self.check()
+
+    def check(self) -> None:
+        """Checks across fields (override); raise ValueError/TypeError with one line."""
+
+    def check_data(self, x: np.ndarray, y: np.ndarray) -> None:
+        """Checks that need the training data, run before anything compiles (override;
+        the default checks a ``batch_size`` field against the rows)."""
+        if "batch_size" in self.names():
+            check_batch_size(self.batch_size, x)
+
+    @classmethod
+    def specs(cls) -> tuple[OptionSpec, ...]:
+        """Every option's :class:`OptionSpec`, in declaration order."""
+        out = []
+        for f in dataclasses.fields(cls):
+            meta = f.metadata.get("bnnpp", {})
+            flag = meta.get("flag", True)
+            flag = f.name if flag is True else (None if flag is False else flag)
+            kind = meta.get("type") or (type(f.default) if f.default is not None else str)
+            out.append(OptionSpec(f.name, f.default, meta.get("help", ""), meta.get("check"), meta.get("choices"), flag, kind))
+        return tuple(out)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """The option names."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Option name → default."""
+        return {spec.name: spec.default for spec in cls.specs()}
+
+    @classmethod
+    def parse(cls, method: str, given: dict[str, Any]) -> Options:
+        """The options from keyword arguments: unknown names and exclusive pairs are
+        rejected, then every value is checked (one-line ValueError/TypeError)."""
+        unknown = sorted(set(given) - set(cls.names()))
+        if unknown:
+            raise ValueError(
+                f"method {method!r} does not take option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(cls.names()))}"
+            )
+        for a, b in cls.exclusive:
+            if a in given and b in given:
+                raise ValueError(f"pass either {a} or {b}, not both: {a} replaces {b}")
+        return cls(**given)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Option name → value (shallow)."""
+        return {name: getattr(self, name) for name in self.names()}

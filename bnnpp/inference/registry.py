@@ -1,0 +1,185 @@
+"""Method name → how to fit it: its options dataclass and its algorithm (or, for methods
+driven by another library's loop such as NumPyro's ``MCMC``, a ``fit`` of its own that
+builds its :class:`~bnnpp.Posterior` the same way)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.checks import check_data
+from bnnpp.inference.options import Options
+from bnnpp.inference.runner import run
+from bnnpp.posterior import Posterior
+
+__all__ = ["Backend", "Method", "get_backend", "get_method", "register", "registered"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A registered inference method.
+
+    Attributes:
+        name: the ``method=`` string.
+        options: the method's :class:`~bnnpp.inference.options.Options` dataclass.
+        build: ``build(model, x, y, options) -> Algorithm`` for methods the runner drives.
+        fit: ``fit(model, x, y, options, *, seed, progress) -> Posterior`` for methods with a
+            loop of their own (exactly one of ``build`` and ``fit`` is given).
+        summary: one line for help texts.
+    """
+
+    name: str
+    options: type[Options]
+    build: Callable[[Callable, np.ndarray, np.ndarray, Any], Algorithm] | None = None
+    fit: Callable[..., Posterior] | None = None
+    summary: str = ""
+
+    def __post_init__(self):
+        if (self.build is None) == (self.fit is None):
+            raise TypeError(f"method {self.name!r}: give exactly one of build (runner-driven) or fit (own loop)")
+
+    # -- options --------------------------------------------------------------------
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Every option the method takes, with its default."""
+        return self.options.defaults()
+
+    @property
+    def exclusive(self) -> tuple[tuple[str, str], ...]:
+        """Pairs of options that must not be given together."""
+        return self.options.exclusive
+
+    def parse(self, given: dict[str, Any]) -> Options:
+        """The checked options dataclass from keyword arguments (one-line errors)."""
+        return self.options.parse(self.name, given)
+
+    def check_options(self, given: dict[str, Any]) -> dict[str, Any]:
+        """Reject unknown options, validate values, return the defaults updated with ``given``."""
+        return self.parse(given).as_dict()
+
+    def validate_data(self, options: dict[str, Any] | Options, x: np.ndarray, y: np.ndarray) -> None:
+        """The data-dependent option checks (e.g. ``batch_size`` against the rows)."""
+        # a dict here is the full merged option set (check_options' result), so it is built
+        # directly: the exclusive pairs were checked on what the user gave
+        opts = options if isinstance(options, Options) else self.options(**{**self.defaults, **options})
+        opts.check_data(x, y)
+
+    # -- fitting --------------------------------------------------------------------
+
+    def run(self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool) -> Posterior:
+        """Fit checked data with checked options (see :func:`bnnpp.fit`)."""
+        if self.fit is not None:
+            return self.fit(model, x, y, options, seed=seed, progress=progress)
+        algorithm = self.build(model, x, y, options)
+        validation = getattr(options, "validation_data", None)
+        if validation is not None:  # shapes checked by Options.check_data; labels against the model here
+            try:
+                validation = check_data(tuple(validation), model)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"validation_data: {e}") from None
+        return run(
+            algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
+            chunk_size=getattr(options, "chunk_size", None), validation_data=validation,
+        )
+
+
+Backend = Method
+"""The name of :class:`Method` in bnnpp 0.1."""
+
+
+def _recorded(options: Options) -> dict[str, Any]:
+    """The options as recorded in a posterior: validation data as its shapes, not its values."""
+    out = options.as_dict()
+    v = out.get("validation_data")
+    if v is not None:
+        out["validation_data"] = [list(np.shape(a)) for a in v]
+    return out
+
+
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Add a method to the registry under ``method.name`` (replacing one of that name); returns it."""
+    if not isinstance(method, Method):
+        raise TypeError(f"register takes a bnnpp.inference.registry.Method, got {type(method).__name__}")
+    _REGISTRY[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    """Remove a method (for tests that register a temporary one)."""
+    _REGISTRY.pop(name, None)
+
+
+def registered() -> tuple[str, ...]:
+    """Names of the registered methods, sorted."""
+    return tuple(sorted(_REGISTRY))
+
+
+def get_method(name: str) -> Method:
+    """The method registered as ``name``; ValueError listing the registered ones otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown method {name!r}; registered methods: {', '.join(registered())}")
+    return _REGISTRY[name]
+
+
+get_backend = get_method
+
+
+@dataclass(frozen=True)
+class CommandLineOption:
+    """One inference flag of ``bnnpp fit``, merged over the methods that take it.
+
+    Attributes:
+        flag: ``--steps``; dest: the argparse destination (``steps``); option: the keyword of
+            :func:`bnnpp.fit` (``num_steps``); type: ``int``, ``float``, ``str`` or ``bool``
+            (a switch); choices: the allowed values (union over methods) or ``None``;
+            help: the help text; takers: method → its default, for every method that takes it.
+    """
+
+    flag: str
+    dest: str
+    option: str
+    type: type
+    choices: tuple | None
+    help: str
+    takers: dict[str, Any]
+
+
+def command_line_options() -> list[CommandLineOption]:
+    """Every command-line flag of the registered methods' options (those with a ``flag``), in
+    order of first appearance over the methods sorted by name: the CLI generates its flags
+    from this, so a new option or choice needs one edit, in its options dataclass.
+
+    Raises:
+        TypeError: two methods give one flag different option names or types.
+    """
+    merged: dict[str, CommandLineOption] = {}
+    for name in registered():
+        for spec in get_method(name).options.specs():
+            if spec.flag is None:
+                continue
+            known = merged.get(spec.flag)
+            if known is None:
+                merged[spec.flag] = CommandLineOption(
+                    spec.cli_flag, spec.flag, spec.name, spec.type, spec.choices, spec.help, {name: spec.default}
+                )
+                continue
+            if (known.option, known.type) != (spec.name, spec.type):
+                raise TypeError(
+                    f"flag {spec.cli_flag} means {known.option} ({known.type.__name__}) for "
+                    f"{', '.join(known.takers)} but {spec.name} ({spec.type.__name__}) for {name}: rename one"
+                )
+            choices = known.choices
+            if spec.choices is not None:
+                choices = tuple(dict.fromkeys((*(choices or ()), *spec.choices)))
+            merged[spec.flag] = CommandLineOption(
+                known.flag, known.dest, known.option, known.type, choices, known.help, {**known.takers, name: spec.default}
+            )
+    return list(merged.values())

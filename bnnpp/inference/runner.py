@@ -1,0 +1,455 @@
+"""The one driver around every :class:`~bnnpp.inference.algorithm.Algorithm`.
+
+It owns, once for all methods:
+
+* **compiling**: ``init``, one training chunk and ``sample`` (and the validation pass) are
+  traced first and compiled side by side; nothing runs eagerly and nothing compiles twice.
+  Compilation dominates small BNN fits, so one program per phase matters more than any
+  per-step tuning.
+* **chunked ``lax.scan``**: steps run in compiled chunks of ``chunk_size``; the progress bar
+  moves between chunks, so there is no host round-trip per step. Every chunk has the same
+  shape (steps past the end are masked), so it compiles once.
+* **minibatches on the device**: with ``batch_size = B < N`` the rows are reshuffled at the
+  start of every epoch of ``M = N // B`` steps (``jax.random.permutation`` with the key
+  ``fold_in(keys.data, epoch)``) and step ``t`` takes the ``t mod M``-th block of ``B``
+  rows; the ``N mod B`` rows left over are skipped for that epoch. Each batch is a uniformly
+  random subset drawn without replacement.
+* **the NaN guard**: each step's ``info.loss`` is checked, and the whole state once per
+  chunk. A chunk that fails either check is re-run from its input by a chunk that checks
+  the whole state after every step (compiled only then), so training stops at the first
+  non-finite step and keeps the state before it, with a warning.
+* **an output channel** for samplers (``Algorithm.emit``): the steps are grouped into
+  segments that end at the kept steps, each segment a ``fori_loop`` of steps; a segment's
+  row carries the emitted draws, which leave the device once per chunk as scan outputs.
+* **validation**: with ``validation_data=(x_val, y_val)`` (an option of methods whose
+  algorithm has a ``point``), the network at that point is scored on the device after
+  every chunk: error rate for classifiers, RMSE for Gaussian regression.
+* **building the Posterior**: draws, the typed approximation, traces, sample statistics,
+  seconds.
+
+:func:`trace_fit` is the same fit as one pure function, without the guard, the bar or the
+host: what :func:`bnnpp.sweep.sweep` ``vmap``s over seeds and prior hyperparameters.
+
+The file is a little over 400 lines because it is the one driver: keeping the loop, its
+guard and the construction of the Posterior together lets it be read top to bottom.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
+from bnnpp.inference.validation import validation_batches, validation_error
+from bnnpp.introspection import latent_sites
+from bnnpp.posterior import FitStats, Posterior
+
+__all__ = ["RunState", "all_finite", "default_chunk_size", "run", "segments", "trace_fit"]
+
+PIECES = 100
+"""Runs of steps between kept draws are cut so that they take at most about this many segments."""
+
+
+class RunState(NamedTuple):
+    """The runner's loop state around the algorithm's.
+
+    Attributes:
+        state: the algorithm's state.
+        t: steps done, int32 scalar.
+        perm: this epoch's row permutation ``(N,)`` int32 (``(0,)`` without minibatches).
+    """
+
+    state: Any
+    t: jax.Array
+    perm: jax.Array
+
+
+def all_finite(tree) -> jax.Array:
+    """True when every floating-point leaf of ``tree`` is finite (a scalar bool array)."""
+    leaves = [jnp.all(jnp.isfinite(leaf)) for leaf in jax.tree_util.tree_leaves(tree) if jnp.issubdtype(leaf.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
+
+
+def default_chunk_size(num_units: int, updates: int = 20, minimum: int = 10) -> int:
+    """Steps per compiled chunk so that the bar updates about ``updates`` times, but at least
+    ``minimum`` steps (or all of them): every chunk call returns a fresh copy of the state
+    and checks it, which on a wide net costs about as much as a step."""
+    return max(1, min(num_units, max(minimum, math.ceil(num_units / updates))))
+
+
+def segments(num_steps: int, emit_steps: np.ndarray, pieces: int = PIECES) -> tuple[np.ndarray, np.ndarray]:
+    """Segment ends (exclusive) ``(num_segments,)`` and whether each ends at an emitted step.
+
+    Every emitted step ends a segment; a longer run of steps between them is cut into
+    pieces of at most ``max(gap, ceil(num_steps / pieces))`` steps, where ``gap`` is the
+    smallest distance between emitted steps, so that the bar moves during burn-in.
+    """
+    emit_steps = np.asarray(emit_steps, np.int64)
+    gap = int(np.min(np.diff(emit_steps))) if emit_steps.size > 1 else 1
+    piece = max(gap, math.ceil(num_steps / pieces))
+    ends: list[int] = []
+    keep: list[bool] = []
+    start = 0
+    for end in emit_steps + 1:
+        while end - start > piece:
+            start += piece
+            ends.append(start)
+            keep.append(False)
+        ends.append(int(end))
+        keep.append(True)
+        start = int(end)
+    return np.asarray(ends, np.int64), np.asarray(keep, bool)
+
+
+# --------------------------------------------------------------------------------------
+# One unit of work (a step, or a segment of steps for emitting samplers), as pure functions
+# --------------------------------------------------------------------------------------
+
+
+class _Plan(NamedTuple):
+    algorithm: Algorithm
+    keys: Keys
+    n: int
+    batch: int
+    num_batches: int
+    ends: np.ndarray | None  # segment ends (emitting algorithms), else None
+    keep: np.ndarray | None
+
+
+def _plan(algorithm: Algorithm, root: jax.Array, n: int) -> _Plan:
+    batch = algorithm.batch_size or n
+    keys = (algorithm.keys or default_keys)(root)
+    ends = keep = None
+    if algorithm.emit is not None:
+        ends, keep = segments(algorithm.num_steps, algorithm.emit_steps)
+    return _Plan(algorithm, keys, n, batch, n // batch, ends, keep)
+
+
+def _num_units(plan: _Plan) -> int:
+    return plan.algorithm.num_steps if plan.ends is None else len(plan.ends)
+
+
+def _init(plan: _Plan, data) -> RunState:
+    perm = jnp.arange(plan.n, dtype=jnp.int32) if plan.batch < plan.n else jnp.zeros((0,), jnp.int32)
+    return RunState(plan.algorithm.init(plan.keys.init, data), jnp.zeros((), jnp.int32), perm)
+
+
+def _one_step(plan: _Plan, rs: RunState, data):
+    """One step of the algorithm on this step's minibatch."""
+    t, perm = rs.t, rs.perm
+    if plan.batch == plan.n:
+        batch = data
+    else:  # reshuffle on the device at the start of each epoch, then gather the minibatch
+        i = t % plan.num_batches
+        perm = jax.lax.cond(
+            i == 0,
+            lambda: jax.random.permutation(jax.random.fold_in(plan.keys.data, t // plan.num_batches), plan.n).astype(jnp.int32),
+            lambda: perm,
+        )
+        idx = jax.lax.dynamic_slice(perm, (i * plan.batch,), (plan.batch,))
+        batch = jax.tree_util.tree_map(lambda a: a[idx], data)
+    state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, t), rs.state, batch)
+    return RunState(state, t + 1, perm), info
+
+
+def _unit(plan: _Plan, rs: RunState, index, data):
+    """Unit ``index``: one step (``row = (info, None, -1)``), or for emitting algorithms the
+    segment of steps up to ``ends[index]`` (``row = (last info, emitted, first bad step or
+    -1)``). Returns ``(rs, row, ok)``; ``ok`` is False when a loss or an output is not finite."""
+    if plan.ends is None:
+        rs, info = _one_step(plan, rs, data)
+        row = (info, None, jnp.int32(-1))
+        return rs, row, all_finite(info)
+    info_shape = jax.eval_shape(lambda r: _one_step(plan, r, data)[1], rs)
+    info0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info_shape)
+
+    def body(_, carry):
+        r, _info, bad = carry
+        r_new, info = _one_step(plan, r, data)
+        bad = jnp.where((bad < 0) & ~all_finite(info.loss), r.t, bad)
+        return r_new, info, bad
+
+    end = jnp.asarray(plan.ends, jnp.int32)[index]
+    rs, info, bad = jax.lax.fori_loop(rs.t, end, body, (rs, info0, jnp.int32(-1)))
+    emitted = plan.algorithm.emit(jax.random.fold_in(plan.keys.sample, index), rs.state)
+    return rs, (info, emitted, bad), all_finite((info, emitted)) & (bad < 0)
+
+
+def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str):
+    """Lower (not compile) one chunk of ``chunk_size`` units in a ``lax.scan``:
+    ``((rs, stopped, bad_unit), start, data) -> (carry, rows)``.
+
+    ``guard="loss"``: a unit is checked by its outputs only and the whole state once at the
+    chunk's end (a failed chunk's state is unusable: :func:`_drive` re-runs it with
+    ``guard="step"``). ``guard="step"``: the whole new state is checked after every unit and
+    a failing unit is not applied, so the carry holds the last finite state.
+    """
+    num_units = _num_units(plan)
+    abstract = lambda tree: jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)  # noqa: E731
+    rs_shape, data_shape = abstract(rs_shape), abstract(data)
+    row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], rs_shape, data_shape)
+
+    def chunk(carry, start, data):
+        def body(c, i):
+            rs, stopped, bad_unit = c
+            index = start + i
+            active = jnp.logical_and(~stopped, index < num_units)
+
+            def do(r):
+                new, row, ok = _unit(plan, r, index, data)
+                return new, row, (ok & all_finite(new.state)) if guard == "step" else ok
+
+            def skip(r):
+                row = jax.tree_util.tree_map(
+                    lambda s: jnp.full(s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else -1, s.dtype), row_shape
+                )
+                return r, row, jnp.array(True)
+
+            new, row, ok = jax.lax.cond(active, do, skip, rs)
+            bad = jnp.logical_and(active, ~ok)
+            if guard == "step":
+                new = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, rs)
+            return (new, jnp.logical_or(stopped, bad), jnp.where(bad, index, bad_unit)), row
+
+        carry, rows = jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
+        if guard == "loss":  # one whole-state check per chunk instead of one per step
+            rs, stopped, bad_unit = carry
+            broken = ~all_finite(rs.state)
+            carry = (rs, jnp.logical_or(stopped, broken), jnp.where(broken & (bad_unit < 0), start, bad_unit))
+        return carry, rows
+
+    carry = (rs_shape, jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
+    return jax.jit(chunk).lower(carry, jax.ShapeDtypeStruct((), jnp.int32), data_shape)
+
+
+def compile_all(lowered: dict[str, Any]) -> dict[str, Any]:
+    """Compile several lowered programs at once, one thread each, so that they overlap on a
+    multi-core machine. Returns the compiled programs under the same keys."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(lowered), os.cpu_count() or 1))) as pool:
+        futures = {k: pool.submit(v.compile) for k, v in lowered.items()}
+        return {k: f.result() for k, f in futures.items()}
+
+
+def _mean_loss(info) -> dict:
+    return {"loss": f"{np.nanmean(np.asarray(info.loss)):.4g}"}
+
+
+def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_size: int, *, progress: bool, desc: str,
+           postfix: Callable, after_chunk: Callable | None, total_steps: Callable[[int], int]):
+    """Run compiled chunks until every unit is done or one is not finite.
+
+    Returns ``(rs, rows, units_run, bad_unit, seconds_recompiling)``: the last finite state,
+    the rows of every unit attempted (host arrays, the last one the bad one if stopped), and
+    the index of the first non-finite unit or ``None``."""
+    carry = (rs, jnp.array(False), jnp.array(-1, jnp.int32))
+    pieces: list = []
+    careful = None
+    recompile = 0.0
+    done_steps = 0
+    with tqdm(total=total_steps(num_units), desc=desc, disable=not progress, leave=False, dynamic_ncols=True) as bar:
+        for start in range(0, num_units, chunk_size):
+            carry_in = carry  # not donated, so still valid after the call
+            carry, rows = chunk(carry, jnp.int32(start), data)
+            if bool(carry[1]):  # re-run the chunk with the exact per-unit guard
+                if careful is None:
+                    t0 = time.perf_counter()
+                    careful = recover()
+                    recompile += time.perf_counter() - t0
+                carry, rows = careful(carry_in, jnp.int32(start), data)
+            valid = max(0, min(chunk_size, num_units - start))
+            stopped = bool(carry[1])
+            if stopped:
+                valid = int(carry[2]) - start + 1
+            rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[:valid], jax.device_get(rows))
+            pieces.append(rows)
+            steps_now = total_steps(start + valid)
+            bar.update(steps_now - done_steps)
+            done_steps = steps_now
+            info = rows[0]
+            finite = np.all(np.isfinite(np.asarray(info.loss).reshape(valid, -1)), axis=1) if valid else np.zeros(0, bool)
+            shown = postfix(jax.tree_util.tree_map(lambda a: a[finite], info)) if finite.any() else {}
+            if after_chunk is not None:
+                shown = {**shown, **after_chunk(carry[0])}
+            if shown:
+                bar.set_postfix(shown, refresh=False)
+            if stopped:
+                break
+    rows = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *pieces)
+    units_run = len(np.asarray(rows[2]))
+    return carry[0], rows, units_run, (int(carry[2]) if bool(carry[1]) else None), recompile
+
+
+# --------------------------------------------------------------------------------------
+# run: the fit with everything around it
+# --------------------------------------------------------------------------------------
+
+
+def run(
+    algorithm: Algorithm,
+    model: Callable,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    method: str,
+    seed: int,
+    options: dict,
+    progress: bool = True,
+    chunk_size: int | None = None,
+    validation_data: tuple[np.ndarray, np.ndarray] | None = None,
+) -> Posterior:
+    """Fit ``model`` to ``(x, y)`` with ``algorithm`` and return the :class:`Posterior`.
+
+    Args:
+        algorithm: from a method's ``build``.
+        model, x, y: the NumPyro model and the checked training data.
+        method, seed, options: recorded in the posterior's statistics (``options`` as a dict).
+        progress: show a tqdm bar (updated between chunks).
+        chunk_size: units per compiled chunk (steps; segments for emitting samplers).
+            Default: about 20 bar updates, rounded to whole epochs with minibatches.
+        validation_data: ``(x_val, y_val)`` scored at ``algorithm.point`` after every chunk.
+
+    Returns:
+        A :class:`Posterior`: draws ``(1, num_samples, *site)`` from ``sample`` or
+        ``(chains, kept, *site)`` from ``emit``; ``stats.traces`` the ``info`` fields per
+        step (not for emitting samplers, whose per-draw ``stats`` are ``sample_stats``);
+        ``stats.extras`` holds ``num_batches`` (with minibatches), ``val_step``/``val_error``
+        (with validation) and the algorithm's ``extras``.
+
+    Raises:
+        RuntimeError: an emitting sampler became non-finite before its first kept draw.
+    """
+    n = int(x.shape[0])
+    plan = _plan(algorithm, jax.random.PRNGKey(seed), n)
+    data = (jax.device_put(x), jax.device_put(y))  # chunk arguments, not program constants
+    num_units = _num_units(plan)
+    if chunk_size is None:
+        chunk_size = default_chunk_size(num_units)
+        if plan.ends is None and plan.num_batches > 1:  # whole epochs per chunk
+            chunk_size = plan.num_batches * max(1, round(chunk_size / plan.num_batches))
+    chunk_size = min(chunk_size, num_units)
+
+    t0 = time.perf_counter()
+    lowered_init = jax.jit(lambda d: _init(plan, d)).lower(data)
+    rs_shape = lowered_init.out_info
+    lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss")}
+    if algorithm.emit is None:
+        lowered["sample"] = jax.jit(lambda k, s: algorithm.sample(k, s, algorithm.num_samples)).lower(plan.keys.sample, rs_shape.state)
+    if validation_data is not None:
+        if algorithm.point is None:
+            raise ValueError(f"method {method!r} has no point estimate to validate: pass validation_data=None")
+        val_args = validation_batches(*validation_data)
+        score = validation_error(model, int(validation_data[0].shape[0]))
+        lowered["val"] = jax.jit(lambda s, *a: score(algorithm.point(s), *a)).lower(rs_shape.state, *val_args)
+    programs = compile_all(lowered)
+    compile_seconds = time.perf_counter() - t0
+
+    val_log: list[tuple[int, float]] = []
+
+    def after_chunk(rs) -> dict:
+        err = float(programs["val"](rs.state, *val_args))
+        val_log.append((int(rs.t), err))
+        return {"val_err": f"{err:.4g}"}
+
+    def recover():
+        return _lower_chunk(plan, rs_shape, chunk_size, data, "step").compile()
+
+    ends = plan.ends
+    t0 = time.perf_counter()
+    rs, rows, units_run, bad_unit, recompile = _drive(
+        programs["chunk"], recover, programs["init"](data), data, num_units, chunk_size, progress=progress,
+        desc=algorithm.name or method, postfix=algorithm.postfix or _mean_loss,
+        after_chunk=after_chunk if validation_data is not None else None,
+        total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[u - 1]) if u else 0),
+    )
+    compile_seconds += recompile
+    run_seconds = time.perf_counter() - t0 - recompile
+
+    t0 = time.perf_counter()
+    info_rows, emitted, bad_steps = rows
+    name = algorithm.name or method
+    extras: dict[str, Any] = {}
+    if plan.num_batches > 1 or algorithm.batch_size is not None:
+        extras["num_batches"] = plan.num_batches
+    if ends is None:
+        steps_run, stopped_at = units_run, bad_unit
+        samples = jax.device_get(programs["sample"](plan.keys.sample, rs.state))
+        samples = {k: np.asarray(v)[None] for k, v in samples.items()}
+        traces = {k: np.asarray(v) for k, v in info_rows._asdict().items()}
+        sample_stats: dict = {}
+    else:
+        done = units_run - (bad_unit is not None)  # segments whose results were kept
+        stopped_at = None
+        if bad_unit is not None:  # the step that went bad, else the failed segment's last step
+            first_bad = int(bad_steps[-1])
+            stopped_at = first_bad if first_bad >= 0 else int(ends[bad_unit]) - 1
+        steps_run = int(ends[done - 1]) if done else 0
+        kept = plan.keep[:done]
+        draws, stats = jax.tree_util.tree_map(lambda a: a[:done][kept], emitted)
+        # (draws, chains, ...) -> (chains, draws, ...)
+        samples = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in draws.items()}
+        sample_stats = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in stats.items()}
+        if algorithm.kept_stats is not None:
+            kept_steps = np.asarray(algorithm.emit_steps)[: samples[next(iter(samples))].shape[1]]
+            for k, v in algorithm.kept_stats(kept_steps).items():
+                sample_stats[k] = np.broadcast_to(np.asarray(v), (algorithm.num_chains, len(kept_steps))).copy()
+        traces = {}
+    if stopped_at is not None:
+        warnings.warn(
+            f"{name}: the loss or parameters became NaN/inf at step {stopped_at}; training stopped there and kept the "
+            f"parameters after step {stopped_at - 1}. Lower the learning rate or use a tighter prior.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if ends is not None and samples[next(iter(samples))].shape[1] == 0:
+        raise RuntimeError(
+            f"{name}: the chains became NaN/inf at step {stopped_at}, before the first kept draw; lower step_size "
+            "or use a tighter prior"
+        )
+    host_state = jax.device_get(rs.state)
+    approximation = algorithm.approximation(host_state) if algorithm.approximation is not None else None
+    if algorithm.extras is not None:
+        extras.update(algorithm.extras(host_state))
+    if validation_data is not None:
+        extras["val_step"] = [s for s, _ in val_log]
+        extras["val_error"] = [e for _, e in val_log]
+    stats = FitStats(
+        method=method, seed=seed, options=options, traces=traces, sample_stats=sample_stats, steps_run=steps_run,
+        stopped_at=stopped_at, compile_seconds=compile_seconds, run_seconds=run_seconds,
+        sample_seconds=time.perf_counter() - t0, extras=extras,
+    )
+    return Posterior(samples, stats, model, x, y, latent_sites(model, x, y), approximation)
+
+
+def trace_fit(algorithm: Algorithm, root: jax.Array, x, y) -> tuple[dict, Any]:
+    """The whole fit as one pure function (no guard, bar or host): init, every step in a
+    ``lax.scan`` and the draws. Traces inside ``jit``/``vmap`` (``root`` may be traced).
+
+    Returns:
+        ``(draws, info)``: draws ``{site: (S, *site_shape)}`` (chains pooled for emitting
+        samplers) and the last unit's ``info``.
+    """
+    n = int(x.shape[0])
+    plan = _plan(algorithm, root, n)
+    data = (x, y)
+
+    def body(rs, index):
+        rs, row, _ = _unit(plan, rs, index, data)
+        return rs, row
+
+    rs, (info, emitted, _) = jax.lax.scan(body, _init(plan, data), jnp.arange(_num_units(plan), dtype=jnp.int32))
+    last_info = jax.tree_util.tree_map(lambda a: a[-1], info)
+    if plan.ends is None:
+        return algorithm.sample(plan.keys.sample, rs.state, algorithm.num_samples), last_info
+    kept = np.flatnonzero(plan.keep)
+    draws = jax.tree_util.tree_map(lambda a: a[kept].reshape(-1, *a.shape[2:]), emitted[0])
+    return draws, last_info

@@ -1,0 +1,268 @@
+"""A mean-field Gaussian q over the weights of bnnpp's layers, answered inside the model:
+each :func:`bnnpp.models.dense` / :func:`bnnpp.models.conv2d` layer is replaced by a draw of its
+pre-activations under q, and its KL(q ‖ p) is accumulated. Bayes by Backprop
+(:mod:`bnnpp.inference.bbb`) is built on it; so can any method with Gaussian weight factors
+(variational dropout's local reparameterisation, for instance).
+
+Gradient estimators for dense layers (``estimator``):
+
+* ``"reparam"``: sample w = μ + σ·ε once per particle, shared by the minibatch (paper §3.2);
+* ``"local"``: the local reparameterisation trick (Kingma, Salimans & Welling 2015, eq. 6–7):
+  sample each pre-activation from N(x·μ_w + μ_b, x²·σ_w² + σ_b²), independently per row;
+* ``"flipout"`` (Wen et al. 2018, eq. 3): one perturbation Δw = σ∘ε shared by the batch,
+  decorrelated per row by random signs: x·μ_w + ((x∘s)·Δw)∘r.
+
+All three have the same marginal distribution per row; ``local`` and ``flipout`` have lower
+gradient variance. The Monte-Carlo KL under ``local`` uses an independent weight sample.
+
+Convolutional layers (:func:`bnnpp.models.conv2d`, kernels ``(kh, kw, in, out)``) take the same
+estimators, see :func:`conv_preactivations`: ``reparam`` convolves with one kernel sample;
+``flipout`` uses per-example ±1 signs on the input and output channels (Wen et al. 2018, §3.1
+for convolutions), conv(x, μ) + conv(x∘s_in, Δw)∘s_out; ``local`` samples every output
+position from N(conv(x, μ_w) + μ_b, conv(x², σ_w²) + σ_b²) independently, as in Molchanov,
+Ashukha & Vetrov (2017) for sparse variational dropout. For a convolution this ignores the
+correlation between output positions that share a kernel weight, so unlike the dense case it
+is an approximation: its per-position marginals are exact but the joint over positions is not.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpyro.distributions as dist
+from numpyro import handlers
+from numpyro.primitives import Messenger
+
+from bnnpp.inference.joint import latent_trace, log_likelihood, site_log_prior
+from bnnpp.introspection import BATCH_WRAPPERS, unwrap
+from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
+from bnnpp.priors import Prior, ScaleMixtureNormal
+
+__all__ = ["ESTIMATORS", "LAYER_KINDS", "conv_preactivations", "dense_preactivations", "find_layers", "gaussian_kl", "negative_elbo_terms"]
+
+ESTIMATORS = ("reparam", "local", "flipout")
+LAYER_KINDS = ("dense", "conv2d")  # the bnnpp layer messages answered here
+
+
+def gaussian_kl(mu, sigma, prior_loc, prior_scale) -> jnp.ndarray:
+    """Elementwise KL(N(μ, σ²) ‖ N(m, s²)) = log(s/σ) + (σ² + (μ − m)²) / (2s²) − 1/2."""
+    return jnp.log(prior_scale / sigma) + (sigma**2 + (mu - prior_loc) ** 2) / (2 * prior_scale**2) - 0.5
+
+
+def _weight_draw(key, mu_w, sigma_w, mu_b, sigma_b):
+    """One reparameterised draw of a layer's weights: ``(k_out, k_in, eps_w, w, b)`` — two
+    spare keys for the estimators, the kernel noise ε_w and w = μ_w + σ_w ε_w, b = μ_b + σ_b ε_b."""
+    k_w, k_b, k_out, k_in = jax.random.split(key, 4)
+    eps_w = jax.random.normal(k_w, mu_w.shape, mu_w.dtype)
+    eps_b = jax.random.normal(k_b, mu_b.shape, mu_b.dtype)
+    return k_out, k_in, eps_w, mu_w + sigma_w * eps_w, mu_b + sigma_b * eps_b
+
+
+def dense_preactivations(key, x, mu_w, sigma_w, mu_b, sigma_b, estimator: str):
+    """Sampled pre-activations of a dense layer under q, and a weight sample for a Monte-Carlo KL.
+
+    Args:
+        key: PRNG key.
+        x: inputs ``(n, in)``.
+        mu_w, sigma_w: ``(in, out)``; mu_b, sigma_b: ``(out,)``.
+        estimator: ``"reparam"``, ``"local"`` or ``"flipout"`` (module docstring).
+
+    Returns:
+        ``(h, w, b)``: pre-activations ``(n, out)`` and one draw of ``w`` ``(in, out)``, ``b``
+        ``(out,)`` from q (for ``"local"`` an independent draw, as ``h`` never forms ``w``).
+    """
+    k_out, k_in, eps_w, w, b = _weight_draw(key, mu_w, sigma_w, mu_b, sigma_b)
+    if estimator == "reparam":
+        h = x @ w + b
+    elif estimator == "local":
+        mean = x @ mu_w + mu_b
+        var = (x * x) @ (sigma_w * sigma_w) + sigma_b * sigma_b
+        h = mean + jnp.sqrt(var) * jax.random.normal(k_out, mean.shape, mean.dtype)
+    else:  # flipout: random ±1 signs per row on the input and output side
+        s_in = jax.random.rademacher(k_in, x.shape, x.dtype)
+        s_out = jax.random.rademacher(k_out, (x.shape[0], mu_w.shape[1]), x.dtype)
+        h = x @ mu_w + ((x * s_in) @ (sigma_w * eps_w)) * s_out + b
+    return h, w, b
+
+
+def _conv(x, w, stride, padding):
+    return jax.lax.conv_general_dilated(x, w, stride, padding, dimension_numbers=CONV_DIMENSION_NUMBERS)
+
+
+def conv_preactivations(key, x, mu_w, sigma_w, mu_b, sigma_b, estimator: str, stride=(1, 1), padding: str = "VALID"):
+    """Sampled pre-activations of a 2-D convolution under q, and a kernel sample for a Monte-Carlo KL.
+
+    Every output position has the marginal N(conv(x, μ_w) + μ_b, conv(x², σ_w²) + σ_b²)
+    under all three estimators (module docstring): ``"reparam"`` convolves with one kernel
+    sample w = μ + σ∘ε shared by the batch; ``"flipout"`` (Wen et al. 2018) computes
+    conv(x, μ_w) + conv(x∘s_in, σ_w∘ε)∘s_out + b with per-example signs s_in ``(n, 1, 1, in)``
+    and s_out ``(n, 1, 1, out)``; ``"local"`` draws each output position independently from
+    that marginal (Molchanov et al. 2017) — an approximation for convolutions, as positions
+    that share kernel weights are correlated under q but not in the draw.
+
+    Args:
+        key: PRNG key.
+        x: images ``(n, height, width, in)`` (NHWC).
+        mu_w, sigma_w: ``(kh, kw, in, out)`` (HWIO); mu_b, sigma_b: ``(out,)``.
+        estimator: ``"reparam"``, ``"local"`` or ``"flipout"``.
+        stride: ``(sh, sw)``.
+        padding: ``"VALID"`` or ``"SAME"``.
+
+    Returns:
+        ``(h, w, b)``: pre-activations ``(n, height', width', out)`` and one draw of ``w``
+        ``(kh, kw, in, out)``, ``b`` ``(out,)`` from q (for ``"local"`` an independent draw).
+    """
+    k_out, k_in, eps_w, w, b = _weight_draw(key, mu_w, sigma_w, mu_b, sigma_b)
+    if estimator == "reparam":
+        h = _conv(x, w, stride, padding) + b
+    elif estimator == "local":
+        mean = _conv(x, mu_w, stride, padding) + mu_b
+        var = _conv(x * x, sigma_w * sigma_w, stride, padding) + sigma_b * sigma_b
+        h = mean + jnp.sqrt(var) * jax.random.normal(k_out, mean.shape, mean.dtype)
+    else:  # flipout: ±1 signs per example and channel, shared by all positions of an image
+        n = x.shape[0]
+        s_in = jax.random.rademacher(k_in, (n, 1, 1, mu_w.shape[2]), x.dtype)
+        s_out = jax.random.rademacher(k_out, (n, 1, 1, mu_w.shape[3]), x.dtype)
+        h = _conv(x, mu_w, stride, padding) + _conv(x * s_in, sigma_w * eps_w, stride, padding) * s_out + b
+    return h, w, b
+
+
+# --------------------------------------------------------------------------------------
+# The layer handler: answers bnnpp's layer messages from the variational parameters
+# --------------------------------------------------------------------------------------
+
+
+class _VariationalLayers(Messenger):
+    """Inside the model, replace every bnnpp dense and conv2d layer by a draw from q and
+    accumulate the layers' KL(q ‖ p) (conditional on the sampled prior scale)."""
+
+    def __init__(self, fn, loc, sigma, key, estimator, kl, learned):
+        super().__init__(fn)
+        self.loc, self.sigma, self.key = loc, sigma, key
+        self.estimator, self.kl_mode, self.learned = estimator, kl, learned
+        self.kl = jnp.zeros(())
+        self.count = 0
+
+    def _prior_log_prob(self, prior: Prior, value, scale):
+        if self.learned is not None:  # trained scale mixture shared by all layers
+            pi, s1, s2 = self.learned
+            return ScaleMixtureNormal(pi, s1 * scale, s2 * scale).log_prob(value)
+        return prior.log_prob(value, scale)
+
+    def process_message(self, msg):
+        if msg["type"] != LAYER_EFFECT or msg["kind"] not in LAYER_KINDS or msg["value"] is not None:
+            return
+        name, x, _, prior, scale = msg["args"]
+        wn, bn = f"{name}.w", f"{name}.b"
+        key = jax.random.fold_in(self.key, self.count)
+        self.count += 1
+        q = (self.loc[wn], self.sigma[wn], self.loc[bn], self.sigma[bn])
+        if msg["kind"] == "dense":
+            h, w, b = dense_preactivations(key, x, *q, self.estimator)
+        else:
+            kw = msg["kwargs"]
+            h, w, b = conv_preactivations(key, x, *q, self.estimator, kw["stride"], kw["padding"])
+        if self.kl_mode == "analytic" and prior.kind == "normal" and self.learned is None:
+            kl = jnp.sum(gaussian_kl(self.loc[wn], self.sigma[wn], 0.0, scale)) + jnp.sum(
+                gaussian_kl(self.loc[bn], self.sigma[bn], 0.0, scale)
+            )
+        else:  # Monte-Carlo: log q(w) − log p(w) at the sampled weights
+            kl = 0.0
+            for v, n in ((w, wn), (b, bn)):
+                log_q = dist.Normal(self.loc[n], self.sigma[n]).log_prob(v)
+                kl = kl + jnp.sum(log_q - self._prior_log_prob(prior, v, scale))
+        self.kl = self.kl + kl
+        msg["value"] = h
+
+
+class _LayerRecorder(Messenger):
+    """Record the bnnpp layers a model builds: name → kind, prior, input width ``in``,
+    ``units`` (filters for a convolution), and Glorot's ``fan_in`` / ``fan_out``
+    (in / units for dense; kh·kw·in / kh·kw·out for conv2d)."""
+
+    def __init__(self, fn=None):
+        super().__init__(fn)
+        self.layers: dict[str, dict] = {}
+
+    def process_message(self, msg):
+        if msg["type"] == LAYER_EFFECT:
+            name, x, units, prior, _ = msg["args"]
+            n_in, units = int(x.shape[-1]), int(units)
+            field = math.prod(msg["kwargs"]["kernel_size"]) if msg["kind"] == "conv2d" else 1
+            self.layers[name] = {
+                "kind": msg["kind"], "prior": prior, "in": n_in, "units": units,
+                "fan_in": field * n_in, "fan_out": field * units,
+            }
+
+
+def find_layers(model: Callable, x, y) -> dict[str, dict]:
+    """The model's bnnpp dense and conv2d layers: name → ``kind``, ``prior``, ``in``, ``units``,
+    ``fan_in``, ``fan_out`` (see :class:`_LayerRecorder`), found by abstract tracing."""
+    rec = _LayerRecorder()
+
+    def run(key):
+        with rec:
+            handlers.seed(model, key)(x, y)
+        return 0
+
+    jax.eval_shape(run, jax.random.PRNGKey(0))
+    return {k: v for k, v in rec.layers.items() if v["kind"] in LAYER_KINDS}
+
+
+def _generic_kl(trace, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) -> jnp.ndarray:
+    """KL(q ‖ p) of the sites outside bnnpp layers, each a Gaussian on its unconstrained space:
+    closed form when the prior is Normal on the reals, else log q(u) − log p(value) − log|J|."""
+    total = jnp.zeros(())
+    for name in generic:
+        site = trace[name]
+        fn = site["fn"]
+        normal = unwrap(fn, BATCH_WRAPPERS)
+        if kl_mode == "analytic" and fn.support is dist.constraints.real and type(normal) is dist.Normal:
+            shape = jnp.shape(site["value"])
+            total = total + jnp.sum(
+                gaussian_kl(loc[name], sigma[name], jnp.broadcast_to(normal.loc, shape), jnp.broadcast_to(normal.scale, shape))
+            )
+            continue
+        log_q = jnp.sum(dist.Normal(loc[name], sigma[name]).log_prob(u[name]))
+        total = total + log_q - site_log_prior(site)  # site_log_prior includes log|J|
+    return total
+
+
+def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl: str, lik_scale: float = 1.0):
+    """One Monte-Carlo sample of the two terms of the negative ELBO.
+
+    Args:
+        model: the NumPyro model.
+        params: ``{"loc": {site: μ}, "rho": {site: ρ}}`` (σ = softplus(ρ)), plus ``"prior"``
+            (``pi_logit``, ``log_sigma1``, ``log_sigma2``) when the scale mixture is learned.
+        key: PRNG key of this sample.
+        x, y: the (mini)batch.
+        generic: names of the latent sites outside bnnpp layers (Gaussian on their
+            unconstrained space).
+        estimator, kl: as the options of :class:`bnnpp.inference.bbb.BBBOptions`.
+        lik_scale: N / batch size.
+
+    Returns:
+        ``(nll, kl)``: ``−lik_scale · log p(y | θ)`` and the KL(q ‖ p) estimate, scalars.
+    """
+    k_gen, k_layer, k_model = jax.random.split(key, 3)
+    loc = params["loc"]
+    sigma = jax.tree_util.tree_map(jax.nn.softplus, params["rho"])
+    gkeys = jax.random.split(k_gen, max(1, len(generic)))
+    u = {nm: loc[nm] + sigma[nm] * jax.random.normal(k, loc[nm].shape) for nm, k in zip(generic, gkeys, strict=False)}
+    learned = None
+    if "prior" in params:
+        pp = params["prior"]
+        learned = (jax.nn.sigmoid(pp["pi_logit"]), jnp.exp(pp["log_sigma1"]), jnp.exp(pp["log_sigma2"]))
+    holder = {}
+
+    def with_layers(m):
+        holder["h"] = _VariationalLayers(m, loc, sigma, k_layer, estimator, kl, learned)
+        return holder["h"]
+
+    trace = latent_trace(model, u, x, y, k_model, extra_handlers=(with_layers,))
+    kl_value = holder["h"].kl + _generic_kl(trace, loc, sigma, u, generic, kl)
+    return -lik_scale * log_likelihood(trace), kl_value

@@ -1,0 +1,156 @@
+"""The approximating distribution a posterior came from, in typed form, and the statistics
+of the fit that produced it. Consumers (pruning, PSIS k̂, compare) ask these types instead
+of probing dictionary keys or guide parameter names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "from_guide_params"]
+
+
+class Approximation:
+    """Base of the variational families a posterior can carry (``Posterior.approximation``);
+    ``None`` there means the draws are all there is (samplers, MAP)."""
+
+    kind: str = ""
+
+    def to_params(self) -> dict[str, np.ndarray]:
+        """The parameters as flat named arrays, for the ``variational_params`` netCDF group."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class MeanFieldGaussian(Approximation):
+    """q(u) = Π_site N(u_site | loc, scale²) on each site's unconstrained space (identity for
+    weights, log for scales): mean-field ADVI (Kucukelbir et al. 2017) and Bayes by Backprop
+    (Blundell et al. 2015).
+
+    Attributes:
+        loc, scale: site name → array of the site's shape (``scale`` > 0).
+    """
+
+    loc: dict[str, np.ndarray]
+    scale: dict[str, np.ndarray]
+    kind: str = "mean_field_gaussian"
+
+    def to_params(self) -> dict[str, np.ndarray]:
+        return {**{f"{k}_loc": np.asarray(v) for k, v in self.loc.items()}, **{f"{k}_scale": np.asarray(v) for k, v in self.scale.items()}}
+
+    def with_loc(self, loc: dict[str, np.ndarray]) -> MeanFieldGaussian:
+        """The same family with some means replaced (e.g. pruned weights set to zero)."""
+        return MeanFieldGaussian({**self.loc, **loc}, dict(self.scale))
+
+
+@dataclass(frozen=True)
+class GuideParameters(Approximation):
+    """Another variational family (e.g. NumPyro's low-rank or full-rank autoguide): its
+    constrained parameters by NumPyro's names, kept so that a saved fit keeps its guide."""
+
+    params: dict[str, np.ndarray]
+    kind: str = "guide_parameters"
+
+    def to_params(self) -> dict[str, np.ndarray]:
+        return {k: np.asarray(v) for k, v in self.params.items()}
+
+
+def from_guide_params(params: dict[str, Any] | None, sites, kind: str | None = None) -> Approximation | None:
+    """Rebuild an approximation from flat named parameters (a saved ``variational_params``
+    group, or the ``guide_params`` of a posterior built from an info dict). ``kind`` names
+    the family when known; without it (files of bnnpp 0.1) a mean-field Gaussian is
+    recognised by the names ``<site>_loc``/``<site>_scale`` or ``<site>_auto_loc``/
+    ``<site>_auto_scale`` for every site.
+
+    Returns:
+        The :class:`Approximation`, or ``None`` when there are no parameters.
+    """
+    if not params:
+        return None
+    params = {k: np.asarray(v) for k, v in params.items()}
+    if kind in (None, MeanFieldGaussian.kind):
+        for loc_fmt, scale_fmt in (("{}_loc", "{}_scale"), ("{}_auto_loc", "{}_auto_scale")):
+            if sites and all(loc_fmt.format(n) in params and scale_fmt.format(n) in params for n in sites):
+                return MeanFieldGaussian({n: params[loc_fmt.format(n)] for n in sites}, {n: params[scale_fmt.format(n)] for n in sites})
+    return GuideParameters(params)
+
+
+@dataclass
+class FitStats:
+    """What a fit reports besides its draws.
+
+    Attributes:
+        method, seed, options: how it was run (``options``: the method's options as a dict).
+        traces: per-step records ``(steps_run,)`` (or ``(steps_run, k)``), e.g. ``loss``,
+            ``negative_elbo``, ``nll``, ``kl``; the fields of the algorithm's ``Info``.
+        sample_stats: per-draw statistics ``(chain, draw)`` (ArviZ names: ``lp``,
+            ``step_size``, ``diverging``, …).
+        steps_run: steps whose results were kept; stopped_at: the first non-finite step or
+            ``None``.
+        compile_seconds, run_seconds, sample_seconds: wall time of each phase.
+        extras: JSON-safe facts particular to a method (``num_batches``, ``divergences``,
+            ``learned_prior``, ``val_step``/``val_error``, ``pruning``, …).
+    """
+
+    method: str
+    seed: int = 0
+    options: dict = field(default_factory=dict)
+    traces: dict[str, np.ndarray] = field(default_factory=dict)
+    sample_stats: dict[str, np.ndarray] = field(default_factory=dict)
+    steps_run: int | None = None
+    stopped_at: int | None = None
+    compile_seconds: float = 0.0
+    run_seconds: float = 0.0
+    sample_seconds: float = 0.0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def negative_elbo(self) -> np.ndarray | None:
+        """The per-step negative ELBO estimate of a variational fit ``(steps,)``, else ``None``."""
+        v = self.traces.get("negative_elbo")
+        return None if v is None else np.asarray(v)
+
+    def as_info(self) -> dict[str, Any]:
+        """The flat ``info`` dict of bnnpp 0.1 (method, seed, options, seconds, traces,
+        ``sample_stats``, extras)."""
+        info: dict[str, Any] = {
+            "method": self.method,
+            "seed": self.seed,
+            "options": self.options,
+            "steps_run": self.steps_run,
+            "stopped_at": self.stopped_at,
+            "compile_seconds": self.compile_seconds,
+            "run_seconds": self.run_seconds,
+            "sample_seconds": self.sample_seconds,
+            **self.traces,
+            **self.extras,
+        }
+        if self.sample_stats:
+            info["sample_stats"] = self.sample_stats
+        return info
+
+    @classmethod
+    def from_info(cls, info: dict[str, Any]) -> FitStats:
+        """The inverse of :meth:`as_info` (``guide_params`` is not a statistic and is ignored)."""
+        known = {"method", "seed", "options", "steps_run", "stopped_at", "compile_seconds", "run_seconds", "sample_seconds", "sample_stats", "guide_params"}
+        traces = {k: np.asarray(v) for k, v in info.items() if k not in known and isinstance(v, np.ndarray)}
+        extras = {k: v for k, v in info.items() if k not in known and k not in traces}
+        if "negative_elbo" not in traces and "nll" in traces and "kl" in traces:  # bbb fits of bnnpp 0.1
+            traces["negative_elbo"] = np.asarray(traces["nll"], np.float64) + np.asarray(traces["kl"], np.float64)
+        elif "negative_elbo" not in traces and "loss" in traces and info.get("method") not in ("map", "sgld", "nuts"):
+            traces["negative_elbo"] = traces["loss"]  # bnnpp 0.1 read any other loss trace as a negative ELBO
+        return cls(
+            method=str(info.get("method")),
+            seed=int(info.get("seed", 0) or 0),
+            options=dict(info.get("options") or {}),
+            traces=traces,
+            sample_stats={k: np.asarray(v) for k, v in (info.get("sample_stats") or {}).items()},
+            steps_run=info.get("steps_run"),
+            stopped_at=info.get("stopped_at"),
+            compile_seconds=float(info.get("compile_seconds", 0.0) or 0.0),
+            run_seconds=float(info.get("run_seconds", 0.0) or 0.0),
+            sample_seconds=float(info.get("sample_seconds", 0.0) or 0.0),
+            extras=extras,
+        )

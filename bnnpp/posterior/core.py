@@ -1,0 +1,232 @@
+"""``Posterior``: what every inference method returns — latent draws, the approximation they
+came from, the fit's statistics, and the model and data to predict and to build ArviZ's
+``InferenceData``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from bnnpp.introspection import SiteInfo, observation
+from bnnpp.posterior import io
+from bnnpp.posterior.approximation import Approximation, FitStats, from_guide_params
+from bnnpp.posterior.prediction import Prediction
+
+__all__ = ["MAX_SAVED_DATA", "Posterior"]
+
+#: Training data larger than this many values (x.size) is not written by
+#: :meth:`Posterior.save` unless asked for (50,000 MNIST images are 39 million values).
+MAX_SAVED_DATA = 5_000_000
+
+
+@dataclass
+class Posterior:
+    """What every method returns.
+
+    Attributes:
+        samples: site name → array ``(chain, draw, *site_shape)`` of latent draws (VI and MAP
+            methods use one chain).
+        stats: the fit's :class:`~bnnpp.posterior.approximation.FitStats` (method, options,
+            seed, per-step traces, per-draw sample statistics, seconds). A plain ``info`` dict
+            of bnnpp 0.1 is accepted here and converted.
+        model: the NumPyro model; ``None`` after loading a custom model without passing it.
+        x, y: the training data (for log-likelihoods and ArviZ's observed/constant data). A
+            posterior loaded from a file saved without its data has ``x`` of shape
+            ``(0, *features)`` and ``y`` of shape ``(0,)`` (see :meth:`save`).
+        sites: latent site shapes and dims (:func:`bnnpp.introspection.latent_sites`).
+        approximation: the variational family the draws came from
+            (:class:`~bnnpp.posterior.approximation.MeanFieldGaussian` for mean-field advi and
+            bbb, :class:`~bnnpp.posterior.approximation.GuideParameters` for other guides) or
+            ``None`` (samplers, MAP).
+    """
+
+    samples: dict[str, np.ndarray]
+    stats: FitStats
+    model: Callable | None
+    x: np.ndarray
+    y: np.ndarray
+    sites: dict[str, SiteInfo]
+    approximation: Approximation | None = None
+    _jitted: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self):
+        if isinstance(self.stats, dict):  # an info dict (bnnpp 0.1): split into typed parts
+            info = self.stats
+            if self.approximation is None:
+                self.approximation = from_guide_params(info.get("guide_params"), list(self.sites))
+            self.stats = FitStats.from_info(info)
+
+    # -- compatibility ----------------------------------------------------------------
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """A flat dict view of :attr:`stats` and the approximation's parameters
+        (``guide_params``), as bnnpp 0.1 returned it. Built on each access: change
+        :attr:`stats` instead."""
+        info = self.stats.as_info()
+        if self.approximation is not None:
+            info["guide_params"] = self.approximation.to_params()
+        return info
+
+    @property
+    def method(self) -> str:
+        """The method name the posterior came from."""
+        return self.stats.method
+
+    # -- shape helpers --------------------------------------------------------------
+
+    @property
+    def has_data(self) -> bool:
+        """True when the training data is present (False after loading a file saved without it)."""
+        return self.x.shape[0] > 0
+
+    @property
+    def num_chains(self) -> int:
+        """Number of chains (1 for VI/MAP)."""
+        return next(iter(self.samples.values())).shape[0]
+
+    @property
+    def num_draws(self) -> int:
+        """Draws per chain."""
+        return next(iter(self.samples.values())).shape[1]
+
+    def flat_draws(self, num_samples: int | None = None) -> dict[str, jnp.ndarray]:
+        """Draws with chains pooled, ``{site: (S, *site_shape)}``: all of them, or
+        ``num_samples`` evenly spaced over all chains' draws (repeating draws only if asked
+        for more than exist)."""
+        total = self.num_chains * self.num_draws
+        if num_samples is None:
+            idx = np.arange(total)
+        else:
+            if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+                raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
+            idx = np.floor(np.arange(num_samples) * total / num_samples).astype(int)
+        return {k: jnp.asarray(v.reshape((total, *v.shape[2:]))[idx]) for k, v in self.samples.items()}
+
+    _flat = flat_draws  # the name bnnpp 0.1 used internally
+
+    def model_or_raise(self) -> Callable:
+        """The model; ValueError naming the fix when it was not passed to :func:`bnnpp.load`."""
+        if self.model is None:
+            raise ValueError(
+                "this posterior was saved from a custom model; pass it when loading: bnnpp.load(path, model=my_model)"
+            )
+        return self.model
+
+    _model_or_raise = model_or_raise
+
+    def _observe(self, kind: str):
+        """The jitted, draw-vmapped observation function, built once per posterior."""
+        if kind not in self._jitted:
+            model = self.model_or_raise()
+            if kind == "predict":
+                f = lambda s, k, x: observation(model, s, k, x, None)  # noqa: E731
+            else:
+                f = lambda s, k, x, y: observation(model, s, k, x, y)  # noqa: E731
+            in_axes = (0, 0, None) if kind == "predict" else (0, 0, None, None)
+            self._jitted[kind] = jax.jit(jax.vmap(f, in_axes=in_axes))
+        return self._jitted[kind]
+
+    # -- public API -------------------------------------------------------------------
+
+    def predict(self, x: Any, num_samples: int | None = None, seed: int = 0) -> Prediction:
+        """Posterior-predictive quantities at inputs ``x`` ``(n, features)``.
+
+        Args:
+            x: new inputs with the training data's feature shape.
+            num_samples: number of posterior draws S to use (default: all, chains pooled).
+            seed: key for any randomness the model draws while predicting.
+
+        Returns:
+            A :class:`Prediction`: ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
+            ``noise`` ``(S, n)`` for regression.
+        """
+        x = np.asarray(x, dtype=np.float32)
+        if x.shape[1:] != self.x.shape[1:]:
+            raise ValueError(f"x must have shape (n, {', '.join(map(str, self.x.shape[1:]))}), got {x.shape}")
+        if x.shape[0] == 0:
+            raise ValueError("x is empty: pass at least one input row")
+        if not np.all(np.isfinite(x)):
+            raise ValueError("x contains NaN or inf")
+        flat = self.flat_draws(num_samples)
+        s = next(iter(flat.values())).shape[0]
+        keys = jax.random.split(jax.random.PRNGKey(seed), s)
+        out = jax.device_get(self._observe("predict")(flat, keys, x))
+        if "probs" in out:
+            return Prediction("classification", probs=np.asarray(out["probs"]))
+        return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]))
+
+    def log_likelihood(self) -> np.ndarray:
+        """Pointwise log-likelihood of the training data, ``(chain, draw, n)``."""
+        if not self.has_data:
+            raise ValueError(
+                "this posterior was saved without its training data, so it has no log-likelihood; "
+                "save with include_data=True to keep it"
+            )
+        flat = self.flat_draws(None)
+        s = self.num_chains * self.num_draws
+        keys = jax.random.split(jax.random.PRNGKey(0), s)
+        ll = self._observe("loglik")(flat, keys, self.x, self.y)["log_likelihood"]
+        return np.asarray(ll).reshape(self.num_chains, self.num_draws, -1)
+
+    def posterior_predictive(self, seed: int = 0) -> np.ndarray:
+        """One replicated data set per draw at the training inputs, ``(chain, draw, n)``:
+        labels sampled from each draw's class probabilities, or targets from N(mean, noise²)."""
+        if not self.has_data:
+            raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
+        pred = self.predict(self.x, seed=seed)
+        rng = np.random.default_rng(seed)
+        if pred.task == "classification":
+            cum = np.cumsum(pred.probs, axis=-1)
+            u = rng.random(cum.shape[:-1] + (1,))
+            rep = np.minimum((u > cum).sum(-1), cum.shape[-1] - 1).astype(np.int32)
+        else:
+            rep = (pred.draws + pred.noise * rng.standard_normal(pred.draws.shape)).astype(np.float32)
+        return rep.reshape(self.num_chains, self.num_draws, -1)
+
+    def to_arviz(self, include_data: bool | None = None):
+        """An ``arviz.InferenceData`` with groups posterior (named dims), log_likelihood,
+        posterior_predictive, observed_data, constant_data, sample_stats and
+        variational_params; see :func:`bnnpp.posterior.io.to_arviz`. ``include_data`` as in
+        :meth:`save`."""
+        return io.to_arviz(self, include_data=include_data)
+
+    def save(self, path: str | os.PathLike, include_data: bool | None = None) -> None:
+        """Write the posterior as one netCDF file (the InferenceData of :meth:`to_arviz`, with
+        the fit's statistics, the approximation's family and the model spec as JSON in its
+        attributes; the approximation's parameters in the ``variational_params`` group). The
+        parent folder is created if needed; the file is written to a temporary name and
+        moved into place, so a failure leaves nothing half-written. Never pickles.
+
+        Args:
+            path: the ``.nc`` file to write.
+            include_data: write the training data (``constant_data``/``observed_data``) and
+                the groups computed from it (``log_likelihood``, ``posterior_predictive``).
+                ``None`` (default): only when ``x`` has at most :data:`MAX_SAVED_DATA` values,
+                so an MNIST-size fit stores its draws and variational parameters but not 50,000
+                images. A posterior loaded without data predicts as before, but
+                ``log_likelihood``/``loo`` need the data.
+        """
+        io.save(self, path, include_data)
+
+    def meta_json(self) -> str:
+        """The JSON stored in a saved file: statistics (without arrays), the approximation's
+        family, the model spec, sites and the data's shape."""
+        return io.meta_json(self)
+
+    def include_data(self, include_data: bool | None) -> bool:
+        """Resolve ``include_data=None`` (see :meth:`save`): True when the data is present and small."""
+        if include_data is None:
+            return self.has_data and self.x.size <= MAX_SAVED_DATA
+        if include_data and not self.has_data:
+            raise ValueError("this posterior has no training data to include (it was loaded from a file saved without it)")
+        return bool(include_data)
+
+    def __repr__(self) -> str:
+        return f"Posterior(method={self.method!r}, chains={self.num_chains}, draws={self.num_draws}, sites={list(self.samples)})"

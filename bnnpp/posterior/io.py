@@ -1,0 +1,173 @@
+"""The posterior's file and ArviZ side: :func:`to_arviz` builds ``az.InferenceData`` from a
+posterior of any method; :func:`save` writes it as one netCDF file; :func:`read_netcdf`
+reads one fully into memory. :func:`bnnpp.posterior.load` turns a file back into a
+:class:`~bnnpp.Posterior`.
+
+A posterior is read duck-typed here (this module does not import the class).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from importlib import metadata
+from typing import Any
+
+import arviz as az
+import jax
+import numpy as np
+import xarray as xr
+
+from bnnpp.files import atomic_path
+
+__all__ = ["meta_json", "read_netcdf", "save", "to_arviz"]
+
+#: options that are Python objects, not settings to record
+UNRECORDED_OPTIONS = ("optimizer", "validation_data")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with numpy scalars as Python numbers, tuples as lists and anything else
+    not JSON-serialisable as its ``repr``."""
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def _versions() -> str:
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("bnnpp", "jax", "numpyro", "optax", "arviz", "blackjax"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return json.dumps(out)
+
+
+def _attrs(posterior) -> dict:
+    stats = posterior.stats
+    options = {k: v for k, v in stats.options.items() if k not in UNRECORDED_OPTIONS}
+    seconds = {"compile_seconds": stats.compile_seconds, "run_seconds": stats.run_seconds, "sample_seconds": stats.sample_seconds}
+    return {
+        "bnnpp_method": str(stats.method),
+        "bnnpp_seed": int(stats.seed),
+        "bnnpp_options": json.dumps(options, default=repr),
+        "bnnpp_seconds": json.dumps({k: float(v) for k, v in seconds.items()}),
+        "versions": _versions(),
+    }
+
+
+def to_arviz(posterior, include_data: bool | None = None) -> az.InferenceData:
+    """Build an ``az.InferenceData`` from a posterior of any method.
+
+    Groups:
+        posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
+            and integer coordinates (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in,
+            dense_0.out``);
+        log_likelihood: ``y`` ``(chain, draw, obs)``, so ``az.loo``/``az.waic`` work;
+        posterior_predictive: ``y`` ``(chain, draw, obs)``, one replicated data set per draw;
+        observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
+        sample_stats: the fit's per-step traces (``stats.traces``: ``loss``, ``nll``, ``kl``,
+            ``negative_elbo`` …) ``(chain, step)`` and per-draw sampler statistics
+            ``(chain, draw)`` (``stats.sample_stats``: NUTS ``diverging``,
+            ``acceptance_rate``, ``step_size``, ``tree_depth``, ``n_steps``, ``energy``,
+            ``lp``; SG-MCMC ``step_size``, ``lp``);
+        variational_params: the approximation's parameters (VI methods), so a saved fit keeps
+            its variational posterior and not only the draws.
+    The four data groups are left out when ``include_data`` resolves to False (see
+    :meth:`bnnpp.Posterior.save`). Attributes carry the method, options, seed, seconds
+    (compile, run, sample) and package versions; the posterior group's ``bnnpp`` attribute
+    holds the JSON that :func:`bnnpp.load` reads back.
+    """
+    with_data = posterior.include_data(include_data)
+    dims = {name: list(site.dims) for name, site in posterior.sites.items()}
+    x_dims = ["obs"] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
+    attrs = _attrs(posterior)
+    kwargs: dict[str, Any] = {}
+    if with_data:
+        kwargs = {
+            "log_likelihood": {"y": posterior.log_likelihood()},
+            "posterior_predictive": {"y": posterior.posterior_predictive()},
+            "observed_data": {"y": np.asarray(posterior.y)},
+            "constant_data": {"x": np.asarray(posterior.x)},
+        }
+    idata = az.from_dict(
+        posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
+        dims={**dims, "y": ["obs"], "x": x_dims},
+        attrs=attrs,
+        **kwargs,
+    )
+    traces = {k: np.asarray(v) for k, v in posterior.stats.traces.items() if np.ndim(v) >= 1}
+    per_draw = posterior.stats.sample_stats
+    if traces or per_draw:
+        # one optimisation run per fit: its traces carry the (single) chain axis when the
+        # posterior has one chain, and only a step axis otherwise
+        one_chain = posterior.num_chains == 1
+        n_steps = len(traces["loss"]) if "loss" in traces else len(next(iter(traces.values()), []))
+        variables = {}
+        for k, v in traces.items():
+            if len(v) == n_steps:
+                trace_dims = ("chain", "step") if one_chain else ("step",)
+                extra = tuple(f"{k}_dim_{i}" for i in range(v.ndim - 1))
+                variables[k] = (trace_dims + extra, v[None] if one_chain else v)
+            else:  # a shorter trace (e.g. one entry per chunk) gets its own axis
+                variables[k] = ((f"{k}_index", *(f"{k}_dim_{i}" for i in range(v.ndim - 1))), v)
+        variables.update({k: (("chain", "draw"), np.asarray(v)) for k, v in per_draw.items()})
+        coords = {"chain": np.arange(posterior.num_chains)}
+        if traces:
+            coords["step"] = np.arange(n_steps)
+        if per_draw:
+            coords["draw"] = np.arange(posterior.num_draws)
+        idata.add_groups({"sample_stats": xr.Dataset(variables, coords=coords, attrs=attrs)})
+    if posterior.approximation is not None:
+        params = posterior.approximation.to_params()
+        idata.add_groups(
+            {
+                "variational_params": xr.Dataset(
+                    {k: ([f"{k}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v)) for k, v in params.items()}
+                )
+            }
+        )
+    idata.posterior.attrs["bnnpp"] = meta_json(posterior)
+    return idata
+
+
+def meta_json(posterior) -> str:
+    """The JSON stored in a saved file's ``bnnpp`` attribute: ``info`` (the statistics
+    without arrays: method, seed, options, seconds, extras), ``approximation`` (the family's
+    name or ``None``), ``model`` (the spec of a bnnpp network, else ``None``), ``sites``
+    (shape and dims) and ``data`` (feature shape, rows, target dtype)."""
+    info = {k: v for k, v in posterior.stats.as_info().items() if not isinstance(v, (np.ndarray, jax.Array)) and k != "sample_stats"}
+    spec = posterior.model.spec() if hasattr(posterior.model, "spec") else None
+    sites = {k: {"shape": list(v.shape), "dims": list(v.dims)} for k, v in posterior.sites.items()}
+    data = {"feature_shape": list(posterior.x.shape[1:]), "n": int(posterior.x.shape[0]), "y_dtype": str(posterior.y.dtype)}
+    approximation = None if posterior.approximation is None else posterior.approximation.kind
+    return json.dumps(json_safe({"info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data}))
+
+
+def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -> None:
+    """Write ``posterior.to_arviz(include_data)`` to ``path`` atomically (see
+    :meth:`bnnpp.Posterior.save`)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{folder} is a file, not a folder: choose another path")
+    idata = to_arviz(posterior, include_data=include_data)
+    os.makedirs(folder, exist_ok=True)
+    with atomic_path(path) as tmp:
+        idata.to_netcdf(tmp)
+
+
+def read_netcdf(path: str | os.PathLike) -> az.InferenceData:
+    """Read an InferenceData file fully into memory (so the file is closed afterwards)."""
+    idata = az.from_netcdf(os.fspath(path))
+    for group in idata.groups():
+        getattr(idata, group).load()
+    return idata

@@ -1,0 +1,62 @@
+"""Read a posterior written by :meth:`bnnpp.Posterior.save`. Nothing in a file is executed
+or imported: a bnnpp network is rebuilt from its JSON spec, a custom model is passed in."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from bnnpp import models
+from bnnpp.introspection import SiteInfo
+from bnnpp.posterior.approximation import FitStats, from_guide_params
+from bnnpp.posterior.core import Posterior
+from bnnpp.posterior.io import read_netcdf
+
+__all__ = ["load"]
+
+
+def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
+    """Read a posterior written by :meth:`Posterior.save`.
+
+    Args:
+        path: the ``.nc`` file.
+        model: the NumPyro model, needed only when the file came from a custom model (a
+            ``bnnpp.models`` network is rebuilt from the spec stored in the file).
+
+    Returns:
+        A :class:`Posterior` whose ``predict`` and ``to_arviz`` work as before saving.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save")
+    idata = read_netcdf(path)
+    meta_text = idata.posterior.attrs.get("bnnpp")
+    if meta_text is None:
+        raise ValueError(f"{path} is not a bnnpp posterior (no 'bnnpp' attribute); save it with Posterior.save")
+    meta = json.loads(meta_text)
+    sites = {k: SiteInfo(tuple(v["shape"]), tuple(v["dims"])) for k, v in meta["sites"].items()}
+    samples = {k: np.asarray(idata.posterior[k].values) for k in sites}
+    info = dict(meta["info"])
+    if "sample_stats" in idata.groups():
+        for name, var in idata.sample_stats.data_vars.items():
+            if "draw" in var.dims:
+                info.setdefault("sample_stats", {})[name] = np.asarray(var.values)
+            else:  # a per-step trace, (chain=1, step, ...) or (step, ...)
+                info[name] = np.asarray(var.values[0] if "chain" in var.dims else var.values)
+    params = None
+    if "variational_params" in idata.groups():
+        params = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
+    approximation = from_guide_params(params, list(sites), meta.get("approximation"))
+    if model is None and meta["model"] is not None:
+        model = models.from_spec(meta["model"])
+    if "constant_data" in idata.groups():
+        x = np.asarray(idata.constant_data["x"].values)
+        y = np.asarray(idata.observed_data["y"].values)
+    else:  # saved without its training data
+        data = meta.get("data") or {}
+        x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
+        y = np.zeros((0,), data.get("y_dtype", "int32"))
+    return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation)

@@ -1,0 +1,101 @@
+"""Posterior-predictive output: class probabilities or regression draws, and the uncertainty
+measures computed from them (predictive entropy, mutual information, epistemic and aleatoric sd)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from bnnpp import metrics
+
+__all__ = ["Prediction"]
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Posterior-predictive output at ``n`` inputs from ``S`` posterior draws.
+
+    Classification: ``probs`` ``(S, n, C)``. Regression: ``draws`` ``(S, n)`` (the network's
+    mean function per draw) and ``noise`` ``(S, n)`` (the observation sd per draw).
+    """
+
+    task: str
+    probs: np.ndarray | None = None
+    draws: np.ndarray | None = None
+    noise: np.ndarray | None = None
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Predictive mean: class probabilities ``(n, C)``, or regression mean ``(n,)``."""
+        return (self.probs if self.task == "classification" else self.draws).mean(axis=0)
+
+    @property
+    def std(self) -> np.ndarray:
+        """Classification: sd of the class probabilities over draws ``(n, C)``.
+        Regression: total predictive sd ``(n,)`` = sqrt(epistemic² + aleatoric²)."""
+        if self.task == "classification":
+            return self.probs.std(axis=0)
+        return np.sqrt(self.epistemic_std**2 + self.aleatoric_std**2)
+
+    @property
+    def variance(self) -> np.ndarray:
+        """Variance over posterior draws: of the class probabilities ``(n, C)`` (classification),
+        or of the mean function ``(n,)`` (regression, = ``epistemic_std**2``)."""
+        return (self.probs if self.task == "classification" else self.draws).var(axis=0)
+
+    @property
+    def epistemic_std(self) -> np.ndarray:
+        """Regression: sd of the mean function over draws ``(n,)``."""
+        self._need("regression")
+        return self.draws.std(axis=0)
+
+    @property
+    def aleatoric_std(self) -> np.ndarray:
+        """Regression: root mean observation variance over draws ``(n,)``."""
+        self._need("regression")
+        return np.sqrt(np.mean(self.noise**2, axis=0))
+
+    @property
+    def entropy(self) -> np.ndarray:
+        """Predictive entropy (total uncertainty) ``(n,)``."""
+        self._need("classification")
+        return metrics.predictive_entropy(self.probs)
+
+    @property
+    def expected_entropy(self) -> np.ndarray:
+        """Expected entropy over draws (aleatoric) ``(n,)``."""
+        self._need("classification")
+        return metrics.expected_entropy(self.probs)
+
+    @property
+    def mutual_information(self) -> np.ndarray:
+        """Mutual information between label and weights (epistemic) ``(n,)``."""
+        self._need("classification")
+        return metrics.mutual_information(self.probs)
+
+    @property
+    def expected_error_rate(self) -> np.ndarray:
+        """1 − max class probability of the mean prediction ``(n,)``."""
+        self._need("classification")
+        return metrics.expected_error_rate(self.mean)
+
+    def scores(self, y) -> dict:
+        """Classification test scores against labels ``y`` ``(n,)``: accuracy, NLL, Brier, ECE
+        (of the mean prediction) and the means of entropy, mutual information and expected
+        error rate over the points, as floats."""
+        self._need("classification")
+        m = self.mean
+        return {
+            "accuracy": metrics.accuracy(m, y),
+            "nll": metrics.nll(m, y),
+            "brier": metrics.brier(m, y),
+            "ece": metrics.ece(m, y),
+            "mean_entropy": float(self.entropy.mean()),
+            "mean_mutual_information": float(self.mutual_information.mean()),
+            "mean_expected_error_rate": float(self.expected_error_rate.mean()),
+        }
+
+    def _need(self, task: str) -> None:
+        if self.task != task:
+            raise AttributeError(f"this quantity is defined for {task}, not {self.task}")

@@ -1,0 +1,213 @@
+"""Markdown rendering of every report bnnpp writes: ``compare.md``, ``sweep.md``,
+``evaluation.md`` and ``prune.md`` (with the published pruning tables beside ours).
+
+Each function takes the JSON-safe dict (or rows) that is also written as ``.json`` and returns
+the Markdown text, ending in a newline. This module imports nothing from bnnpp, so any module
+may use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = [
+    "PUBLISHED_PRUNING",
+    "compare_markdown",
+    "evaluation_markdown",
+    "prune_markdown",
+    "pruning_table_markdown",
+    "published_pruning_markdown",
+    "sweep_markdown",
+]
+
+
+def _fmt(v, spec: str = ".3f") -> str:
+    """A table cell: ``—`` for None, yes/no for booleans, else ``format(v, spec)``."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    return format(v, spec)
+
+
+def compare_markdown(results: dict) -> str:
+    """``compare.md``: the metrics table and the LOO ranking of :func:`bnnpp.compare.compare_methods`'s results."""
+    lines = [
+        f"# bnnpp compare: {results['data']}, seed {results['seed']}",
+        "",
+        "| method | accuracy | NLL | Brier | ECE | mean entropy | mean MI | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in results["methods"].items():
+        loo = "—" if r["loo_elpd"] is None else f"{r['loo_elpd']:.1f} ± {r['loo_se']:.1f}"
+        lines.append(
+            f"| {m} | {_fmt(r['accuracy'])} | {_fmt(r['nll'])} | {_fmt(r['brier'])} | {_fmt(r['ece'])} | "
+            f"{_fmt(r['mean_entropy'])} | {_fmt(r['mean_mutual_information'])} | {_fmt(r['max_r_hat'])} | "
+            f"{_fmt(r['min_ess_bulk'], '.0f')} | {_fmt(r['psis_khat'], '.2f')} | {loo} | {_fmt(r['seconds'], '.1f')} |"
+        )
+    lines += [
+        "",
+        (
+            "max R-hat and min ESS are over the permutation-invariant quantities (layer scales and the predictive "
+            "probabilities at 20 test inputs); R-hat needs ≥ 2 chains (nuts, sgld). PSIS k̂ (VI only, Yao et al. "
+            "2018): < 0.5 good, 0.5–0.7 usable, > 0.7 the approximation is not trustworthy. LOO elpd from PSIS-LOO "
+            "on the training data (higher is better)."
+        ),
+    ]
+    if results["ranking"]:
+        lines += ["", "## az.compare (PSIS-LOO)", "", "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo |", "|---|---|---|---|---|---|---|"]
+        for r in results["ranking"]:
+            lines.append(
+                f"| {r['rank']} | {r['method']} | {r['elpd_loo']:.1f} | {r['elpd_diff']:.1f} | {r['dse']:.1f} | "
+                f"{r['weight']:.2f} | {r['p_loo']:.1f} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def sweep_table(table) -> list[str]:
+    """The rows of :func:`bnnpp.sweep.summarise` as Markdown table lines (header first): test
+    accuracy and NLL, mean ± sd over seeds; a ``fixed`` row names its best scale."""
+    lines = ["| data | weight prior | hyperprior | test accuracy | test NLL |", "|---|---|---|---|---|"]
+    for r in sorted(table, key=lambda r: (r["data"], r["weight_prior"], r["hyperprior"])):
+        hp = r["hyperprior"] + (f" (best: {r['scale']:g})" if r["scale"] is not None else "")
+        lines.append(
+            f"| {r['data']} | {r['weight_prior']} | {hp} | {r['accuracy_mean']:.3f} ± {r['accuracy_sd']:.3f} | "
+            f"{r['nll_mean']:.3f} ± {r['nll_sd']:.3f} |"
+        )
+    return lines
+
+
+def sweep_markdown(table: list[dict], meta: dict) -> str:
+    """``sweep.md``: one row per (data, weight prior, hyperprior) of :func:`bnnpp.sweep.summarise`'s
+    table; ``meta`` gives ``method``, ``seeds``, ``runs``, ``seconds`` and ``vmap``."""
+    lines = [
+        (
+            f"# bnnpp sweep: {meta['method']}, seeds {meta['seeds']}, {meta['runs']} fits in {meta['seconds']:.0f} s "
+            f"({'vmapped groups' if meta['vmap'] else 'one by one'})"
+        ),
+        "",
+        *sweep_table(table),
+    ]
+    lines += ["", "mean ± sd over seeds; 'fixed' rows show the scale of the grid with the best mean test accuracy."]
+    return "\n".join(lines) + "\n"
+
+
+def evaluation_markdown(report: dict) -> str:
+    """``evaluation.md``: the test-set and out-of-distribution tables and the listed images of
+    a report of :func:`bnnpp.evaluation.evaluate` (with ``run_dir``, ``data`` and ``skipped``
+    when :func:`bnnpp.runs.evaluate_run` made it)."""
+    t = report["test"]
+    lines = [
+        f"# Evaluation of {report.get('run_dir', 'a posterior')}",
+        "",
+        f"{report['num_samples']} posterior draws per prediction; reject when max class probability < τ = {report['tau']:g}.",
+        "",
+        "| test set | n | error | NLL | Brier | ECE | rejected | mean entropy | mean MI |",
+        "|---|---|---|---|---|---|---|---|---|",
+        (f"| {report.get('data', 'test')} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
+        f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"),
+        "",
+    ]
+    if report["ood"]:
+        lines += [
+            "| out of distribution | n | rejected | mean entropy | mean MI | AUROC entropy | AUROC MI |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name, o in report["ood"].items():
+            lines.append(
+                f"| {name} | {o['n']} | {o['rejected']:.2%} | {o['mean_entropy']:.4f} | {o['mean_mutual_information']:.4f} | "
+                f"{o['auroc_entropy']:.4f} | {o['auroc_mutual_information']:.4f} |"
+            )
+        lines.append("")
+    for key, label in (("sure_but_wrong", "Misclassified images the model was surest of"), ("lowest_confidence", "Lowest-confidence images")):
+        lines += [f"{label} (test index: label → predicted, expected error rate):", ""]
+        lines += [f"- {e['index']}: {e['label']} → {e['predicted']}, {e['expected_error_rate']:.4f}" for e in t[key]] or ["- none"]
+        lines.append("")
+    if report.get("skipped"):
+        lines += [f"Skipped: {'; '.join(report['skipped'])}", ""]
+    lines.append(f"Figures: {', '.join(report.get('figures', []))}")
+    return "\n".join(lines) + "\n"
+
+
+def _count(n: int) -> str:
+    """Weight counts as in Blundell et al.'s Table 2: 2.4m, 120k, 48k, 950."""
+    if n >= 1_000_000:
+        return f"{n / 1e6:.1f}m"
+    if n >= 10_000:
+        return f"{n / 1e3:.0f}k"
+    return f"{n:,}"
+
+
+RULE_LABELS = {"snr": "SNR", "magnitude": "magnitude"}  # no "|" inside a Markdown table cell
+
+
+def pruning_table_markdown(rows: Sequence[dict]) -> str:
+    """The rows of :func:`bnnpp.pruning.pruning_table` as a Markdown table in the layout of
+    Blundell et al. (2015) Table 2 — "Proportion removed | # weights | test error" — with one
+    test-error column per rule, side by side (as Singh's reproduction compares naive and SNR
+    pruning).
+
+    Returns:
+        The table, one line per fraction, ending in a newline.
+    """
+    rules = list(dict.fromkeys(r["rule"] for r in rows))
+    fractions = list(dict.fromkeys(r["fraction"] for r in rows))
+    by = {(r["rule"], r["fraction"]): r for r in rows}
+    head = "| proportion removed | # weights | " + " | ".join(f"test error ({RULE_LABELS[r]})" for r in rules) + " |"
+    lines = [head, "|---" * (2 + len(rules)) + "|"]
+    for f in fractions:
+        first = next(by[(r, f)] for r in rules if (r, f) in by)
+        errors = [f"{by[(r, f)]['test_error']:.2%}" if (r, f) in by else "" for r in rules]
+        lines.append(f"| {f * 100:g}% | {_count(first['remaining'])} | " + " | ".join(errors) + " |")
+    return "\n".join(lines) + "\n"
+
+
+#: Published pruning tables, for the side-by-side comparison in prune.md (test error in %).
+PUBLISHED_PRUNING = {
+    "Blundell et al. 2015, Table 2 (2×1200, scale mixture, SNR)": {
+        "weights": {0: "2.4m", 50: "1.2m", 75: "600k", 95: "120k", 98: "48k"},
+        "SNR": {0: 1.24, 50: 1.24, 75: 1.24, 95: 1.29, 98: 1.39},
+    },
+    "Singh's reproduction, Table 1 (2×400, scale mixture)": {
+        "magnitude": {0: 2.03, 25: 2.41, 50: 5.33, 75: 30.67, 95: 63.11},
+        "SNR": {0: 2.03, 25: 2.59, 50: 5.89, 75: 41.05, 95: 82.50},
+    },
+}
+
+
+def published_pruning_markdown() -> str:
+    """:data:`PUBLISHED_PRUNING` as one Markdown table per source, each preceded by its title."""
+    lines = []
+    for title, table in PUBLISHED_PRUNING.items():
+        cols = [k for k in table if k != "weights"]
+        pcts = sorted({p for k in cols for p in table[k]})
+        has_w = "weights" in table
+        lines += [f"{title}:", ""]
+        lines.append("| proportion removed |" + (" # weights |" if has_w else "") + "".join(f" test error ({c}) |" for c in cols))
+        lines.append("|---" * (1 + has_w + len(cols)) + "|")
+        for p in pcts:
+            w = f" {table['weights'].get(p, '')} |" if has_w else ""
+            lines.append(f"| {p}% |{w}" + "".join(f" {table[c][p]:.2f}% |" if p in table[c] else " |" for c in cols))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def prune_markdown(report: dict, note: str | None = None) -> str:
+    """``prune.md``: the pruning table of a :func:`bnnpp.runs.prune_run` report (``run_dir``,
+    ``data``, ``method``, ``num_weights``, ``num_samples``, ``rows``) beside the published
+    ones, then ``note`` (e.g. why there is no SNR figure) when given."""
+    md = [
+        f"# Pruning of {report['run_dir']}",
+        "",
+        (f"{report['data']}, {report['method']}: {report['num_weights']:,} weights (biases are kept), pooled over layers; "
+        f"test error of the mean prediction over {report['num_samples']} posterior draws."),
+        "",
+        pruning_table_markdown(report["rows"]).rstrip("\n"),
+        "",
+        "Published, for comparison:",
+        "",
+        published_pruning_markdown(),
+    ]
+    if note:
+        md.append(note)
+    return "\n".join(md).rstrip("\n") + "\n"
