@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -28,27 +27,18 @@ def write_results(
     folder: str, name: str, result: dict, markdown: str, figures: dict | None = None, *, dpi: int = 110
 ) -> list[str]:
     """Write ``<folder>/<name>.json``, ``<name>.md`` and each figure (file name → matplotlib
-    Figure), each through a temporary file renamed into place, so an interrupted run leaves
-    no half-written table. Returns the paths written."""
-    os.makedirs(folder, exist_ok=True)
+    Figure), each through :func:`bnnpp.files.atomic_file` (a temporary file renamed into
+    place), so an interrupted run leaves no half-written table. Returns the paths written."""
+    # imported here, not at the top: importing bnnpp imports JAX, and speed.py's workers
+    # import this module before they time their own imports of JAX and bnnpp
+    from bnnpp.files import atomic_file
+
+    writers = {fname: lambda f, fig=fig: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight") for fname, fig in (figures or {}).items()}
+    writers[f"{name}.json"] = lambda f: f.write(json.dumps(result, indent=2).encode())
+    writers[f"{name}.md"] = lambda f: f.write(markdown.encode())
     paths = []
-    umask = os.umask(0)
-    os.umask(umask)
-
-    def put(fname: str, write) -> None:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{fname}.")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600
-            os.replace(tmp, os.path.join(folder, fname))
-        except BaseException:
-            os.unlink(tmp)
-            raise
+    for fname, write in writers.items():
+        with atomic_file(os.path.join(folder, fname), "wb") as f:
+            write(f)
         paths.append(os.path.join(folder, fname))
-
-    for fname, fig in (figures or {}).items():
-        put(fname, lambda f, fig=fig: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight"))
-    put(f"{name}.json", lambda f: f.write(json.dumps(result, indent=2).encode()))
-    put(f"{name}.md", lambda f: f.write(markdown.encode()))
     return paths

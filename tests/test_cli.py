@@ -84,7 +84,7 @@ def test_help_lists_every_option(capsys):
     # object (Python API only)
     options = {opt for _, opt, _ in METHOD_FLAGS}
     import bnnpp
-    from bnnpp.inference.base import get_backend
+    from bnnpp.inference import get_backend
 
     for m in bnnpp.registered():
         missing = set(get_backend(m).defaults) - options - {"optimizer", "chunk_size", "validation_data"}

@@ -19,7 +19,8 @@ import pytest
 import bnnpp
 from bnnpp import metrics, models
 from bnnpp.cli import main
-from bnnpp.inference.base import Posterior, latent_sites
+from bnnpp.introspection import latent_sites
+from bnnpp.posterior import Posterior
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "data")

@@ -12,7 +12,8 @@ import pytest
 from test_data_mnist import DATA_DIR, tiny_parts, write_idx
 
 from bnnpp.cli import main
-from bnnpp.cli.fit import IMAGE_NUM_SAMPLES, load_dataset_from_report
+from bnnpp.cli.fit import IMAGE_NUM_SAMPLES
+from bnnpp.runs import dataset_from_record
 
 
 @pytest.fixture
@@ -93,15 +94,15 @@ def test_batch_size_checked_against_the_subset(tiny_dir, tmp_path, capsys, compi
 def test_report_record_reloads_the_same_data(tiny_dir):
     record = {"data": "mnist", "data_dir": str(tiny_dir.parent), "normalize": "126", "validation": 5,
               "train_subset": 4, "flatten": True}
-    ds = load_dataset_from_report(record)
+    ds = dataset_from_record(record)
     parts = tiny_parts()
     assert ds.x_train.shape == (4, 784) and ds.x_val.shape == (5, 784) and ds.x_test.shape == (6, 784)
     np.testing.assert_array_equal(ds.x_train, parts["x_train"][:4].reshape(4, -1) / np.float32(126))
     np.testing.assert_array_equal(ds.y_val, parts["y_train"][15:])
-    moons = load_dataset_from_report({"data": "moons", "data_noise": 0.1, "seed": 3})
+    moons = dataset_from_record({"data": "moons", "data_noise": 0.1, "seed": 3})
     assert moons.x_train.shape == (700, 2)
     with pytest.raises(ValueError, match="the report names no known dataset"):
-        load_dataset_from_report({"data": "cifar10"})
+        dataset_from_record({"data": "cifar10"})
 
 
 @pytest.mark.slow  # ~60 s here, nearly all of it XLA compiling the BBB program
@@ -129,7 +130,7 @@ def test_fit_mnist_mlp_end_to_end(tmp_path, monkeypatch):
     assert 0.3 < report["test"]["accuracy"] <= 1.0
     post = bnnpp.load(out / "posterior.nc")
     assert post.samples["dense_0.w"].shape == (1, IMAGE_NUM_SAMPLES, 784, 50)
-    ds = load_dataset_from_report(report)
+    ds = dataset_from_record(report)
     assert ds.x_train.shape == (1000, 784) and ds.x_test.shape == (10000, 784)
     assert post.predict(ds.x_test[:7]).probs.shape == (IMAGE_NUM_SAMPLES, 7, 10)
     assert Path(out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,19 +1,18 @@
 """``bnnpp compare``: fit several methods to one dataset with one seed and write
-compare.md, compare.json and the figures into ``--out``."""
+compare.md, compare.json and the figures into ``--out`` (the library side:
+:func:`bnnpp.compare.compare_methods` and :func:`bnnpp.runs.write_compare_run`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import shutil
-import tempfile
 import time
 
 import bnnpp
-from bnnpp import priors
+from bnnpp import priors, reports, runs
 from bnnpp.cli._errors import CLIError
-from bnnpp.inference.base import get_backend, registered
+from bnnpp.inference import get_backend, registered
 
 CLASSIFICATION_SETS = ("moons", "circles")
 
@@ -61,6 +60,8 @@ def add_parser(sub) -> None:
 
 
 def _build(args):
+    # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs, not
+    # when any `bnnpp` command starts
     from bnnpp.compare import check_methods
 
     if args.seed < 0:
@@ -87,37 +88,15 @@ def _build(args):
     return dataset, model, methods, options
 
 
-def write_figures(folder: str, posteriors: dict, dataset) -> list[str]:
-    """Save the comparison figures into ``folder``; returns the file names."""
-    from bnnpp import diagnostics, plots
-
-    written = []
-    figs = {
-        "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
-        "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
-    }
-    with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
-    if with_scales:
-        figs["forest_scales.png"] = diagnostics.forest_plot(with_scales)
-    for m, p in with_scales.items():
-        if p.num_chains > 1:  # MCMC: one trace per chain
-            figs[f"trace_{m}.png"] = diagnostics.trace_plot(p, title=f"{m}: layer scales")
-    for name, fig in figs.items():
-        fig.savefig(os.path.join(folder, name), dpi=100)
-        written.append(name)
-    return written
-
-
 def run(args) -> int:
-    from bnnpp.compare import compare_methods, markdown
+    # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs
+    from bnnpp.compare import COMPARE_DEFAULTS, QUICK_OPTIONS, compare_methods
 
     t0 = time.perf_counter()
     try:
         dataset, model, methods, options = _build(args)
+        base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
         for m in methods:  # reject bad --set values before the first fit compiles
-            from bnnpp.compare import COMPARE_DEFAULTS, QUICK_OPTIONS
-
-            base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
             get_backend(m).check_options({**base.get(m, {}), **options.get(m, {})})
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
@@ -126,22 +105,10 @@ def run(args) -> int:
     )
     results["model"] = model.spec()
     results["quick"] = args.quick
-    parent = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".bnnpp-", dir=parent)
-    try:
-        figures = write_figures(tmp, posteriors, dataset)
-        results["figures"] = figures
-        results["seconds_total"] = time.perf_counter() - t0
-        with open(os.path.join(tmp, "compare.json"), "w") as f:
-            json.dump(results, f, indent=2, default=str)
-        with open(os.path.join(tmp, "compare.md"), "w") as f:
-            f.write(markdown(results))
-        os.makedirs(args.out, exist_ok=True)
-        for name in ["compare.json", "compare.md", *figures]:
-            os.replace(os.path.join(tmp, name), os.path.join(args.out, name))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(markdown(results))
-    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(figures)} figures in {time.perf_counter() - t0:.0f} s")
+    runs.write_compare_run(args.out, results, posteriors, dataset, started=t0)
+    print(reports.compare_markdown(results))
+    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results['figures'])} figures in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+__getattr__ = runs.deprecated_aliases(__name__, {"write_figures": "bnnpp.runs.write_compare_figures"})

@@ -1,19 +1,18 @@
 """``bnnpp sweep``: a grid of weight priors × scale hyperpriors on the 2-D sets, fitted by one
 method with several seeds; writes sweep.json and sweep.md (test accuracy and NLL, mean ± sd
-over seeds) into ``--out``."""
+over seeds) into ``--out`` (the library side: :mod:`bnnpp.sweep` and
+:func:`bnnpp.runs.write_sweep_run`)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
-import tempfile
 import time
 
 import bnnpp
+from bnnpp import reports, runs, sweep
 from bnnpp.cli._errors import CLIError
-from bnnpp.inference.base import get_backend, registered
+from bnnpp.inference import get_backend, registered
 
 
 def _names(text: str) -> list[str]:
@@ -28,8 +27,6 @@ def _numbers(text: str, kind=float) -> list:
 
 
 def add_parser(sub) -> None:
-    from bnnpp.sweep import HYPERPRIOR_CHOICES
-
     p = sub.add_parser(
         "sweep",
         help="fit a weight-prior x hyperprior grid on moons/circles; write sweep.md/json",
@@ -42,7 +39,7 @@ def add_parser(sub) -> None:
     p.add_argument("--data", type=_names, default=["moons", "circles"], help="comma-separated: moons, circles")
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: each set's)")
     p.add_argument("--priors", type=_names, default=["normal", "laplace", "cauchy", "flat"], help="weight priors")
-    p.add_argument("--hyperpriors", type=_names, default=list(HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)")
+    p.add_argument("--hyperpriors", type=_names, default=list(sweep.HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)")
     p.add_argument("--fixed-scales", type=_numbers, default=[0.1, 0.3, 1.0, 3.0, 10.0], help="the fixed scales tried")
     p.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
     p.add_argument("--steps", type=int, default=None, help="optimisation steps (num_steps; default: the method's)")
@@ -56,8 +53,6 @@ def add_parser(sub) -> None:
 
 
 def _build(args):
-    from bnnpp import sweep
-
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder path")
     bad = [d for d in args.data if d not in ("moons", "circles")]
@@ -77,30 +72,7 @@ def _build(args):
     return datasets, configs, options
 
 
-def markdown(table: list[dict], meta: dict) -> str:
-    """``sweep.md``: one row per (data, weight prior, hyperprior)."""
-    lines = [
-        (
-            f"# bnnpp sweep: {meta['method']}, seeds {meta['seeds']}, {meta['runs']} fits in {meta['seconds']:.0f} s "
-            f"({'vmapped groups' if meta['vmap'] else 'one by one'})"
-        ),
-        "",
-        "| data | weight prior | hyperprior | test accuracy | test NLL |",
-        "|---|---|---|---|---|",
-    ]
-    for r in sorted(table, key=lambda r: (r["data"], r["weight_prior"], r["hyperprior"])):
-        hp = r["hyperprior"] + (f" (best: {r['scale']:g})" if r["scale"] is not None else "")
-        lines.append(
-            f"| {r['data']} | {r['weight_prior']} | {hp} | {r['accuracy_mean']:.3f} ± {r['accuracy_sd']:.3f} | "
-            f"{r['nll_mean']:.3f} ± {r['nll_sd']:.3f} |"
-        )
-    lines += ["", "mean ± sd over seeds; 'fixed' rows show the scale of the grid with the best mean test accuracy."]
-    return "\n".join(lines) + "\n"
-
-
 def run(args) -> int:
-    from bnnpp import sweep
-
     t0 = time.perf_counter()
     try:
         datasets, configs, options = _build(args)
@@ -116,19 +88,10 @@ def run(args) -> int:
         "runs": len(result["runs"]), "seconds": result["seconds"], "compiled_groups": result["compiled_groups"],
         "hidden": list(args.hidden),
     }
-    parent = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".bnnpp-", dir=parent)
-    try:
-        with open(os.path.join(tmp, "sweep.json"), "w") as f:
-            json.dump({"meta": meta, "table": table, "runs": result["runs"]}, f, indent=2)
-        with open(os.path.join(tmp, "sweep.md"), "w") as f:
-            f.write(markdown(table, meta))
-        os.makedirs(args.out, exist_ok=True)
-        for name in ("sweep.json", "sweep.md"):
-            os.replace(os.path.join(tmp, name), os.path.join(args.out, name))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print(markdown(table, meta))
+    runs.write_sweep_run(args.out, meta, table, result["runs"])
+    print(reports.sweep_markdown(table, meta))
     print(f"wrote {os.path.join(args.out, 'sweep.md')} and sweep.json in {time.perf_counter() - t0:.0f} s")
     return 0
+
+
+__getattr__ = runs.deprecated_aliases(__name__, {"markdown": "bnnpp.reports.sweep_markdown"})

@@ -1,0 +1,563 @@
+"""Run folders: writing what the ``bnnpp`` commands produce, and reading a fit run back.
+
+A *fit run* (``bnnpp fit --out DIR``) holds ``posterior.nc`` (the posterior as ArviZ netCDF),
+``metrics.json`` (test metrics, timings and the *data record*: how to reload the data, since
+``posterior.nc`` does not hold training sets as large as MNIST) and one figure
+(``uncertainty.png`` for the built-in 2-D and 1-D sets, ``loss.png`` for images). For image
+runs :func:`evaluate_run` and :func:`prune_run` add their reports to the same folder.
+:func:`write_compare_run` and :func:`write_sweep_run` write the folders of ``bnnpp compare``
+and ``bnnpp sweep``.
+
+Every folder is written through :func:`bnnpp.files.publish_folder`: a failure leaves no
+partial output. The Markdown of every report comes from :mod:`bnnpp.reports`.
+
+Why one module of ~560 lines (160 of them docstrings): the four commands' folders share the
+checks, the loading and the publishing, and the CLI must find all of it in one library place.
+Its sections: reading a fit run, writing one, evaluating and pruning an image run, the
+compare and sweep folders, and the deprecated old names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from bnnpp import data, evaluation, files, metrics, pruning, reports
+from bnnpp.data import IMAGE_SETS, SYNTHETIC
+from bnnpp.inference import Prediction, load
+
+__all__ = [
+    "DEFAULT_FRACTIONS",
+    "OOD_SETS",
+    "block_rows",
+    "check_run_dir",
+    "dataset_from_record",
+    "evaluate_run",
+    "fashion_like",
+    "figure",
+    "fit_report",
+    "loss_figure",
+    "metrics_on_test_set",
+    "open_run",
+    "prune_run",
+    "write_compare_figures",
+    "write_compare_run",
+    "write_fit_run",
+    "write_sweep_run",
+]
+
+#: Out-of-distribution sets :func:`evaluate_run` knows.
+OOD_SETS = ("noise", "fashion_mnist")
+#: Shares of weights :func:`prune_run` removes by default (Blundell et al. 2015, Table 2, and 25%).
+DEFAULT_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 0.95, 0.98)
+
+
+# --- reading a fit run --------------------------------------------------------------------
+
+
+def dataset_from_record(record: dict) -> data.Dataset:
+    """Reload the dataset of a ``bnnpp fit`` run from its data record (the ``metrics.json`` dict).
+
+    Uses the keys ``data`` and, for mnist/fashion_mnist, ``data_dir`` (``None``: the default
+    search of :func:`bnnpp.data.load`), ``normalize``, ``validation``, ``flatten`` and
+    ``train_subset``; for the generated sets ``data_noise`` and ``seed``.
+
+    Returns:
+        The :class:`bnnpp.data.Dataset` the run trained and was tested on (training split cut
+        to ``train_subset`` rows when set). Raises ValueError when the data cannot be found.
+    """
+    name = record.get("data")
+    if name in IMAGE_SETS:
+        ds = data.load(
+            name,
+            record.get("data_dir"),
+            normalize=record.get("normalize", "255"),
+            validation=record.get("validation", 10000),
+            flatten=bool(record.get("flatten", False)),
+        )
+        subset = record.get("train_subset")
+        if subset is not None:
+            if subset > len(ds.x_train):
+                raise ValueError(f"--train-subset {subset} exceeds the {len(ds.x_train)} training images; use at most {len(ds.x_train)}")
+            ds = dataclasses.replace(ds, x_train=ds.x_train[:subset], y_train=ds.y_train[:subset])
+        return ds
+    if name in SYNTHETIC:
+        noise = record.get("data_noise")
+        return data.load_synthetic(name, seed=record.get("seed", 0), **({} if noise is None else {"noise": noise}))
+    raise ValueError(f"the report names no known dataset (data={name!r}); known: {', '.join([*SYNTHETIC, *IMAGE_SETS])}")
+
+
+def check_run_dir(run_dir: str | os.PathLike) -> tuple[str, dict]:
+    """Check that ``run_dir`` is a ``bnnpp fit`` image run, reading no posterior and no data
+    (cheap, for up-front checks).
+
+    Returns:
+        ``(path, report)``: the folder as a ``str`` and its ``metrics.json`` dict. Raises
+        ValueError naming what is missing or wrong.
+    """
+    run_dir = os.fspath(run_dir)
+    if not os.path.isdir(run_dir):
+        raise ValueError(f"{run_dir} is not a folder: pass the --out folder of `bnnpp fit`")
+    if not os.path.isfile(os.path.join(run_dir, "posterior.nc")):
+        raise ValueError(f"{run_dir} holds no posterior.nc: pass a folder written by `bnnpp fit --out DIR`")
+    path = os.path.join(run_dir, "metrics.json")
+    if not os.path.isfile(path):
+        raise ValueError(f"{run_dir} holds no metrics.json, which records the run's data: fit it again with `bnnpp fit`")
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}): fit the run again") from None
+    if report.get("data") not in IMAGE_SETS:
+        raise ValueError(
+            f"{run_dir} was fitted to {report.get('data')!r}; this command works on image runs "
+            f"({', '.join(IMAGE_SETS)}): fit one with `bnnpp fit --data mnist ...`"
+        )
+    return run_dir, report
+
+
+def open_run(run_dir: str | os.PathLike, data_dir: str | os.PathLike | None = None):
+    """Load a ``bnnpp fit`` image run.
+
+    Args:
+        run_dir: the run folder (``posterior.nc``, ``metrics.json``).
+        data_dir: where the IDX files are, overriding the folder recorded in ``metrics.json``.
+
+    Returns:
+        ``(posterior, report, dataset)``: the :class:`~bnnpp.Posterior`, the ``metrics.json``
+        dict (with ``data_dir`` replaced when given) and the run's :class:`~bnnpp.data.Dataset`.
+    """
+    run_dir, report = check_run_dir(run_dir)
+    if data_dir is not None:
+        if not os.path.isdir(data_dir):
+            raise ValueError(f"--data-dir {data_dir} is not a folder")
+        report = dict(report, data_dir=os.path.abspath(data_dir))
+    dataset = dataset_from_record(report)
+    posterior = load(os.path.join(run_dir, "posterior.nc"))
+    if tuple(posterior.x.shape[1:]) != tuple(dataset.x_test.shape[1:]):
+        raise ValueError(
+            f"the posterior takes inputs of shape {posterior.x.shape[1:]} but the recorded data has {dataset.x_test.shape[1:]}: "
+            "metrics.json does not belong to posterior.nc"
+        )
+    return posterior, report, dataset
+
+
+def fashion_like(report: dict, dataset: data.Dataset) -> np.ndarray:
+    """The Fashion-MNIST test images, normalised and shaped like the run's MNIST inputs.
+
+    Looked up in a folder named ``fashion_mnist`` inside the run's ``data_dir`` or beside it
+    (``shared/data/mnist`` → ``shared/data/fashion_mnist``; never the MNIST folder itself,
+    whose files have the same names), else by the default search of
+    :func:`bnnpp.data.load`. With ``normalize="standardize"`` the MNIST training mean and sd
+    are applied (not Fashion-MNIST's own), so both sets go through the same transformation.
+
+    Returns:
+        float32 ``(10000, *dataset.x_test.shape[1:])``.
+    """
+    d = report.get("data_dir")
+    candidates = [os.path.join(p, "fashion_mnist") for p in (d, os.path.dirname(os.path.abspath(d)))] if d else []
+    candidates = [c for c in candidates if os.path.isdir(c)] or [None]
+    normalize, flatten = report.get("normalize", "255"), bool(report.get("flatten", False))
+    errors = []
+    for folder in candidates:
+        try:
+            raw = data.load("fashion_mnist", folder, normalize="255" if normalize == "standardize" else normalize, validation=0, flatten=flatten)
+            break
+        except ValueError as e:
+            errors.append(str(e))
+    else:
+        raise ValueError("; ".join(errors))
+    x = raw.x_test
+    if normalize == "standardize":  # the run's own shift and scale, in units of pixel/255
+        ref = data.load(report["data"], d, normalize="255", validation=report.get("validation", 10000), flatten=flatten)
+        mean, sd = ref.x_train.mean(dtype=np.float64), ref.x_train.std(dtype=np.float64)
+        x = ((x - np.float32(mean)) / np.float32(sd)).astype(np.float32)
+    if x.shape == dataset.x_test.shape and np.array_equal(x[:10], dataset.x_test[:10]):
+        raise ValueError("the Fashion-MNIST files found hold the run's own test images; put the real ones in a fashion_mnist folder")
+    return x
+
+
+# --- writing a fit run --------------------------------------------------------------------
+
+
+def block_rows(posterior, x: np.ndarray, max_values: int = 1 << 22) -> int:
+    """Rows of ``x`` to predict per call so that draws × rows × input values stays under
+    ``max_values`` (4M floats: bounded memory also for 100 draws of a convolutional net)."""
+    per_row = posterior.num_chains * posterior.num_draws * int(np.prod(np.shape(x)[1:]))
+    return max(1, min(len(x), max_values // max(per_row, 1)))
+
+
+def metrics_on_test_set(posterior, dataset: data.Dataset) -> dict:
+    """Test-set metrics of a posterior from every posterior draw: accuracy, NLL, Brier, ECE, ...
+    for a classifier (:meth:`Prediction.scores`; predicted in blocks of :func:`block_rows`
+    rows), RMSE, NLL, 95% coverage and mean epistemic/aleatoric sd for regression; both with
+    ``num_draws``. (``bnnpp fit``'s ``test`` entry of ``metrics.json``.)"""
+    y = dataset.y_test
+    if dataset.task == "classification":
+        probs = evaluation.predict_probs(posterior, dataset.x_test, batch_size=block_rows(posterior, dataset.x_test))
+        pred = Prediction("classification", probs=probs)
+        return {**pred.scores(y), "num_draws": int(probs.shape[0])}
+    pred = posterior.predict(dataset.x_test)
+    return {
+        "rmse": metrics.rmse(pred.mean, y),
+        "nll": metrics.gaussian_nll(pred.draws, pred.noise, y),
+        "coverage_95": metrics.interval_coverage(pred.mean, pred.std, y),
+        "mean_epistemic_std": float(pred.epistemic_std.mean()),
+        "mean_aleatoric_std": float(pred.aleatoric_std.mean()),
+        "num_draws": int(pred.draws.shape[0]),
+    }
+
+
+def loss_figure(posterior, title: str = ""):
+    """The training loss per step (``info["loss"]``; for bbb also the data term and the KL) as
+    a matplotlib Figure, or ``None`` when the method keeps no loss trace (nuts, sgld)."""
+    # matplotlib (~0.5 s to import) loads on first use, not when the `bnnpp` command starts
+    from matplotlib.figure import Figure
+
+    info = posterior.info
+    if "loss" not in info or len(np.asarray(info["loss"])) == 0:
+        return None
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    ax = fig.subplots()
+    for key, label in (("loss", "loss (minibatch objective)"), ("nll", "data term (NLL, rescaled)"), ("kl", "KL")):
+        if key in info:
+            ax.plot(np.arange(1, len(info[key]) + 1), np.asarray(info[key]), lw=0.8, label=label)
+    ax.set_xlabel("step")
+    ax.set_yscale("symlog")
+    ax.legend()
+    ax.set_title(title or info.get("method", ""))
+    return fig
+
+
+def figure(posterior, dataset: data.Dataset):
+    """The figure of a fit run and its file name: the decision map (2-D classification) or the
+    regression bands as ``uncertainty.png``; for images the loss curve as ``loss.png`` (or
+    ``(None, None)`` when the method keeps no loss trace).
+
+    Returns:
+        ``(figure, file_name)``.
+    """
+    # bnnpp.plots imports matplotlib (~0.5 s): loaded on first use, not at command start-up
+    from bnnpp import plots
+
+    title = f"{dataset.name}: {posterior.info['method']}"
+    if dataset.x_train.ndim != 2 or (dataset.task == "classification" and dataset.x_train.shape[1] != 2):
+        return loss_figure(posterior, title), "loss.png"
+    if dataset.task == "classification":
+        return plots.decision_map(posterior.predict, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
+    grid = np.sort(dataset.x_test, axis=0)
+    return plots.regression_bands(posterior.predict(grid), grid, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
+
+
+def _last(trace) -> float | None:
+    """The final entry of a per-chunk trace such as ``info["val_error"]``, or None if empty."""
+    trace = np.asarray(trace, dtype=float).reshape(-1)
+    return float(trace[-1]) if trace.size else None
+
+
+def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> dict:
+    """The ``metrics.json`` dict of a fit run.
+
+    Args:
+        posterior: the fitted posterior.
+        model: its model (a :mod:`bnnpp.models` network: ``model.spec()`` is recorded).
+        record: the data record (see :func:`dataset_from_record`).
+        seed: the fit's seed.
+        test: :func:`metrics_on_test_set`'s dict.
+        seconds: timings by name, in the order to record them (``bnnpp fit``: ``import``,
+            ``compile``, ``fit``, ``predict``).
+
+    Returns:
+        The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
+        ``stopped_at``, ``test``, ``fit_info``, ``val_error`` (when the fit tracked it) and
+        ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
+    """
+    info = posterior.info
+    return {
+        **record,
+        "method": info["method"],
+        "model": model.spec(),
+        "options": {k: v for k, v in info["options"].items() if k not in ("optimizer", "validation_data")},
+        "seed": seed,
+        "steps_run": info.get("steps_run"),
+        "stopped_at": info.get("stopped_at"),
+        "test": test,
+        "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters") if k in info},
+        **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
+        "seconds": dict(seconds),
+    }
+
+
+def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: dict) -> dict:
+    """Write a fit run into ``out_dir`` (created; files of the same names are replaced):
+    ``posterior.nc``, ``metrics.json`` (``report``) and the :func:`figure` when there is one.
+
+    Returns:
+        ``report``, updated in place with ``files`` (the names written, ``posterior.nc``
+        first) and ``seconds["write"]``.
+    """
+    with files.publish_folder(out_dir) as tmp:
+        t0 = time.perf_counter()
+        posterior.save(os.path.join(tmp, "posterior.nc"))
+        fig, fig_name = figure(posterior, dataset)
+        written = ["posterior.nc", "metrics.json"]
+        if fig is not None:
+            fig.savefig(os.path.join(tmp, fig_name), dpi=110)
+            written.append(fig_name)
+        report["seconds"]["write"] = time.perf_counter() - t0
+        report["files"] = written
+        with open(os.path.join(tmp, "metrics.json"), "w") as f:
+            json.dump(report, f, indent=2, default=str)
+    return report
+
+
+# --- evaluating and pruning an image run --------------------------------------------------
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    num_samples: int = 100,
+    tau: float = 0.2,
+    ood: Sequence[str] = OOD_SETS,
+    seed: int = 0,
+    batch_size: int | None = None,
+) -> dict:
+    """Evaluate an image run of ``bnnpp fit`` and write ``evaluation.json``, ``evaluation.md``,
+    ``evaluation.npz`` (per-image mean probabilities, variance, expected error rate, entropy,
+    mutual information, labels) and the figures into it (see
+    :func:`bnnpp.evaluation.write_report`).
+
+    Args:
+        run_dir: the run folder.
+        data_dir: where the IDX files are (default: the folder recorded in ``metrics.json``).
+        num_samples: posterior draws per prediction (≥ 10 recommended; at most the draws kept).
+        tau: reject an input when its largest predictive class probability is below τ.
+        ood: any of ``"noise"`` (uniform noise over the inputs' value range, as many images as
+            the test set, seed ``seed``) and ``"fashion_mnist"`` (its 10,000 test images,
+            normalised as the run's data; skipped for a Fashion-MNIST run or when not found).
+        seed, batch_size: see :func:`bnnpp.evaluation.evaluate`.
+
+    Returns:
+        The report written to ``evaluation.json`` (see :func:`bnnpp.evaluation.evaluate`),
+        plus ``run_dir``, ``data``, ``method``, ``skipped`` and ``seconds``.
+    """
+    evaluation.check_tau(tau)
+    evaluation.check_count(num_samples, "num_samples")
+    if batch_size is not None:
+        evaluation.check_count(batch_size, "batch_size")
+    ood = tuple(ood)
+    unknown = [o for o in ood if o not in OOD_SETS]
+    if unknown:
+        raise ValueError(f"unknown OOD set(s) {', '.join(unknown)}; choose from {', '.join(OOD_SETS)}")
+    check_run_dir(run_dir)
+    t0 = time.perf_counter()
+    posterior, report, dataset = open_run(run_dir, data_dir)
+    ood_sets, skipped = {}, []
+    for name in ood:
+        if name == "noise":
+            ood_sets["noise"] = evaluation.uniform_noise(dataset.x_test, seed=seed)
+        elif dataset.name == "fashion_mnist":
+            skipped.append("fashion_mnist: it is the run's own data")
+        else:
+            try:
+                ood_sets["fashion_mnist"] = fashion_like(report, dataset)
+            except ValueError as e:
+                skipped.append(f"fashion_mnist: not found ({e})")
+    load_s = time.perf_counter() - t0
+    result, figs, per_image = evaluation.evaluate(
+        posterior, dataset.x_test, dataset.y_test, ood=ood_sets, num_samples=num_samples, tau=tau, seed=seed, batch_size=batch_size
+    )
+    result = {"run_dir": os.fspath(run_dir), "data": dataset.name, "method": posterior.info.get("method"), **result, "skipped": skipped}
+    result["seconds"]["load"] = load_s
+    evaluation.write_report(run_dir, result, figs, per_image)
+    return result
+
+
+def _cutoffs(values: dict[str, np.ndarray], fractions: Sequence[float]) -> dict[str, float]:
+    """Label (``"50%"``) → the largest pooled SNR that pruning that share removes."""
+    pooled = np.sort(np.concatenate([v.ravel() for v in values.values()]))
+    out = {}
+    for f in fractions:
+        k = round(f * pooled.size)
+        if k > 0:
+            out[f"{f * 100:g}%"] = float(pooled[k - 1])
+    return out
+
+
+def prune_run(
+    run_dir: str | os.PathLike,
+    *,
+    rules: Sequence[str] = ("snr", "magnitude"),
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+    data_dir: str | os.PathLike | None = None,
+    num_samples: int = 10,
+    seed: int = 0,
+    batch_size: int | None = None,
+) -> dict:
+    """Pruning table of an image run of ``bnnpp fit``, written as ``prune.json``, ``prune.md``
+    and ``snr.png`` (when the posterior has SNRs) into the run folder.
+
+    Args:
+        run_dir: the run folder (``posterior.nc``, ``metrics.json``).
+        rules: any of ``"snr"``, ``"magnitude"`` (see :mod:`bnnpp.pruning`).
+        fractions: shares of weights removed, each in [0, 1].
+        data_dir: where the IDX files are (default: the folder in ``metrics.json``).
+        num_samples: posterior draws per prediction (the paper's errors use 10).
+        seed, batch_size: see :func:`bnnpp.pruning.pruning_table`.
+
+    Returns:
+        The report in ``prune.json``: ``rows`` (one per rule and fraction: ``rule``,
+        ``fraction``, ``removed``, ``remaining``, ``test_error``), ``num_weights``,
+        ``snr_cutoffs`` (label → SNR threshold, when SNR exists), ``run_dir``, ``data``,
+        ``method``, ``num_samples``, ``seconds``; plus ``files``, the names written.
+    """
+    rules = tuple(rules)
+    fractions = tuple(fractions)
+    if not rules or not fractions:
+        raise ValueError("pass at least one rule and one fraction")
+    for r in rules:
+        pruning.check_rule(r)
+    for f in fractions:
+        pruning.check_fraction(f)
+    evaluation.check_count(num_samples, "num_samples")
+    check_run_dir(run_dir)
+    t0 = time.perf_counter()
+    posterior, _, dataset = open_run(run_dir, data_dir)
+    try:
+        snr_values, no_snr = pruning.snr(posterior), None
+    except ValueError as e:
+        if "snr" in rules:
+            raise
+        snr_values, no_snr = None, f"No snr.png: {e}"
+    rows = pruning.pruning_table(
+        posterior, dataset.x_test, dataset.y_test, fractions=fractions, rules=rules, num_samples=num_samples, seed=seed, batch_size=batch_size
+    )
+    report = {
+        "run_dir": os.fspath(run_dir),
+        "data": dataset.name,
+        "method": posterior.info.get("method"),
+        "num_samples": min(num_samples, posterior.num_chains * posterior.num_draws),
+        "num_weights": rows[0]["removed"] + rows[0]["remaining"],
+        "rows": rows,
+        "snr_cutoffs": _cutoffs(snr_values, fractions) if snr_values is not None else None,
+        "seconds": {"total": time.perf_counter() - t0},
+    }
+    names = ["prune.json", "prune.md"]
+    with files.publish_folder(run_dir, prefix=".prune-") as tmp:
+        if snr_values is not None:
+            # bnnpp.plots imports matplotlib (~0.5 s): loaded on first use, not at command start-up
+            from bnnpp import plots
+
+            fig = plots.snr_histogram(snr_values, report["snr_cutoffs"], title=f"{report['data']}, {report['method']}: weight SNR")
+            fig.savefig(os.path.join(tmp, "snr.png"), dpi=110)
+            names.append("snr.png")
+        with open(os.path.join(tmp, "prune.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        with open(os.path.join(tmp, "prune.md"), "w") as f:
+            f.write(reports.prune_markdown(report, no_snr))
+    report["files"] = names
+    return report
+
+
+# --- compare and sweep output folders -----------------------------------------------------
+
+
+def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: data.Dataset) -> list[str]:
+    """Save the comparison figures of ``bnnpp compare`` into ``folder``: ``decision_maps.png``,
+    ``reliability.png``, ``forest_scales.png`` (posteriors with layer scales) and
+    ``trace_<method>.png`` (those with several chains).
+
+    Returns:
+        The file names written.
+    """
+    # ArviZ and matplotlib (~1.5 s to import) load on first use, not at command start-up
+    from bnnpp import diagnostics, plots
+
+    figs = {
+        "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
+        "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
+    }
+    with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
+    if with_scales:
+        figs["forest_scales.png"] = diagnostics.forest_plot(with_scales)
+    for m, p in with_scales.items():
+        if p.num_chains > 1:  # MCMC: one trace per chain
+            figs[f"trace_{m}.png"] = diagnostics.trace_plot(p, title=f"{m}: layer scales")
+    for name, fig in figs.items():
+        fig.savefig(os.path.join(os.fspath(folder), name), dpi=100)
+    return list(figs)
+
+
+def write_compare_run(
+    out_dir: str | os.PathLike, results: dict, posteriors: dict, dataset: data.Dataset, *, started: float | None = None
+) -> dict:
+    """Write ``bnnpp compare``'s folder: the :func:`write_compare_figures`, ``compare.json``
+    (``results``) and ``compare.md`` (:func:`bnnpp.reports.compare_markdown`).
+
+    Args:
+        out_dir: the output folder (created; files of the same names are replaced).
+        results: :func:`bnnpp.compare.compare_methods`'s results.
+        posteriors: method → :class:`~bnnpp.Posterior`.
+        dataset: the data they were fitted to.
+        started: ``time.perf_counter()`` when the command started: ``seconds_total`` counts
+            from it to when the figures are done (default: from this call).
+
+    Returns:
+        ``results``, updated in place with ``figures`` (names) and ``seconds_total``.
+    """
+    started = time.perf_counter() if started is None else started
+    with files.publish_folder(out_dir) as tmp:
+        results["figures"] = write_compare_figures(tmp, posteriors, dataset)
+        results["seconds_total"] = time.perf_counter() - started
+        with open(os.path.join(tmp, "compare.json"), "w") as f:
+            json.dump(results, f, indent=2, default=str)
+        with open(os.path.join(tmp, "compare.md"), "w") as f:
+            f.write(reports.compare_markdown(results))
+    return results
+
+
+def write_sweep_run(out_dir: str | os.PathLike, meta: dict, table: list[dict], fits: list[dict]) -> None:
+    """Write ``bnnpp sweep``'s folder: ``sweep.json`` (``{"meta", "table", "runs": fits}``)
+    and ``sweep.md`` (:func:`bnnpp.reports.sweep_markdown`) into ``out_dir`` (created; files
+    of the same names are replaced). Returns None."""
+    with files.publish_folder(out_dir) as tmp:
+        with open(os.path.join(tmp, "sweep.json"), "w") as f:
+            json.dump({"meta": meta, "table": table, "runs": fits}, f, indent=2)
+        with open(os.path.join(tmp, "sweep.md"), "w") as f:
+            f.write(reports.sweep_markdown(table, meta))
+
+
+# --- the old homes of these names ---------------------------------------------------------
+
+
+def deprecated_aliases(old_module: str, moved: dict[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``old_module`` that keeps moved names importable for one
+    release: ``moved`` maps each old name to the new dotted path (``"bnnpp.runs.open_run"``).
+
+    Returns:
+        The ``__getattr__`` function: it warns with a DeprecationWarning naming the new path
+        and returns the object there; other names raise AttributeError as usual.
+    """
+
+    def __getattr__(name: str) -> Any:
+        if name not in moved:
+            raise AttributeError(f"module {old_module!r} has no attribute {name!r}")
+        module, _, attr = moved[name].rpartition(".")
+        warnings.warn(
+            f"{old_module}.{name} moved to {moved[name]}; the old name will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(module), attr)
+
+    return __getattr__
