@@ -1,6 +1,6 @@
 """Every inference method on moons and circles: accuracy, calibration and cost, one table.
 
-The model is the seed study's 2-5-5-2 tanh MLP with Normal weights and an InverseGamma(1, 1)
+The model is Zharikov, Isachenko & Bochkarev's 2-5-5-2 tanh MLP with Normal weights and an InverseGamma(1, 1)
 prior on each layer's variance; data are 1,000 points split 700/300 (noise 0.3 for moons,
 0.2 for circles). Each method runs with its default options (``--quick``: fewer steps and
 draws), in one process, one after the other; compile and run seconds are those the backend
@@ -34,14 +34,14 @@ QUICK = {
 
 def _throughput(post) -> tuple[float, str]:
     """Steps (optimisers) or gradient-based transitions (samplers, all chains) per run second."""
-    info = post.info
-    run = max(info["run_seconds"], 1e-9)
-    if info["method"] == "nuts":
-        o = info["options"]
+    stats = post.stats
+    run = max(stats.run_seconds, 1e-9)
+    if stats.method == "nuts":
+        o = stats.options
         return o["num_chains"] * (o["num_warmup"] + o["num_samples"]) / run, "samples/s"
-    if "steps_run" in info:
-        chains = info["options"].get("num_chains", 1)
-        return chains * info["steps_run"] / run, "steps/s"
+    if stats.steps_run is not None:
+        chains = stats.options.get("num_chains", 1)
+        return chains * stats.steps_run / run, "steps/s"
     return float("nan"), ""
 
 
@@ -59,16 +59,16 @@ def run(data_name: str, method: str, options: dict, seed: int) -> dict:
     return {
         "data": data_name,
         "method": method,
-        "options": {k: v for k, v in post.info["options"].items() if isinstance(v, (bool, int, float, str, type(None)))},
+        "options": {k: v for k, v in post.stats.options.items() if isinstance(v, (bool, int, float, str, type(None)))},
         "accuracy": metrics.accuracy(pred.mean, data.y_test),
         "nll": metrics.nll(pred.mean, data.y_test),
         "ece": metrics.ece(pred.mean, data.y_test),
-        "compile_seconds": post.info["compile_seconds"],
-        "run_seconds": post.info["run_seconds"],
+        "compile_seconds": post.stats.compile_seconds,
+        "run_seconds": post.stats.run_seconds,
         "seconds_to_prediction": usable,
         "throughput": rate,
         "throughput_unit": unit,
-        "divergences": post.info.get("divergences"),
+        "divergences": post.stats.extras.get("divergences"),
     }
 
 

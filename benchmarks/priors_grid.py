@@ -85,7 +85,7 @@ def main(argv=None) -> dict:
                 p = post.predict(d.x_test).mean
                 accs.append(metrics.accuracy(p, d.y_test))
                 nlls.append(metrics.nll(p, d.y_test))
-                divs.append(int(post.info.get("divergences", 0)))
+                divs.append(int(post.stats.extras.get("divergences", 0)))
             nuts_rows.append({
                 "noise": setting, "data": d.name, "cell": cell.label, "advi_accuracy": best["accuracy_mean"],
                 "accuracy_mean": float(np.mean(accs)), "accuracy_sd": float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0,

@@ -31,15 +31,16 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HASH_SCRIPT = """
 import hashlib, sys, jax, numpyro.infer, bnnpp
 from bnnpp import priors
-from bnnpp.inference import advi
-from bnnpp.inference._loop import lower_guarded
+from bnnpp.inference import advi, runner
 if sys.argv[1] == "numpyro":
     advi.SortedTraceELBO = numpyro.infer.Trace_ELBO
 d = bnnpp.data.load_synthetic("moons", seed=0)
 m = bnnpp.models.mlp((5, 5), activation="tanh", num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))
-init_fn, step, *_ = advi._build(m, d.x_train, d.y_train, 0, dict(advi.DEFAULTS))
-shape = jax.jit(init_fn).lower(jax.random.PRNGKey(0)).out_info
-print(hashlib.sha256(lower_guarded(step, shape, 100, 10)[0].as_text().encode()).hexdigest())
+alg = advi.build(m, d.x_train, d.y_train, advi.ADVIOptions(num_steps=100))
+plan = runner._plan(alg, jax.random.PRNGKey(0), len(d.x_train))
+data = (d.x_train, d.y_train)
+shape = jax.jit(lambda a: runner._init(plan, a)).lower(data).out_info
+print(hashlib.sha256(runner._lower_chunk(plan, shape, 10, data, "loss").as_text().encode()).hexdigest())
 """
 
 

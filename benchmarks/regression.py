@@ -63,7 +63,7 @@ def run(method: str, options: dict, data, seed: int):
     epi, tot = probe.epistemic_std, probe.std
     row = {
         "method": label,
-        "options": {k: v for k, v in post.info["options"].items() if k != "optimizer"},
+        "options": {k: v for k, v in post.stats.options.items() if k != "optimizer"},
         "test_nll": metrics.gaussian_nll(pred.draws, pred.noise, data.y_test),
         "train_rmse": metrics.rmse(post.predict(data.x_train).mean, data.y_train),
         "epistemic_sd": {"x=-1.2": float(epi[0]), "x=0": float(epi[1]), "x=1.2": float(epi[2])},
@@ -71,7 +71,7 @@ def run(method: str, options: dict, data, seed: int):
         "epistemic_ratio": float((epi[0] + epi[2]) / 2 / epi[1]),
         "total_ratio": float((tot[0] + tot[2]) / 2 / tot[1]),
         "seconds": seconds,
-        "divergences": post.info.get("divergences"),
+        "divergences": post.stats.extras.get("divergences"),
     }
     return row, pred
 

@@ -287,12 +287,12 @@ def _bnnpp_fit(clock: _Clock, model, x, y, x_test, method: str, options: dict, s
     probs = pred.mean
     predict_s = time.perf_counter() - t1
     compile_s, n_compiles = clock.compiles(ev0)
-    info = post.info
+    stats = post.stats
     return {
-        "fit_seconds": fit, "run_seconds": info["run_seconds"], "predict_seconds": predict_s,
-        "compile_seconds": compile_s, "num_compiles": n_compiles, "own_compile_seconds": info["compile_seconds"],
-        "sample_seconds": info.get("sample_seconds"), "steps": info["steps_run"],
-        "us_per_step": 1e6 * info["run_seconds"] / max(info["steps_run"], 1),
+        "fit_seconds": fit, "run_seconds": stats.run_seconds, "predict_seconds": predict_s,
+        "compile_seconds": compile_s, "num_compiles": n_compiles, "own_compile_seconds": stats.compile_seconds,
+        "sample_seconds": stats.sample_seconds, "steps": stats.steps_run,
+        "us_per_step": 1e6 * stats.run_seconds / max(stats.steps_run, 1),
     }, probs
 
 
@@ -404,7 +404,7 @@ def _steady_point(clock: _Clock, data: dict, pt: dict, reps: int) -> dict:
 
     def time_bnnpp():
         post = bnnpp.fit(model, (x, y), method="bbb", seed=0, progress=False, **options)
-        return 1e6 * post.info["run_seconds"] / post.info["steps_run"]
+        return 1e6 * post.stats.run_seconds / post.stats.steps_run
 
     def time_hand():
         t0 = time.perf_counter()
