@@ -37,7 +37,7 @@ if sys.argv[1] == "numpyro":
 d = bnnpp.data.load_synthetic("moons", seed=0)
 m = bnnpp.models.mlp((5, 5), activation="tanh", num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))
 alg = advi.build(m, d.x_train, d.y_train, advi.ADVIOptions(num_steps=100))
-plan = runner._plan(alg, jax.random.PRNGKey(0), len(d.x_train))
+plan = runner._plan(alg, runner._keys_of(alg, jax.random.PRNGKey(0)), len(d.x_train))
 data = (d.x_train, d.y_train)
 shape = jax.jit(lambda a: runner._init(plan, a)).lower(data).out_info
 print(hashlib.sha256(runner._lower_chunk(plan, shape, 10, data, "loss").as_text().encode()).hexdigest())

@@ -295,14 +295,26 @@ def _idx_folder(name: str, folder: str, what: str) -> str:
     )
 
 
-def _gunzip(path: str) -> bytes:
+MAX_IDX_BYTES = 256 * 2**20
+"""An IDX file inflating to more than this is refused (MNIST's largest file is 47 MB): a
+corrupt or hostile .gz cannot make the reader allocate gigabytes."""
+
+
+def _gunzip(path: str, limit: int = MAX_IDX_BYTES) -> bytes:
+    """The inflated bytes of a .gz file, reading at most ``limit`` + 1 bytes."""
     try:
         with gzip.open(path, "rb") as f:
-            return f.read()
+            raw = f.read(limit + 1)
     except (EOFError, OSError, zlib.error) as e:
         raise ValueError(
             f"{path} is truncated or not gzip data ({e}): replace it with the original {os.path.basename(path)}"
         ) from None
+    if len(raw) > limit:
+        raise ValueError(
+            f"{path} inflates to more than {limit // 2**20} MiB, far more than an MNIST-format IDX file: "
+            f"replace it with the original {os.path.basename(path)}"
+        )
+    return raw
 
 
 def _parse_idx(raw: bytes, path: str, images: bool) -> np.ndarray:

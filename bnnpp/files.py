@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-__all__ = ["atomic_file", "atomic_path", "publish_folder"]
+__all__ = ["atomic_file", "atomic_path", "check_free_space", "check_writable", "publish_folder", "publish_run", "run_folder_lock"]
 
 
 def _fsync(path: str) -> None:
@@ -152,3 +152,133 @@ def publish_folder(out_dir: str | os.PathLike, prefix: str = ".bnnpp-") -> Itera
         _fsync_folder(out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def check_writable(folder: str | os.PathLike) -> None:
+    """Raise a one-line ``ValueError`` unless files can be written into ``folder``: the folder
+    itself when it exists, else the nearest existing parent (where it would be created). A
+    probe file is written and removed; nothing is created otherwise."""
+    folder = os.path.abspath(os.fspath(folder))
+    target = folder
+    while not os.path.exists(target):
+        parent = os.path.dirname(target)
+        if parent == target:
+            break
+        target = parent
+    if not os.path.isdir(target):
+        raise ValueError(f"cannot create {folder}: {target} is a file, not a folder; choose another path")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".bnnpp-probe-", dir=target)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise ValueError(f"cannot write to {folder} ({e.strerror or e}): choose a writable folder") from None
+
+
+def check_free_space(folder: str | os.PathLike, needed: int, what: str = "the output") -> None:
+    """Raise a one-line ``ValueError`` when the file system holding ``folder`` (or its nearest
+    existing parent) has less than ``needed`` bytes free, with a 10% margin: a full disk is
+    found before writing starts, not by the HDF5 library in the middle of a file."""
+    target = os.path.abspath(os.fspath(folder))
+    while not os.path.exists(target) and os.path.dirname(target) != target:
+        target = os.path.dirname(target)
+    free = shutil.disk_usage(target).free
+    if free < 1.1 * needed:
+        raise ValueError(
+            f"not enough disk space for {what} in {folder}: about {needed / 2**20:.1f} MiB needed, "
+            f"{free / 2**20:.1f} MiB free; free some space or choose another folder"
+        )
+
+
+_RUN_PREFIX = ".bnnpp-"
+
+
+def _siblings(out_dir: str, kind: str) -> list[str]:
+    parent, name = os.path.split(out_dir)
+    stem = f"{_RUN_PREFIX}{kind}-{name}-"
+    return [os.path.join(parent, f) for f in os.listdir(parent) if f.startswith(stem)] if os.path.isdir(parent) else []
+
+
+@contextmanager
+def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
+    """Hold an advisory lock on a run folder for the whole of a command that writes it, so that
+    a second writer fails at once; clean up after writers that were killed.
+
+    The lock is ``flock`` on ``.<name>.lock`` beside the folder (released by the system when
+    the process ends, however it ends). Once it is held, temporary folders that a killed run
+    left beside the target are removed, and a previous run that a kill left moved aside (the
+    target missing) is moved back.
+
+    Yields:
+        The absolute path of the run folder.
+
+    Raises:
+        ValueError: another process holds the lock.
+    """
+    import fcntl  # noqa: PLC0415  (POSIX only; imported where it is needed)
+
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    parent, name = os.path.split(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    lock_path = os.path.join(parent, f".{name}.lock")
+    handle = open(lock_path, "a+")  # noqa: SIM115  (held open for the lock's lifetime)
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise ValueError(
+                f"another bnnpp process is writing {out_dir} (lock {lock_path}); wait for it to finish or choose another folder"
+            ) from None
+        for stale in _siblings(out_dir, "new"):
+            shutil.rmtree(stale, ignore_errors=True)
+        old = _siblings(out_dir, "old")
+        if old and not os.path.exists(out_dir):
+            os.replace(old[0], out_dir)  # killed between the two renames of publish_run: keep the old run
+            old = old[1:]
+        for stale in old:
+            shutil.rmtree(stale, ignore_errors=True)
+        yield out_dir
+    finally:
+        handle.close()
+
+
+@contextmanager
+def publish_run(out_dir: str | os.PathLike) -> Iterator[str]:
+    """Write a whole run folder and publish it at once (hold :func:`run_folder_lock` around it).
+
+    Yields a temporary folder beside the target; on success the previous run (if any) is
+    renamed aside, the new folder is renamed to the target and the previous run is deleted,
+    so the target is always either the old run or the new one, complete. On any exception the
+    temporary folder is removed and the old run is left as it was.
+
+    Yields:
+        The temporary folder's path.
+    """
+    out_dir = os.path.abspath(os.fspath(out_dir))
+    parent, name = os.path.split(out_dir)
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ValueError(f"{out_dir} is a file: give a folder path")
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}new-{name}-", dir=parent)
+    os.chmod(tmp, 0o777 & ~_umask())
+    try:
+        yield tmp
+        for entry in os.listdir(tmp):
+            _fsync(os.path.join(tmp, entry))
+        _fsync_folder(tmp)
+        old = None
+        if os.path.exists(out_dir):
+            old = os.path.join(parent, f"{_RUN_PREFIX}old-{name}-{secrets.token_hex(4)}")
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        _fsync_folder(parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -9,6 +9,7 @@ posterior, the sweep); it imports neither.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro import handlers
 
-__all__ = ["BATCH_WRAPPERS", "SiteInfo", "latent_sites", "num_parameters", "observation", "unwrap"]
+__all__ = ["BATCH_WRAPPERS", "SiteInfo", "check_model", "latent_sites", "num_parameters", "observation", "unwrap"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class SiteInfo:
     shape: tuple[int, ...]
     dims: tuple[str, ...]
 
+
+_ABSTRACT_KEY = jax.ShapeDtypeStruct((2,), jnp.uint32)
+"""A PRNG key's shape for abstract tracing (a concrete ``PRNGKey(0)`` would compile a program)."""
 
 BATCH_WRAPPERS = (dist.ExpandedDistribution, dist.Independent)
 """Wrappers that only reshape a distribution (``.expand``, ``.to_event``)."""
@@ -40,16 +44,10 @@ def unwrap(fn: dist.Distribution, through: tuple[type, ...] = (*BATCH_WRAPPERS, 
     return fn
 
 
-def latent_sites(model: Callable, x, y=None) -> dict[str, SiteInfo]:
-    """The model's latent (unobserved) sample sites with shapes and dims, in trace order.
-
-    Dims come from a site's ``infer={"dims": ...}`` (as set by :func:`bnnpp.models.dense`),
-    else ``<site>_dim_<i>``. Traced abstractly with ``jax.eval_shape``: no compilation.
-
-    Returns:
-        site name → :class:`SiteInfo`.
-    """
-    found: dict[str, SiteInfo] = {}
+def _abstract_trace(model: Callable, x, y) -> dict:
+    """The model's sample sites from one abstract trace (nothing compiled): name → a dict with
+    ``is_observed``, ``fn`` (the distribution), ``shape`` and ``dims`` (``infer={"dims": ...}``)."""
+    found: dict[str, dict] = {}
 
     def improper_as_zeros(site):
         # an improper prior (priors.flat) cannot be sampled; only its shape matters here
@@ -60,17 +58,83 @@ def latent_sites(model: Callable, x, y=None) -> dict[str, SiteInfo]:
         seeded = handlers.seed(model, key)
         trace = handlers.trace(handlers.substitute(seeded, substitute_fn=improper_as_zeros)).get_trace(x, y)
         for name, site in trace.items():
-            if site["type"] != "sample" or site["is_observed"]:
-                continue
-            shape = tuple(jnp.shape(site["value"]))
-            dims = tuple((site.get("infer") or {}).get("dims", ()))
-            if len(dims) != len(shape):
-                dims = tuple(f"{name}_dim_{i}" for i in range(len(shape)))
-            found[name] = SiteInfo(shape, dims)
+            if site["type"] == "sample":
+                found[name] = {
+                    "is_observed": site["is_observed"], "fn": site["fn"], "shape": tuple(jnp.shape(site["value"])),
+                    "dims": tuple((site.get("infer") or {}).get("dims", ())),
+                }
         return 0
 
-    jax.eval_shape(trace_once, jax.random.PRNGKey(0))
+    jax.eval_shape(trace_once, _ABSTRACT_KEY)
     return found
+
+
+def latent_sites(model: Callable, x, y=None) -> dict[str, SiteInfo]:
+    """The model's latent (unobserved) sample sites with shapes and dims, in trace order.
+
+    Dims come from a site's ``infer={"dims": ...}`` (as set by :func:`bnnpp.models.dense`),
+    else ``<site>_dim_<i>``. Traced abstractly with ``jax.eval_shape``: no compilation.
+
+    Returns:
+        site name → :class:`SiteInfo`.
+    """
+    return _latent(_abstract_trace(model, x, y))
+
+
+def _latent(found: dict) -> dict[str, SiteInfo]:
+    out = {}
+    for name, site in found.items():
+        if site["is_observed"]:
+            continue
+        shape, dims = site["shape"], site["dims"]
+        out[name] = SiteInfo(shape, dims if len(dims) == len(shape) else tuple(f"{name}_dim_{i}" for i in range(len(shape))))
+    return out
+
+
+#: Bytes a fit needs per latent scalar, about: float32 value, gradient, two Adam moments, a
+#: variational scale and its moments, and the copies a compiled step keeps (a generous bound).
+BYTES_PER_PARAMETER = 64
+
+
+def available_memory() -> int | None:
+    """Physical memory of this machine in bytes, or ``None`` where it cannot be read."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
+    """Check a model before anything compiles, by one abstract trace: it has an observed
+    site ``"y"``, no discrete latent sites, and its parameters fit in memory.
+
+    Returns:
+        The latent sites (as :func:`latent_sites`).
+
+    Raises:
+        ValueError: one line naming what is wrong and what to do.
+    """
+    try:
+        found = _abstract_trace(model, x, y)
+    except (ValueError, TypeError, NotImplementedError) as e:
+        raise ValueError(f"the model fails on the training data: {type(e).__name__}: {e}") from None
+    sites = _latent(found)
+    if "y" not in found or not found["y"]["is_observed"]:
+        raise ValueError("the model has no observed site named 'y': sample the targets as numpyro.sample('y', ..., obs=y)")
+    discrete = [n for n, site in found.items() if not site["is_observed"] and site["fn"].support.is_discrete]
+    if discrete:
+        raise ValueError(
+            f"discrete latent site(s) {', '.join(discrete)}: bnnpp's methods need continuous latents; marginalise them "
+            "out in the model or make them observed"
+        )
+    count = num_parameters(sites)
+    memory = available_memory()
+    if memory is not None and count * BYTES_PER_PARAMETER > memory:
+        raise ValueError(
+            f"the model has {count:,} latent parameters, about {count * BYTES_PER_PARAMETER / 2**30:.0f} GiB to fit, "
+            f"more than this machine's {memory / 2**30:.0f} GiB: use a smaller network"
+        )
+    return sites
 
 
 def num_parameters(sites: dict[str, SiteInfo]) -> int:

@@ -297,14 +297,23 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
 
 
 def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: dict) -> dict:
-    """Write a fit run into ``out_dir`` (created; files of the same names are replaced):
-    ``posterior.nc``, ``metrics.json`` (``report``) and the :func:`figure` when there is one.
+    """Write a fit run as the folder ``out_dir``: ``posterior.nc``, ``metrics.json``
+    (``report``) and the :func:`figure` when there is one. The folder is written beside the
+    target and published whole (:func:`bnnpp.files.publish_run`): a previous run there is
+    replaced, and a failure (a full disk included, checked first) leaves it as it was. Hold
+    :func:`bnnpp.files.run_folder_lock` around the command that calls this.
 
     Returns:
         ``report``, updated in place with ``files`` (the names written, ``posterior.nc``
         first) and ``seconds["write"]``.
     """
-    with files.publish_folder(out_dir) as tmp:
+    arrays = sum(np.asarray(v).nbytes for v in posterior.samples.values())
+    if posterior.include_data(None):
+        arrays += 3 * posterior.x.nbytes + 4 * posterior.y.nbytes * posterior.num_chains * posterior.num_draws
+    if posterior.approximation is not None:
+        arrays += sum(np.asarray(v).nbytes for v in posterior.approximation.to_params().values())
+    files.check_free_space(os.path.dirname(os.path.abspath(out_dir)), arrays + 2**20, "the run folder")
+    with files.publish_run(out_dir) as tmp:
         t0 = time.perf_counter()
         posterior.save(os.path.join(tmp, "posterior.nc"))
         fig, fig_name = figure(posterior, dataset)

@@ -211,7 +211,7 @@ def test_advi_chunk_hlo_does_not_depend_on_the_hash_seed(tmp_path):
         "d = bnnpp.data.load_synthetic('moons', seed=0)\n"
         "m = bnnpp.models.mlp((5, 5), activation='tanh', num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))\n"
         "alg = advi.build(m, d.x_train, d.y_train, advi.ADVIOptions(num_steps=100))\n"
-        "plan = runner._plan(alg, jax.random.PRNGKey(0), len(d.x_train))\n"
+        "plan = runner._plan(alg, runner._keys_of(alg, jax.random.PRNGKey(0)), len(d.x_train))\n"
         "data = (d.x_train, d.y_train)\n"
         "shape = jax.jit(lambda a: runner._init(plan, a)).lower(data).out_info\n"
         "print(hashlib.sha256(runner._lower_chunk(plan, shape, 10, data, 'loss').as_text().encode()).hexdigest())\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from bnnpp.cli import compare as compare_cmd
 from bnnpp.cli import evaluate as evaluate_cmd
@@ -33,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bnnpp`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line
+    warnings.formatwarning = lambda message, category, *rest, **kw: f"bnnpp {args.command}: {category.__name__}: {message}\n"
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to print the command that resumes a fit
     try:
         return args.handler(args)
     except CLIError as e:

@@ -12,19 +12,34 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
+import sys
 import time
+import warnings
 from typing import Any
 
 import jax
 
 import bnnpp
-from bnnpp import priors, runs
+from bnnpp import files, priors, runs
 from bnnpp.cli._errors import CLIError
 from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
 from bnnpp.inference import check_data, get_backend, registered
+from bnnpp.inference.checkpoints import TrainingInterrupted
+from bnnpp.inference.checkpoints import remove as remove_checkpoints
 from bnnpp.inference.registry import command_line_options
+from bnnpp.introspection import check_model, num_parameters
+from bnnpp.posterior import MAX_SAVED_DATA
 
 MODELS = ("mlp", "cnn", "lenet5")
+EXIT_NAN_STOP = 3
+"""Exit status of a fit that stopped early on a NaN/inf (its run folder is still written)."""
+def checkpoint_folder(out: str) -> str:
+    """Where an unfinished fit to ``out`` keeps its checkpoints: ``.NAME.checkpoints`` beside
+    the run folder, so that the run folder itself only ever changes by a whole-folder publish."""
+    parent, name = os.path.split(os.path.abspath(out))
+    return os.path.join(parent, f".{name}.checkpoints")
 #: Posterior draws kept by default for image data: a large net stores its variational
 #: parameters (``info["guide_params"]``) plus this modest number of draws, enough for test
 #: metrics and uncertainty (Zharikov, Isachenko & Bochkarev used 100) without a file of 1000 copies of the net.
@@ -122,6 +137,10 @@ def add_parser(sub) -> None:
     g.add_argument("--seed", type=int, default=0, help="seed for data generation and inference")
     g.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--allow-nan-stop", action="store_true", help="exit 0 when training stopped early on a NaN/inf (default: exit 3)")
+    g.add_argument("--resume", action="store_true", help="continue an interrupted fit from its checkpoint (.OUT.checkpoints beside OUT; same flags)")
+    g.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="also checkpoint every STEPS steps (nuts: every STEPS draws after the warm-up); Ctrl-C and SIGTERM always checkpoint")
+    g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes (not nuts)")
     g.add_argument("--no-cache", action="store_true", help="do not use JAX's persistent compilation cache")
     p.set_defaults(handler=run)
 
@@ -176,8 +195,16 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     the model, the inference options and the data record for metrics.json."""
     if args.seed < 0:
         raise ValueError(f"--seed must be ≥ 0, got {args.seed}")
+    if args.seed >= 2**32:
+        raise ValueError(f"--seed must be below 2**32 = {2**32}, got {args.seed}")
+    if not args.out.strip():
+        raise ValueError("--out is empty: name the run folder to write, e.g. --out runs/moons")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder path")
+    if os.path.isdir(args.out) and os.listdir(args.out) and not os.path.isfile(os.path.join(args.out, "metrics.json")):
+        # the run folder is replaced whole: never a folder that is not a bnnpp run
+        raise ValueError(f"--out {args.out} is a folder with other files in it, not a bnnpp run: choose a new or empty folder")
+    files.check_writable(args.out)  # before anything compiles: a fit is never lost to an unwritable --out
     record = _data_record(args)
     image = args.data in IMAGE_SETS
     if args.hyperprior == "fixed":
@@ -216,23 +243,53 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
             raise ValueError("--obs-noise applies to regression data (sinusoid) only")
         model = _model(args, prior, dataset.task, dataset.num_classes)
     x, y = check_data(dataset, model)
-    backend.parse(options).check_data(x, y)
+    parsed = backend.parse(options)
+    parsed.check_data(x, y)
+    # room for the run folder, before anything compiles: draws of every parameter, and with
+    # small data the pointwise log-likelihood and a replicated data set per draw
+    merged = parsed.as_dict()
+    draws = int(merged.get("num_samples", 1)) * int(merged.get("num_chains", 1))
+    params = num_parameters(check_model(model, x, y))  # the model's own checks first (its "y" site, memory)
+    per_draw = params + (2 * len(x) if x.size <= MAX_SAVED_DATA else 0)
+    files.check_free_space(os.path.dirname(os.path.abspath(args.out)), 4 * draws * per_draw + x.nbytes, "the run folder")
     return dataset, model, options, record
 
 
 def fit_and_report(args) -> dict:
-    """Run ``bnnpp fit`` from parsed arguments; returns the metrics dict also written to disk."""
+    """Run ``bnnpp fit`` from parsed arguments; returns the metrics dict also written to disk.
+    The run folder is locked for the whole command: a second ``bnnpp fit`` to the same
+    ``--out`` fails at once."""
     try:
         dataset, model, options, record = _build(args)
+        with files.run_folder_lock(args.out):
+            return _fit_and_write(args, dataset, model, options, record)
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
+
+
+def _fit_and_write(args, dataset, model, options, record) -> dict:
     if not args.no_cache:
         cache = os.environ.get("BNNPP_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bnnpp", "jax"))
         jax.config.update("jax_compilation_cache_dir", cache)
         # cache every program, not only those over JAX's default 1 s: a warm start loads them all
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    checkpoint_dir = checkpoint_folder(args.out)
+    checkpointing = {"checkpoint_dir": checkpoint_dir, "checkpoint_every": args.checkpoint_every,
+                     "checkpoint_minutes": args.checkpoint_minutes, "resume": args.resume}
     t0 = time.perf_counter()
-    post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options)
+    try:
+        # warnings are shown once the fit returns: a fit that fails says so in one line only
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options, **checkpointing)
+    except (ValueError, RuntimeError) as e:  # a checkpoint of another fit; chains NaN before the first draw
+        raise CLIError(str(e)) from None
+    overflow = [str(w.message) for w in caught if "overflow to NaN/inf" in str(w.message)]
+    if overflow:  # draws that are not numbers make every metric meaningless
+        raise CLIError(overflow[0])
+    for w in caught:
+        if post.stats.stopped_at is None or "NaN/inf at step" not in str(w.message):  # a NaN stop gets its own line
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     fit_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     test = runs.metrics_on_test_set(post, dataset)
@@ -243,12 +300,29 @@ def fit_and_report(args) -> dict:
         "predict": time.perf_counter() - t0,
     }
     report = runs.fit_report(post, model, record, seed=args.seed, test=test, seconds=seconds)
-    return runs.write_fit_run(args.out, post, dataset, report)
+    try:
+        written = runs.write_fit_run(args.out, post, dataset, report)
+    except (ValueError, OSError) as e:  # a full disk, a folder that went read-only
+        raise CLIError(f"could not write the run folder {args.out}: {e}") from None
+    remove_checkpoints(checkpoint_dir)  # the run is complete: nothing to resume
+    return written
 
 
 def run(args) -> int:
     t0 = time.perf_counter()
-    report = fit_and_report(args)
+    try:
+        report = fit_and_report(args)
+    except TrainingInterrupted as e:
+        name = signal.Signals(e.signum).name
+        if e.checkpoint_dir is not None:
+            command = shlex.join(["bnnpp", *getattr(args, "argv", ["fit", "..."]), *([] if args.resume else ["--resume"])])
+            print(f"bnnpp fit: {name}: stopped after step {e.step}; resume with: {command}", file=sys.stderr)
+        else:
+            print(f"bnnpp fit: {name}: stopped after step {e.step}; nothing to resume", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:  # a second Ctrl-C, or one during NUTS's warm-up or a block: nothing to resume
+        print("bnnpp fit: SIGINT: stopped at once; nothing was written", file=sys.stderr)
+        return 130
     test = report["test"]
     headline = (
         f"test accuracy {test['accuracy']:.3f}, NLL {test['nll']:.3f}, ECE {test['ece']:.3f}"
@@ -256,12 +330,19 @@ def run(args) -> int:
         else f"test RMSE {test['rmse']:.3f}, NLL {test['nll']:.3f}, 95% coverage {test['coverage_95']:.2f}"
     )
     s = report["seconds"]
+    stopped = report.get("stopped_at")
+    if stopped is not None:
+        headline += f"; STOPPED EARLY: NaN/inf at step {stopped}, parameters from step {stopped - 1} kept"
     print(f"{report['data']} / {report['method']}: {headline}")
     print(
         f"seconds: import {s['import']:.1f}, compile {s['compile']:.1f}, fit {s['fit']:.1f} (compile included), "
         f"predict {s['predict']:.1f}, write {s['write']:.1f}, command {time.perf_counter() - t0 + s['import']:.1f}"
     )
     print(f"wrote {os.path.join(args.out, report['files'][0])}, {', '.join(report['files'][1:])}")
+    if stopped is not None and not args.allow_nan_stop:
+        print(f"bnnpp fit: training stopped at step {stopped} on a NaN/inf (exit 3; --allow-nan-stop exits 0): "
+              "lower the learning rate or use a tighter prior", file=sys.stderr)
+        return EXIT_NAN_STOP
     return 0
 
 

@@ -10,23 +10,30 @@ Every iterative method is an :class:`~bnnpp.inference.algorithm.Algorithm` — p
 from __future__ import annotations
 
 import importlib
+import os
 import warnings
 from typing import Any
 
+import numpy as np
+
 from bnnpp.inference import advi, bbb, map_estimate, nuts, sgld  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
+from bnnpp.introspection import check_model
 from bnnpp.posterior import Posterior, Prediction, load
 
 __all__ = [
     "Algorithm",
+    "Checkpointing",
     "Keys",
     "Method",
     "Options",
     "Posterior",
     "Prediction",
+    "TrainingInterrupted",
     "check_data",
     "fit",
     "get_backend",
@@ -38,7 +45,23 @@ __all__ = [
 ]
 
 
-def fit(model, data: Any, *, method: str = "advi", seed: int = 0, progress: bool = True, **options) -> Posterior:
+MAX_SEED = 2**32
+"""Seeds are integers in [0, MAX_SEED) (JAX's PRNG keys hold 32 bits of seed per word)."""
+
+
+def fit(
+    model,
+    data: Any,
+    *,
+    method: str = "advi",
+    seed: int = 0,
+    progress: bool = True,
+    checkpoint_dir: str | os.PathLike | None = None,
+    checkpoint_every: int | None = None,
+    checkpoint_minutes: float | None = 10.0,
+    resume: bool = False,
+    **options,
+) -> Posterior:
     """Fit a NumPyro model ``model(x, y=None)`` to data with the chosen inference method.
 
     Args:
@@ -48,6 +71,11 @@ def fit(model, data: Any, *, method: str = "advi", seed: int = 0, progress: bool
         method: a registered method name (see :func:`registered`).
         seed: integer seed for everything random in the fit.
         progress: show a progress bar.
+        checkpoint_dir: save the fit's progress there (orbax-checkpoint) every
+            ``checkpoint_every`` steps and every ``checkpoint_minutes`` minutes (either may be
+            ``None``), and when SIGINT/SIGTERM stops training after the current chunk.
+        resume: continue from the newest checkpoint in ``checkpoint_dir``; the result is
+            bit-identical to an uninterrupted fit with the same arguments on the same machine.
         **options: the method's options (its options dataclass, e.g.
             ``bnnpp.inference.get_method("bbb").options``; defaults in ``.defaults``).
 
@@ -57,16 +85,25 @@ def fit(model, data: Any, *, method: str = "advi", seed: int = 0, progress: bool
     Raises:
         ValueError / TypeError: unknown method or option, bad option value, or bad data — all
         before anything compiles.
+        TrainingInterrupted: SIGINT or SIGTERM stopped training (a ``KeyboardInterrupt``; its
+            ``checkpoint_dir`` says where to resume from).
     """
     chosen = get_method(method)
     parsed = chosen.parse(options)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < MAX_SEED:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+    seed = int(seed)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
+    checkpoint = None
+    if checkpoint_dir is not None:
+        checkpoint = Checkpointing(os.fspath(checkpoint_dir), every_steps=checkpoint_every, every_minutes=checkpoint_minutes)
     x, y = check_data(data, model)
     parsed.check_data(x, y)
-    return chosen.run(model, x, y, parsed, seed=seed, progress=progress)
+    check_model(model, x, y)
+    return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume)
 
 
 def __getattr__(name: str):

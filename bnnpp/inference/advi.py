@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from numpyro.handlers import replay, seed
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivariateNormal, AutoNormal
@@ -146,7 +145,7 @@ def build(model, x, y, options: ADVIOptions) -> Algorithm:
         return _unpack_loc(guide, params)
 
     def approximation(state):
-        params = {k: np.asarray(v) for k, v in svi.get_params(state).items()}
+        params = svi.get_params(state)
         if options.guide == "normal":
             return MeanFieldGaussian({n: params[f"{n}_auto_loc"] for n in sites}, {n: params[f"{n}_auto_scale"] for n in sites})
         return GuideParameters(params)

@@ -66,8 +66,9 @@ class Algorithm(NamedTuple):
         kept_stats: ``kept_stats(steps) -> {name: (draws,)}``, per-draw statistics computed on
             the host from the indices of the kept steps (e.g. a schedule's step size in
             float64), added to the emitted ones for every chain.
-        approximation: ``approximation(state) -> Approximation`` built on the host from the
-            final state (after ``jax.device_get``), e.g. a mean-field Gaussian's loc/scale.
+        approximation: ``approximation(state) -> Approximation`` (a pytree, e.g. a mean-field
+            Gaussian's loc/scale), compiled with the other programs and run once on the final
+            state.
         point: ``point(state) -> {site: unconstrained value}``, the position the runner's
             validation evaluates (variational means, the MAP).
         extras: ``extras(state) -> dict`` of JSON-safe facts from the final host state.

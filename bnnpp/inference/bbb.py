@@ -280,8 +280,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         return jax.vmap(one)(jax.random.split(key, num_samples))
 
     def approximation(state):
-        loc, rho = state.params["loc"], state.params["rho"]
-        return MeanFieldGaussian({k: np.asarray(v) for k, v in loc.items()}, {k: np.logaddexp(0.0, np.asarray(v)) for k, v in rho.items()})
+        return MeanFieldGaussian(dict(state.params["loc"]), {k: jax.nn.softplus(v) for k, v in state.params["rho"].items()})
 
     def extras(state):
         if "prior" not in state.params:

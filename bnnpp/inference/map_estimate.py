@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from bnnpp.inference.algorithm import Algorithm, Keys
@@ -74,7 +75,7 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
     sites = latent_sites(model, x, y)
     n = x.shape[0]
     batch = options.batch_size or n
-    key_model = _keys(jax.random.PRNGKey(0)).steps  # the model draws nothing random; a fixed key
+    key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))
 
     def init(key, data):
         u = init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius)

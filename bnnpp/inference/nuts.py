@@ -40,6 +40,7 @@ draw, so it is the gold standard for small networks only: above
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -54,6 +55,14 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn
 
+from bnnpp.inference.checkpoints import (
+    Checkpointer,
+    Checkpointing,
+    TrainingInterrupted,
+    fingerprint,
+    interruptible,
+    remove,
+)
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import BATCH_WRAPPERS, latent_sites, num_parameters, unwrap
@@ -169,7 +178,10 @@ def tree_depth(num_steps: np.ndarray) -> np.ndarray:
 # --------------------------------------------------------------------------------------
 
 
-def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Posterior:
+def fit(
+    model, x, y, options: NUTSOptions, *, seed: int, progress: bool, checkpoint: Checkpointing | None = None,
+    resume: bool = False,
+) -> Posterior:
     """Sample the posterior of ``model`` given ``(x, y)`` with NUTS.
 
     Options (defaults in ``DEFAULTS``): ``num_chains``; ``num_warmup`` adaptation iterations
@@ -180,6 +192,12 @@ def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Post
     ``dense_mass`` (adapt a full mass matrix: quadratic memory in the parameter count);
     ``noncentered``: sample location-scale weight sites as ``loc + scale · z`` (see
     :func:`_noncentered`); the samples are still the weights themselves.
+
+    With ``checkpoint`` the warm-up runs first and its final state is checkpointed, then the
+    draws are taken in blocks of ``checkpoint.every_steps`` draws (default: all at once), each
+    continuing from the last state (NumPyro's ``post_warmup_state``) and checkpointed with the
+    draws so far; SIGINT/SIGTERM stop after the current block. ``resume`` continues from the
+    newest checkpoint: the result equals the uninterrupted checkpointed fit.
 
     Returns:
         A :class:`Posterior` with samples ``(num_chains, num_samples, *site_shape)`` of the
@@ -199,7 +217,7 @@ def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Post
             "takes a full-data gradient and a draw takes up to 2**max_tree_depth of them; for networks this "
             "size use a method that scales: method='advi', 'bbb' or 'sgld'",
             UserWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of bnnpp.fit
         )
     xj, yj = jax.device_put(x), jax.device_put(y)
 
@@ -231,9 +249,12 @@ def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Post
 
     compiled_before = _compile_total[0]
     t0 = time.perf_counter()
-    mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=tuple(_FIELDS))
-    draws = mcmc.get_samples(group_by_chain=True)
-    fields = mcmc.get_extra_fields(group_by_chain=True)
+    if checkpoint is None:
+        mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=tuple(_FIELDS))
+        draws = mcmc.get_samples(group_by_chain=True)
+        fields = mcmc.get_extra_fields(group_by_chain=True)
+    else:
+        draws, fields = _run_in_blocks(mcmc, kernel, sites, options, seed, x, y, xj, yj, checkpoint, resume)
     jax.block_until_ready((draws, fields))
     wall = time.perf_counter() - t0
     compile_seconds = _compile_total[0] - compiled_before
@@ -255,7 +276,7 @@ def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Post
             f"posterior may be biased: raise target_accept_prob (now {options.target_accept_prob}, e.g. to 0.95) "
             "or reparameterise the model",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of bnnpp.fit
         )
     stats = FitStats(
         method="nuts", seed=seed, options=options.as_dict(), sample_stats=stats, compile_seconds=compile_seconds,
@@ -264,6 +285,48 @@ def fit(model, x, y, options: NUTSOptions, *, seed: int, progress: bool) -> Post
         extras={"num_parameters": n_params, "divergences": divergences, "divergences_per_chain": per_chain},
     )
     return Posterior(samples, stats, model, x, y, sites)
+
+
+def _run_in_blocks(mcmc, kernel, sites, options: NUTSOptions, seed: int, x, y, xj, yj, checkpoint: Checkpointing, resume: bool):
+    """Warm-up, then the draws in checkpointed blocks (see :func:`fit`).
+
+    Returns:
+        ``(draws, fields)`` grouped by chain, as ``mcmc.get_samples`` / ``get_extra_fields``.
+    """
+    block = int(checkpoint.every_steps or options.num_samples)
+    if not resume:
+        remove(os.fspath(checkpoint.directory))
+    keeper = Checkpointer(checkpoint, fingerprint("nuts", seed, options.as_dict(), x, y, block))
+    state, pieces, done = None, [], 0
+    if resume and keeper.latest() is not None:
+        # the kernel set up on the data gives the state's structure (and is then ready to sample)
+        key = jax.random.PRNGKey(seed)
+        if options.chain_method == "vectorized" and options.num_chains > 1:  # the kernel is set up batched over chains
+            key = jax.random.split(key, options.num_chains)
+        template = kernel.init(key, options.num_warmup, None, (xj, yj), {})
+        rows = jax.tree_util.tree_structure(({name: 0 for name in sites}, {field: 0 for field in _FIELDS}))
+        state, pieces, done, _, _ = keeper.restore(jax.tree_util.tree_structure(template), rows)
+    with interruptible() as signals:
+        if state is None:
+            mcmc.warmup(jax.random.PRNGKey(seed), xj, yj, collect_warmup=False)
+            state = mcmc.post_warmup_state
+            keeper.save(options.num_warmup, 0, state, [], [])
+        while done < options.num_samples and not signals:
+            mcmc.num_samples = min(block, options.num_samples - done)
+            mcmc.post_warmup_state = state
+            mcmc.run(state.rng_key, xj, yj, extra_fields=tuple(_FIELDS))
+            piece = jax.device_get((mcmc.get_samples(group_by_chain=True), mcmc.get_extra_fields(group_by_chain=True)))
+            pieces = [_concat_draws(pieces[0], piece)] if pieces else [piece]
+            state, done = mcmc.last_state, done + mcmc.num_samples
+            keeper.save(options.num_warmup + done, done, state, pieces, [])
+        if done < options.num_samples:
+            raise TrainingInterrupted(signals[0], options.num_warmup + done, keeper.directory)
+    return pieces[0]
+
+
+def _concat_draws(a, b):
+    """Two ``(draws, fields)`` pieces grouped by chain, joined along the draw axis (1)."""
+    return jax.tree_util.tree_map(lambda u, v: np.concatenate([u, v], axis=1), a, b)
 
 
 register(Method("nuts", NUTSOptions, fit=fit, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks"))

@@ -46,16 +46,20 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 
 
+MAX_INT = 2**31 - 1
+"""The largest integer option: step counters and sizes are int32 inside the compiled programs."""
+
+
 def positive_int(name: str, value) -> None:
-    """Raise unless ``value`` is an integer ≥ 1."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer ≥ 1, got {value!r}")
+    """Raise unless ``value`` is an integer in [1, 2**31 − 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_INT:
+        raise ValueError(f"{name} must be an integer ≥ 1 (and at most {MAX_INT:,}), got {value!r}")
 
 
 def non_negative_int(name: str, value) -> None:
-    """Raise unless ``value`` is an integer ≥ 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-        raise ValueError(f"{name} must be an integer ≥ 0, got {value!r}")
+    """Raise unless ``value`` is an integer in [0, 2**31 − 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_INT:
+        raise ValueError(f"{name} must be an integer ≥ 0 (and at most {MAX_INT:,}), got {value!r}")
 
 
 def positive_float(name: str, value) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.checkpoints import Checkpointing
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options
 from bnnpp.inference.runner import run
@@ -27,8 +28,9 @@ class Method:
         name: the ``method=`` string.
         options: the method's :class:`~bnnpp.inference.options.Options` dataclass.
         build: ``build(model, x, y, options) -> Algorithm`` for methods the runner drives.
-        fit: ``fit(model, x, y, options, *, seed, progress) -> Posterior`` for methods with a
-            loop of their own (exactly one of ``build`` and ``fit`` is given).
+        fit: ``fit(model, x, y, options, *, seed, progress[, checkpoint, resume]) -> Posterior``
+            for methods with a loop of their own (exactly one of ``build`` and ``fit`` is given);
+            it is passed ``checkpoint``/``resume`` only when checkpointing was asked for.
         summary: one line for help texts.
     """
 
@@ -71,10 +73,14 @@ class Method:
 
     # -- fitting --------------------------------------------------------------------
 
-    def run(self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool) -> Posterior:
+    def run(
+        self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
+        checkpoint: Checkpointing | None = None, resume: bool = False,
+    ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`)."""
-        if self.fit is not None:
-            return self.fit(model, x, y, options, seed=seed, progress=progress)
+        if self.fit is not None:  # a loop of its own: it takes the checkpoint arguments itself
+            extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
+            return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
         algorithm = self.build(model, x, y, options)
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here
@@ -84,7 +90,8 @@ class Method:
                 raise type(e)(f"validation_data: {e}") from None
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
-            chunk_size=getattr(options, "chunk_size", None), validation_data=validation,
+            chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,
+            resume=resume,
         )
 
 

@@ -24,6 +24,9 @@ It owns, once for all methods:
 * **validation**: with ``validation_data=(x_val, y_val)`` (an option of methods whose
   algorithm has a ``point``), the network at that point is scored on the device after
   every chunk: error rate for classifiers, RMSE for Gaussian regression.
+* **checkpoints and signals** (:mod:`bnnpp.inference.checkpoints`): with a checkpoint folder
+  the state, the rows so far and the next chunk are saved with orbax-checkpoint when due, and
+  ``resume`` continues bit-identically; SIGINT/SIGTERM stop training after the current chunk.
 * **building the Posterior**: draws, the typed approximation, traces, sample statistics,
   seconds.
 
@@ -42,6 +45,7 @@ import time
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, NamedTuple
 
 import jax
@@ -50,6 +54,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
+from bnnpp.inference.checkpoints import (
+    Checkpointer,
+    Checkpointing,
+    TrainingInterrupted,
+    fingerprint,
+    interruptible,
+    remove,
+)
 from bnnpp.inference.validation import validation_batches, validation_error
 from bnnpp.introspection import latent_sites
 from bnnpp.posterior import FitStats, Posterior
@@ -126,9 +138,19 @@ class _Plan(NamedTuple):
     keep: np.ndarray | None
 
 
-def _plan(algorithm: Algorithm, root: jax.Array, n: int) -> _Plan:
+def _keys_of(algorithm: Algorithm, root: jax.Array) -> Keys:
+    return (algorithm.keys or default_keys)(root)
+
+
+@partial(jax.jit, static_argnums=0)
+def _seed_keys(derive: Callable, seed) -> Keys:
+    """A seed's keys in one small program, compiled once per derivation (eager key arithmetic
+    would compile one program per operation)."""
+    return derive(jax.random.PRNGKey(seed))
+
+
+def _plan(algorithm: Algorithm, keys: Keys, n: int) -> _Plan:
     batch = algorithm.batch_size or n
-    keys = (algorithm.keys or default_keys)(root)
     ends = keep = None
     if algorithm.emit is not None:
         ends, keep = segments(algorithm.num_steps, algorithm.emit_steps)
@@ -245,19 +267,28 @@ def _mean_loss(info) -> dict:
 
 
 def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_size: int, *, progress: bool, desc: str,
-           postfix: Callable, after_chunk: Callable | None, total_steps: Callable[[int], int]):
-    """Run compiled chunks until every unit is done or one is not finite.
+           postfix: Callable, after_chunk: Callable | None, total_steps: Callable[[int], int], start_unit: int = 0,
+           pieces: list | None = None, checkpointer: Checkpointer | None = None, val_log: list | None = None):
+    """Run compiled chunks from unit ``start_unit`` until every unit is done or one is not
+    finite. ``pieces`` are the rows of the units before ``start_unit`` (when resuming). With a
+    ``checkpointer``, a checkpoint is written after the chunks where one is due; on SIGINT or
+    SIGTERM the loop stops after the current chunk, writes one and raises
+    :class:`~bnnpp.inference.checkpoints.TrainingInterrupted`.
 
     Returns ``(rs, rows, units_run, bad_unit, seconds_recompiling)``: the last finite state,
     the rows of every unit attempted (host arrays, the last one the bad one if stopped), and
     the index of the first non-finite unit or ``None``."""
     carry = (rs, jnp.array(False), jnp.array(-1, jnp.int32))
-    pieces: list = []
+    pieces = list(pieces or [])
     careful = None
     recompile = 0.0
-    done_steps = 0
-    with tqdm(total=total_steps(num_units), desc=desc, disable=not progress, leave=False, dynamic_ncols=True) as bar:
-        for start in range(0, num_units, chunk_size):
+    done_steps = total_steps(start_unit)
+    with (
+        tqdm(total=total_steps(num_units), initial=done_steps, desc=desc, disable=not progress, leave=False,
+             dynamic_ncols=True) as bar,
+        interruptible() as signals,
+    ):
+        for start in range(start_unit, num_units, chunk_size):
             carry_in = carry  # not donated, so still valid after the call
             carry, rows = chunk(carry, jnp.int32(start), data)
             if bool(carry[1]):  # re-run the chunk with the exact per-unit guard
@@ -284,6 +315,11 @@ def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_si
                 bar.set_postfix(shown, refresh=False)
             if stopped:
                 break
+            if signals or (checkpointer is not None and checkpointer.due(steps_now)):
+                if checkpointer is not None:
+                    checkpointer.save(steps_now, start + chunk_size, carry[0], pieces, val_log or [])
+                if signals:
+                    raise TrainingInterrupted(signals[0], steps_now, None if checkpointer is None else checkpointer.directory)
     rows = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *pieces)
     units_run = len(np.asarray(rows[2]))
     return carry[0], rows, units_run, (int(carry[2]) if bool(carry[1]) else None), recompile
@@ -306,6 +342,8 @@ def run(
     progress: bool = True,
     chunk_size: int | None = None,
     validation_data: tuple[np.ndarray, np.ndarray] | None = None,
+    checkpoint: Checkpointing | None = None,
+    resume: bool = False,
 ) -> Posterior:
     """Fit ``model`` to ``(x, y)`` with ``algorithm`` and return the :class:`Posterior`.
 
@@ -317,6 +355,10 @@ def run(
         chunk_size: units per compiled chunk (steps; segments for emitting samplers).
             Default: about 20 bar updates, rounded to whole epochs with minibatches.
         validation_data: ``(x_val, y_val)`` scored at ``algorithm.point`` after every chunk.
+        checkpoint: save progress as :class:`~bnnpp.inference.checkpoints.Checkpointing` says
+            (and on SIGINT/SIGTERM); without it a signal still stops cleanly after the chunk.
+        resume: continue from the newest checkpoint in ``checkpoint.directory`` (a fresh start
+            when there is none); without ``resume`` old checkpoints there are deleted first.
 
     Returns:
         A :class:`Posterior`: draws ``(1, num_samples, *site)`` from ``sample`` or
@@ -327,9 +369,12 @@ def run(
 
     Raises:
         RuntimeError: an emitting sampler became non-finite before its first kept draw.
+        TrainingInterrupted: SIGINT or SIGTERM arrived (a ``KeyboardInterrupt``).
+        ValueError: ``resume`` found a checkpoint of another fit.
     """
     n = int(x.shape[0])
-    plan = _plan(algorithm, jax.random.PRNGKey(seed), n)
+    keys = _seed_keys(algorithm.keys or default_keys, np.uint32(seed))
+    plan = _plan(algorithm, keys, n)
     data = (jax.device_put(x), jax.device_put(y))  # chunk arguments, not program constants
     num_units = _num_units(plan)
     if chunk_size is None:
@@ -342,8 +387,13 @@ def run(
     lowered_init = jax.jit(lambda d: _init(plan, d)).lower(data)
     rs_shape = lowered_init.out_info
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss")}
-    if algorithm.emit is None:
-        lowered["sample"] = jax.jit(lambda k, s: algorithm.sample(k, s, algorithm.num_samples)).lower(plan.keys.sample, rs_shape.state)
+    approximate = algorithm.approximation or (lambda state: None)
+    if algorithm.emit is None:  # the draws and the approximation in one program
+        lowered["sample"] = jax.jit(lambda k, s: (algorithm.sample(k, s, algorithm.num_samples), approximate(s))).lower(
+            plan.keys.sample, rs_shape.state
+        )
+    elif algorithm.approximation is not None:
+        lowered["approximation"] = jax.jit(approximate).lower(rs_shape.state)
     if validation_data is not None:
         if algorithm.point is None:
             raise ValueError(f"method {method!r} has no point estimate to validate: pass validation_data=None")
@@ -354,6 +404,18 @@ def run(
     compile_seconds = time.perf_counter() - t0
 
     val_log: list[tuple[int, float]] = []
+    checkpointer = None
+    rs0, start_unit, pieces = programs["init"](data), 0, []
+    if checkpoint is not None:
+        if not resume:
+            remove(os.fspath(checkpoint.directory))
+        checkpointer = Checkpointer(checkpoint, fingerprint(method, seed, options, x, y, chunk_size))
+        if resume and checkpointer.latest() is not None:
+            row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], rs_shape, data)
+            rs0, pieces, start_unit, restored_log, _ = checkpointer.restore(
+                jax.tree_util.tree_structure(rs0), jax.tree_util.tree_structure(row_shape)
+            )
+            val_log.extend(restored_log)
 
     def after_chunk(rs) -> dict:
         err = float(programs["val"](rs.state, *val_args))
@@ -366,10 +428,11 @@ def run(
     ends = plan.ends
     t0 = time.perf_counter()
     rs, rows, units_run, bad_unit, recompile = _drive(
-        programs["chunk"], recover, programs["init"](data), data, num_units, chunk_size, progress=progress,
+        programs["chunk"], recover, rs0, data, num_units, chunk_size, progress=progress,
         desc=algorithm.name or method, postfix=algorithm.postfix or _mean_loss,
         after_chunk=after_chunk if validation_data is not None else None,
-        total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[u - 1]) if u else 0),
+        total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0),
+        start_unit=start_unit, pieces=pieces, checkpointer=checkpointer, val_log=val_log,
     )
     compile_seconds += recompile
     run_seconds = time.perf_counter() - t0 - recompile
@@ -382,8 +445,16 @@ def run(
         extras["num_batches"] = plan.num_batches
     if ends is None:
         steps_run, stopped_at = units_run, bad_unit
-        samples = jax.device_get(programs["sample"](plan.keys.sample, rs.state))
+        samples, approximation = jax.device_get(programs["sample"](plan.keys.sample, rs.state))
         samples = {k: np.asarray(v)[None] for k, v in samples.items()}
+        overflow = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
+        if overflow:  # finite parameters whose draws are not (e.g. exp of a huge log-scale)
+            warnings.warn(
+                f"{algorithm.name or method}: the draws of {', '.join(overflow)} overflow to NaN/inf from the parameters "
+                f"after step {units_run - 1 if bad_unit is None else bad_unit - 1}; lower the learning rate or use a tighter prior",
+                RuntimeWarning,
+                stacklevel=4,  # the caller of bnnpp.fit
+            )
         traces = {k: np.asarray(v) for k, v in info_rows._asdict().items()}
         sample_stats: dict = {}
     else:
@@ -403,12 +474,13 @@ def run(
             for k, v in algorithm.kept_stats(kept_steps).items():
                 sample_stats[k] = np.broadcast_to(np.asarray(v), (algorithm.num_chains, len(kept_steps))).copy()
         traces = {}
+        approximation = None
     if stopped_at is not None:
         warnings.warn(
             f"{name}: the loss or parameters became NaN/inf at step {stopped_at}; training stopped there and kept the "
             f"parameters after step {stopped_at - 1}. Lower the learning rate or use a tighter prior.",
             RuntimeWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of bnnpp.fit
         )
     if ends is not None and samples[next(iter(samples))].shape[1] == 0:
         raise RuntimeError(
@@ -416,7 +488,10 @@ def run(
             "or use a tighter prior"
         )
     host_state = jax.device_get(rs.state)
-    approximation = algorithm.approximation(host_state) if algorithm.approximation is not None else None
+    if "approximation" in programs:
+        approximation = jax.device_get(programs["approximation"](rs.state))
+    if approximation is not None:
+        approximation = jax.tree_util.tree_map(np.asarray, approximation)
     if algorithm.extras is not None:
         extras.update(algorithm.extras(host_state))
     if validation_data is not None:
@@ -439,7 +514,7 @@ def trace_fit(algorithm: Algorithm, root: jax.Array, x, y) -> tuple[dict, Any]:
         samplers) and the last unit's ``info``.
     """
     n = int(x.shape[0])
-    plan = _plan(algorithm, root, n)
+    plan = _plan(algorithm, _keys_of(algorithm, root), n)
     data = (x, y)
 
     def body(rs, index):

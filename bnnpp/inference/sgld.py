@@ -371,7 +371,7 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
     sched = Schedule.from_options(options)
     sites = latent_sites(model, x, y)
     names = list(sites)
-    key_model = jax.random.PRNGKey(0)  # the models draw nothing random at a fixed position
+    key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position (PRNGKey(0))
     logdensity = logdensity_estimator(model, n, key_model)
     value_and_grad = jax.value_and_grad(lambda u, b: logdensity(u, b)[0])
     langevin = diffusions.overdamped_langevin()

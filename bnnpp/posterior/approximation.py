@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import jax
 import numpy as np
 
 __all__ = ["Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "from_guide_params"]
@@ -55,6 +56,11 @@ class GuideParameters(Approximation):
 
     def to_params(self) -> dict[str, np.ndarray]:
         return {k: np.asarray(v) for k, v in self.params.items()}
+
+
+jax.tree_util.register_dataclass(MeanFieldGaussian, data_fields=["loc", "scale"], meta_fields=["kind"])
+jax.tree_util.register_dataclass(GuideParameters, data_fields=["params"], meta_fields=["kind"])
+# (pytrees, so that a method computes its approximation inside a compiled program)
 
 
 def from_guide_params(params: dict[str, Any] | None, sites, kind: str | None = None) -> Approximation | None:

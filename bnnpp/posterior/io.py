@@ -14,10 +14,8 @@ import sys
 from importlib import metadata
 from typing import Any
 
-import arviz as az
 import jax
 import numpy as np
-import xarray as xr
 
 from bnnpp.files import atomic_path
 
@@ -64,7 +62,7 @@ def _attrs(posterior) -> dict:
     }
 
 
-def to_arviz(posterior, include_data: bool | None = None) -> az.InferenceData:
+def to_arviz(posterior, include_data: bool | None = None):
     """Build an ``az.InferenceData`` from a posterior of any method.
 
     Groups:
@@ -85,7 +83,14 @@ def to_arviz(posterior, include_data: bool | None = None) -> az.InferenceData:
     :meth:`bnnpp.Posterior.save`). Attributes carry the method, options, seed, seconds
     (compile, run, sample) and package versions; the posterior group's ``bnnpp`` attribute
     holds the JSON that :func:`bnnpp.load` reads back.
+
+    Returns:
+        An ``arviz.InferenceData``.
     """
+    # ArviZ and xarray take about a second to import: they load on first use, not with bnnpp
+    import arviz as az  # noqa: PLC0415
+    import xarray as xr  # noqa: PLC0415
+
     with_data = posterior.include_data(include_data)
     dims = {name: list(site.dims) for name, site in posterior.sites.items()}
     x_dims = ["obs"] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
@@ -156,6 +161,8 @@ def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -
     """Write ``posterior.to_arviz(include_data)`` to ``path`` atomically (see
     :meth:`bnnpp.Posterior.save`)."""
     path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder: give the file to write, e.g. {os.path.join(path, 'posterior.nc')}")
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"{folder} is a file, not a folder: choose another path")
@@ -165,9 +172,38 @@ def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -
         idata.to_netcdf(tmp)
 
 
-def read_netcdf(path: str | os.PathLike) -> az.InferenceData:
-    """Read an InferenceData file fully into memory (so the file is closed afterwards)."""
-    idata = az.from_netcdf(os.fspath(path))
-    for group in idata.groups():
-        getattr(idata, group).load()
+MAX_LOAD_BYTES = 8 * 2**30
+"""A file whose arrays declare more than this many bytes is refused before they are read."""
+
+
+def read_netcdf(path: str | os.PathLike, max_bytes: int = MAX_LOAD_BYTES):
+    """Read an InferenceData file fully into memory (so the file is closed afterwards),
+    after checking from its metadata that its arrays need at most ``max_bytes``.
+
+    Raises:
+        ValueError: one line naming the file, when it is not a readable netCDF/HDF5 file or
+            its arrays declare more than ``max_bytes``.
+    """
+    import arviz as az  # noqa: PLC0415  (about a second to import: on first use)
+
+    path = os.fspath(path)
+    try:
+        idata = az.from_netcdf(path)  # lazy: reads the metadata only
+    except Exception as e:  # h5py and xarray raise OSError, KeyError, ValueError, ... on a bad file
+        raise ValueError(f"{path} is not a readable netCDF file ({type(e).__name__}: {e}): pass a file written by Posterior.save") from None
+    groups = {g: getattr(idata, g) for g in idata.groups()}
+    declared = sum(int(ds.nbytes) for ds in groups.values())
+    if declared > max_bytes:
+        for ds in groups.values():
+            ds.close()
+        raise ValueError(
+            f"{path} declares {declared / 2**30:.1f} GiB of arrays, more than the {max_bytes / 2**30:.0f} GiB limit: "
+            "it is damaged or not a bnnpp posterior"
+        )
+    try:
+        for ds in groups.values():
+            ds.load()
+            ds.close()
+    except Exception as e:
+        raise ValueError(f"{path} is damaged: its arrays cannot be read ({type(e).__name__}: {e})") from None
     return idata

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -33,12 +34,11 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     if not os.path.isfile(path):
         raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save")
     idata = read_netcdf(path)
-    meta_text = idata.posterior.attrs.get("bnnpp")
-    if meta_text is None:
-        raise ValueError(f"{path} is not a bnnpp posterior (no 'bnnpp' attribute); save it with Posterior.save")
-    meta = json.loads(meta_text)
-    sites = {k: SiteInfo(tuple(v["shape"]), tuple(v["dims"])) for k, v in meta["sites"].items()}
+    meta, sites = _checked_meta(idata, path)
     samples = {k: np.asarray(idata.posterior[k].values) for k in sites}
+    bad = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
+    if bad:
+        warnings.warn(f"{path}: non-finite values in the draws of {', '.join(bad)}", RuntimeWarning, stacklevel=2)
     info = dict(meta["info"])
     if "sample_stats" in idata.groups():
         for name, var in idata.sample_stats.data_vars.items():
@@ -51,7 +51,10 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
         params = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
     approximation = from_guide_params(params, list(sites), meta.get("approximation"))
     if model is None and meta["model"] is not None:
-        model = models.from_spec(meta["model"])
+        try:
+            model = models.from_spec(meta["model"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"{path}: its model spec cannot be rebuilt ({type(e).__name__}: {e})") from None
     if "constant_data" in idata.groups():
         x = np.asarray(idata.constant_data["x"].values)
         y = np.asarray(idata.observed_data["y"].values)
@@ -59,4 +62,34 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
         data = meta.get("data") or {}
         x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
         y = np.zeros((0,), data.get("y_dtype", "int32"))
+    if "constant_data" in idata.groups() and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(meta["data"]["feature_shape"])):
+        raise ValueError(f"{path}: its training data has shapes x {x.shape}, y {y.shape} that contradict its metadata")
     return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation)
+
+
+def _checked_meta(idata, path: str) -> tuple[dict, dict[str, SiteInfo]]:
+    """The ``bnnpp`` metadata of a file, checked against its arrays; ValueError naming what is wrong."""
+    if "posterior" not in idata.groups():
+        raise ValueError(f"{path} has no posterior group: it is not a bnnpp posterior; save one with Posterior.save")
+    meta_text = idata.posterior.attrs.get("bnnpp")
+    if meta_text is None:
+        raise ValueError(f"{path} is not a bnnpp posterior (no 'bnnpp' attribute); save it with Posterior.save")
+    try:
+        meta = json.loads(meta_text)
+        sites = {k: SiteInfo(tuple(int(d) for d in v["shape"]), tuple(v["dims"])) for k, v in meta["sites"].items()}
+        meta["info"], meta["data"], meta["model"]  # noqa: B018  (required keys)
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: its bnnpp metadata is damaged ({type(e).__name__}: {e})") from None
+    if not sites:
+        raise ValueError(f"{path}: its metadata lists no latent sites")
+    lead = None
+    for name, site in sites.items():
+        if name not in idata.posterior:
+            raise ValueError(f"{path}: site {name!r} of its metadata has no draws in the posterior group")
+        shape = tuple(idata.posterior[name].shape)
+        if shape[2:] != site.shape or len(shape) != 2 + len(site.shape):
+            raise ValueError(f"{path}: site {name!r} has draws of shape {shape}, but its metadata says (chain, draw, *{site.shape})")
+        if lead is not None and shape[:2] != lead:
+            raise ValueError(f"{path}: sites disagree on (chain, draw): {lead} and {shape[:2]} ({name!r})")
+        lead = shape[:2]
+    return meta, sites

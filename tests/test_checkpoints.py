@@ -1,0 +1,169 @@
+"""Checkpoints and resume in the runner, and clean stops on SIGINT / SIGTERM.
+
+A fit interrupted after a chunk and resumed from its checkpoint gives the same draws, traces
+and sample statistics, bit for bit, as the uninterrupted fit with the same seed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import bnnpp
+from bnnpp.inference import TrainingInterrupted, runner
+
+CASES = {
+    "map": {"num_steps": 300, "batch_size": 100, "chunk_size": 20},
+    "advi": {"num_steps": 300, "num_samples": 20, "chunk_size": 20},
+    "bbb": {"epochs": 60, "batch_size": 100, "num_samples": 20, "chunk_size": 21},
+    "sgld": {"num_samples": 30, "burn_in": 60, "num_chains": 2, "batch_size": 100, "thinning": 2, "chunk_size": 5},
+}
+
+
+@pytest.fixture(scope="module")
+def moons():
+    return bnnpp.data.load_synthetic("moons", seed=0)
+
+
+@pytest.fixture(scope="module")
+def net():
+    return bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
+
+
+def _interrupt_after(monkeypatch, chunks: int, signum=signal.SIGINT):
+    """Send ``signum`` to this process while the ``chunks``-th chunk's results are shown."""
+    drive = runner._drive
+    seen = {"n": 0}
+
+    def patched(*args, **kwargs):
+        show = kwargs["postfix"]
+
+        def postfix(info):
+            seen["n"] += 1
+            if seen["n"] == chunks:
+                os.kill(os.getpid(), signum)
+            return show(info)
+
+        return drive(*args, **{**kwargs, "postfix": postfix})
+
+    monkeypatch.setattr(runner, "_drive", patched)
+
+
+def _assert_same(a, b):
+    for k in a.samples:
+        np.testing.assert_array_equal(a.samples[k], b.samples[k])
+    assert a.stats.traces.keys() == b.stats.traces.keys()
+    for k in a.stats.traces:
+        np.testing.assert_array_equal(a.stats.traces[k], b.stats.traces[k])
+    for k in a.stats.sample_stats:
+        np.testing.assert_array_equal(a.stats.sample_stats[k], b.stats.sample_stats[k])
+    assert a.stats.steps_run == b.stats.steps_run
+
+
+@pytest.mark.parametrize("method", sorted(CASES))
+def test_resume_is_bit_identical(method, moons, net, tmp_path, monkeypatch):
+    options = CASES[method]
+    whole = bnnpp.fit(net, moons, method=method, seed=4, progress=False, **options)
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 3)
+        with pytest.raises(TrainingInterrupted) as stop:
+            bnnpp.fit(net, moons, method=method, seed=4, progress=False, checkpoint_dir=tmp_path / "ck", **options)
+    assert stop.value.exit_code == 130 and stop.value.checkpoint_dir == os.fspath((tmp_path / "ck").resolve())
+    assert 0 < stop.value.step < whole.stats.steps_run
+    resumed = bnnpp.fit(net, moons, method=method, seed=4, progress=False, checkpoint_dir=tmp_path / "ck", resume=True, **options)
+    _assert_same(resumed, whole)
+
+
+def test_sigterm_without_checkpoint_dir_stops_cleanly(moons, net, monkeypatch):
+    _interrupt_after(monkeypatch, 2, signal.SIGTERM)
+    with pytest.raises(TrainingInterrupted, match="no checkpoint") as stop:
+        bnnpp.fit(net, moons, method="map", seed=0, progress=False, **CASES["map"])
+    assert stop.value.exit_code == 143 and stop.value.checkpoint_dir is None
+
+
+def test_periodic_checkpoints_and_a_foreign_checkpoint_is_refused(moons, net, tmp_path):
+    ck = tmp_path / "ck"
+    bnnpp.fit(net, moons, method="map", seed=0, progress=False, checkpoint_dir=ck, checkpoint_every=100, **CASES["map"])
+    assert sorted(int(p) for p in os.listdir(ck) if p.isdigit())[-1] == 300  # the last two kept
+    with pytest.raises(ValueError, match="another fit .*seed"):
+        bnnpp.fit(net, moons, method="map", seed=1, progress=False, checkpoint_dir=ck, resume=True, **CASES["map"])
+
+
+def test_checkpoint_arguments_are_checked_before_compiling(moons, net, tmp_path, compile_counter):
+    before = compile_counter()
+    with pytest.raises(ValueError, match="needs checkpoint_dir"):
+        bnnpp.fit(net, moons, method="map", resume=True)
+    with pytest.raises(ValueError, match="every_steps must be an integer"):
+        bnnpp.fit(net, moons, method="map", checkpoint_dir=tmp_path, checkpoint_every=0)
+    assert compile_counter() == before
+
+
+def test_nuts_checkpoints_after_warmup_and_every_block_and_resumes(moons, net, tmp_path, monkeypatch):
+    from numpyro.infer import MCMC
+
+    options = {"num_chains": 2, "num_warmup": 30, "num_samples": 30}
+    whole = bnnpp.fit(net, moons, method="nuts", seed=2, progress=False, checkpoint_dir=tmp_path / "a", checkpoint_every=10,
+                      **options)
+    assert whole.samples["dense_0.w"].shape[:2] == (2, 30)
+    run = MCMC.run
+    calls = {"n": 0}
+
+    def run_then_signal(self, *args, **kwargs):
+        out = run(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] == 2:  # the warm-up and the first block of 10 draws are done
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    with monkeypatch.context() as m:
+        m.setattr(MCMC, "run", run_then_signal)
+        with pytest.raises(TrainingInterrupted) as stop:
+            bnnpp.fit(net, moons, method="nuts", seed=2, progress=False, checkpoint_dir=tmp_path / "b", checkpoint_every=10,
+                      **options)
+    assert stop.value.exit_code == 143 and stop.value.step == 40
+    resumed = bnnpp.fit(net, moons, method="nuts", seed=2, progress=False, checkpoint_dir=tmp_path / "b", checkpoint_every=10,
+                        resume=True, **options)
+    _assert_same(resumed, whole)
+
+
+def _cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "bnnpp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_cli_ctrl_c_checkpoints_and_resume_finishes_the_same_fit(tmp_path):
+    flags = ["fit", "--data", "moons", "--method", "bbb", "--epochs", "4000", "--batch-size", "100", "--num-samples", "20",
+             "--quiet", "--no-cache", "--checkpoint-every", "100"]
+    out = tmp_path / "run"
+    proc = _cli(*flags, "--out", str(out))
+    deadline = time.monotonic() + 120
+    checkpoints = tmp_path / ".run.checkpoints"
+    while not checkpoints.is_dir() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    line = err.strip().splitlines()
+    assert len(line) == 1 and "SIGINT: stopped after step" in line[0] and "--resume" in line[0] and "Traceback" not in err
+    assert not (out / "posterior.nc").exists() and checkpoints.is_dir()
+    done = _cli(*flags, "--out", str(out), "--resume")
+    _, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    assert not checkpoints.exists()  # removed once the run is complete
+    whole = _cli(*flags, "--out", str(tmp_path / "whole"))
+    _, err = whole.communicate(timeout=300)
+    assert whole.returncode == 0, err
+    a, b = bnnpp.load(out / "posterior.nc"), bnnpp.load(tmp_path / "whole" / "posterior.nc")
+    _assert_same(a, b)
+
+
+def test_cli_refuses_an_unwritable_out_before_compiling(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc = _cli("fit", "--data", "moons", "--out", str(tmp_path / "file" / "run"), "--quiet")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "is a file" in err and "Traceback" not in err
