@@ -345,10 +345,30 @@ def test_kill_9_during_training_leaves_the_previous_run_and_resume_finishes(tmp_
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        if proc.returncode == 0:
-            before = {p.name: p.read_bytes() for p in out.iterdir()}  # this one finished: it is the run now
         now = {p.name: p.read_bytes() for p in out.iterdir()}
-        assert now == before  # killed: the previous run, unchanged; finished: the new one, complete
+        if now != before:  # published before the kill (or finished): it must be a complete new run
+            assert sorted(now) == ["metrics.json", "posterior.nc", "uncertainty.png"]
+            assert json.loads(now["metrics.json"])["files"][0] == "posterior.nc"
+            bnnpp.load(out / "posterior.nc")
+            before = now
     rc, _, err = _cli(*flags, "--resume")
     assert rc == 0, err
     bnnpp.load(out / "posterior.nc")
+
+
+@pytest.mark.parametrize("command", ["evaluate", "prune"])
+def test_evaluate_and_prune_turn_a_damaged_posterior_into_one_line(saved, tmp_path, command):
+    _, path = saved
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "posterior.nc").write_bytes(path.read_bytes()[:3000])
+    idx = tmp_path / "mnist"  # a tiny valid MNIST-format folder, so that only the posterior is at fault
+    idx.mkdir()
+    for name, magic, shape in [("train-images-idx3-ubyte.gz", 2051, (20, 28, 28)), ("t10k-images-idx3-ubyte.gz", 2051, (10, 28, 28)),
+                               ("train-labels-idx1-ubyte.gz", 2049, (20,)), ("t10k-labels-idx1-ubyte.gz", 2049, (10,))]:
+        header = np.array([magic, *shape], ">u4").tobytes()
+        with gzip.open(idx / name, "wb") as f:
+            f.write(header + np.zeros(int(np.prod(shape)), np.uint8).tobytes())
+    (run / "metrics.json").write_text(json.dumps({"data": "mnist", "data_dir": str(idx), "normalize": "255", "validation": 0}))
+    rc, _, err = _cli(command, str(run))
+    _one_line_error(rc, err, "posterior.nc")
