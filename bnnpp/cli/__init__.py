@@ -34,14 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bnnpp`` console script; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line
-    warnings.formatwarning = lambda message, category, *rest, **kw: f"bnnpp {args.command}: {category.__name__}: {message}\n"
     args.argv = list(sys.argv[1:] if argv is None else argv)  # to print the command that resumes a fit
+    # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line
+    formatwarning = warnings.formatwarning
+    warnings.formatwarning = lambda message, category, *rest, **kw: f"bnnpp {args.command}: {category.__name__}: {message}\n"
     try:
         return args.handler(args)
     except CLIError as e:
         print(f"bnnpp {args.command}: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = formatwarning  # main() may run inside another program (tests)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -67,6 +67,8 @@ from bnnpp.inference.variational_layers import (  # noqa: F401  (re-exported: bb
 from bnnpp.introspection import latent_sites
 from bnnpp.posterior import MeanFieldGaussian
 
+_find_layers = find_layers  # its name in bnnpp 0.1
+
 __all__ = [
     "DEFAULTS",
     "BBBInfo", "BBBOptions", "BBBState", "blundell_weights", "build", "conv_preactivations", "dense_preactivations",
