@@ -33,8 +33,10 @@ It owns, once for all methods:
 :func:`trace_fit` is the same fit as one pure function, without the guard, the bar or the
 host: what :func:`bnnpp.sweep.sweep` ``vmap``s over seeds and prior hyperparameters.
 
-The file is a little over 400 lines because it is the one driver: keeping the loop, its
-guard and the construction of the Posterior together lets it be read top to bottom.
+The file is about 530 lines because it is the one driver: the unit of work, the chunk and its
+guard, the loop with its checkpoints and signals, and the construction of the Posterior are
+kept together so that the whole path of a fit reads top to bottom (checkpoint storage and
+validation live in their own modules).
 """
 
 from __future__ import annotations
