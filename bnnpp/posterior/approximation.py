@@ -4,6 +4,8 @@ of probing dictionary keys or guide parameter names."""
 
 from __future__ import annotations
 
+import abc
+
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,15 +15,15 @@ import numpy as np
 __all__ = ["Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "from_guide_params"]
 
 
-class Approximation:
+class Approximation(abc.ABC):
     """Base of the variational families a posterior can carry (``Posterior.approximation``);
     ``None`` there means the draws are all there is (samplers, MAP)."""
 
     kind: str = ""
 
+    @abc.abstractmethod
     def to_params(self) -> dict[str, np.ndarray]:
         """The parameters as flat named arrays, for the ``variational_params`` netCDF group."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
