@@ -20,7 +20,7 @@ from bnnpp.posterior import MeanFieldGaussian
 from bnnpp.posterior.io import UNRECORDED_OPTIONS
 from bnnpp.reports import compare_markdown
 
-__all__ = ["COMPARE_DEFAULTS", "QUICK_OPTIONS", "check_methods", "compare_methods", "markdown"]
+__all__ = ["COMPARE_DEFAULTS", "QUICK_OPTIONS", "REFERENCE_OPTIONS", "check_methods", "compare_methods", "markdown"]
 
 #: Options that differ from a method's own defaults in a comparison, chosen so that the five
 #: methods on moons finish within 10 minutes on 2 CPU cores (NUTS at its defaults takes ~7).
@@ -33,6 +33,14 @@ QUICK_OPTIONS: dict[str, dict] = {
     "bbb": {"epochs": 200, "num_samples": 50},
     "nuts": {"num_chains": 2, "num_warmup": 30, "num_samples": 30},
     "sgld": {"num_chains": 2, "burn_in": 100, "num_samples": 30, "thinning": 2},
+}
+
+
+#: The reference posterior of ``reference="nuts"``: long chains, so that its R-hat passes.
+#: ``"quick"`` is for smoke tests only (its R-hat is not expected to pass).
+REFERENCE_OPTIONS: dict[str, dict] = {
+    "full": {"num_chains": 4, "num_warmup": 1000, "num_samples": 1000},
+    "quick": {"num_chains": 2, "num_warmup": 50, "num_samples": 50},
 }
 
 
@@ -57,36 +65,61 @@ def compare_methods(
     quick: bool = False,
     progress: bool = True,
     num_ref: int = 20,
+    reference: str | None = None,
+    reference_options: dict | None = None,
 ) -> tuple[dict, dict]:
     """Fit ``model`` to ``dataset`` with each method (same data, same seed) and analyse.
 
     Args:
-        model: a classifier network (``bnnpp.models``).
-        dataset: a classification :class:`~bnnpp.data.Dataset` with a test split.
+        model: a network (``bnnpp.models``) whose likelihood matches the dataset's task.
+        dataset: a :class:`~bnnpp.data.Dataset` with a test split (classification or
+            regression).
         methods: registered method names.
         seed: the seed of every fit.
         options: method → options, on top of :data:`COMPARE_DEFAULTS` (or :data:`QUICK_OPTIONS`).
         quick: tiny settings, for smoke tests.
         num_ref: test inputs whose predictive probabilities enter the R-hat/ESS check.
+        reference: a method (normally ``"nuts"``) fitted once more with long chains
+            (for nuts :data:`REFERENCE_OPTIONS`, updated by ``reference_options``) as the exact
+            posterior; every method's predictive agreement with it on the test inputs is
+            added to its row (:func:`bnnpp.diagnostics.reference`): ``ref_agreement`` and
+            ``ref_total_variation`` (classification) or ``ref_w2``, ``ref_sd_ratio`` and
+            ``ref_epistemic_sd_ratio`` (regression); ``results["reference"]`` holds the
+            reference's R-hat check, options and seconds.
 
     Returns:
-        ``(results, posteriors)``: ``results["methods"][m]`` holds ``accuracy``, ``nll``,
-        ``brier``, ``ece``, ``mean_entropy``, ``mean_mutual_information``, ``max_r_hat``,
+        ``(results, posteriors)``: ``results["methods"][m]`` holds the test scores
+        (classification: ``accuracy``, ``nll``, ``brier``, ``ece``, ``mean_entropy``,
+        ``mean_mutual_information``; regression: ``rmse``, ``nll``, ``coverage_95``,
+        ``mean_sd``, ``mean_epistemic_sd``), ``max_r_hat``,
         ``min_ess_bulk``, ``divergences``, ``psis_khat`` (+ ``psis_reading``), ``elbo_converged``,
         ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
         ArviZ's LOO comparison of the methods with several draws (a list of rows).
         ``posteriors`` maps method → :class:`~bnnpp.Posterior`.
     """
     methods = check_methods(methods)
-    if dataset.task != "classification":
-        raise ValueError(f"compare scores classifiers; {dataset.name!r} is {dataset.task}")
+    task = getattr(model, "task", dataset.task)
+    if task != dataset.task:
+        raise ValueError(f"the model is a {task} network but {dataset.name!r} is a {dataset.task} dataset: "
+                         "build the model with a matching likelihood")
     base = QUICK_OPTIONS if quick else COMPARE_DEFAULTS
     per_method = {m: {**base.get(m, {}), **((options or {}).get(m, {}))} for m in methods}
     for m in methods:  # every option checked before the first fit compiles
         get_method(m).check_options(per_method[m])
+    if reference is not None:
+        check_methods([reference])
+        long_chains = REFERENCE_OPTIONS["quick" if quick else "full"] if reference == "nuts" else {}
+        reference_options = {**long_chains, **(reference_options or {})}
+        get_method(reference).check_options(reference_options)
     x_ref = np.asarray(dataset.x_test[:num_ref], np.float32)
-    results: dict = {"methods": {}, "ranking": [], "seed": seed, "data": dataset.name}
+    results: dict = {"methods": {}, "ranking": [], "seed": seed, "data": dataset.name, "task": dataset.task}
     posteriors: dict = {}
+    ref_post = ref_check = None
+    if reference is not None:
+        t0 = time.perf_counter()
+        ref_post = fit(model, dataset, method=reference, seed=seed, progress=progress, **reference_options)
+        ref_check = diagnostics.reference_check(ref_post, dataset.x_test, num_ref)
+        results["reference"] = {**ref_check, "options": reference_options, "seconds": time.perf_counter() - t0}
     for m in methods:
         t0 = time.perf_counter()
         post = fit(model, dataset, method=m, seed=seed, progress=progress, **per_method[m])
@@ -94,6 +127,12 @@ def compare_methods(
         posteriors[m] = post
         pred = post.predict(dataset.x_test)
         row = pred.scores(dataset.y_test)
+        if ref_post is not None:
+            with warnings.catch_warnings():  # the reference's R-hat is reported once, in results["reference"]
+                warnings.simplefilter("ignore", UserWarning)
+                agreement = diagnostics.reference(post, ref_post, dataset.x_test, check=ref_check)
+            keys = ("agreement", "total_variation") if dataset.task == "classification" else ("w2", "sd_ratio", "epistemic_sd_ratio")
+            row.update({f"ref_{k}": agreement[k] for k in keys})
         s = diagnostics.summary(post, x_ref=x_ref)
         row.update({"max_r_hat": s["max_r_hat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"]})
         row["psis_khat"] = row["psis_reading"] = row["elbo_converged"] = None

@@ -17,7 +17,9 @@ __all__ = [
     "decision_maps",
     "image_grid",
     "ood_histograms",
+    "reference_agreement",
     "regression_bands",
+    "regression_bands_grid",
     "reliability_diagram",
     "snr_histogram",
     "uncertainty_histograms",
@@ -363,4 +365,63 @@ def uncertainty_histograms(variance: np.ndarray, expected_error_rate: np.ndarray
         ax.set_title(f"mean {v.mean():.4f}, median {np.median(v):.4f}", fontsize=9)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def regression_bands_grid(predictions: dict, x_grid: np.ndarray, x: np.ndarray, y: np.ndarray):
+    """:func:`regression_bands` for several fits side by side on one y-axis range.
+
+    Args:
+        predictions: name → regression ``Prediction`` at ``x_grid`` ``(m, 1)``.
+        x, y: the training points ``(n, 1)``, ``(n,)``.
+    Returns:
+        A Figure with one panel per fit.
+    """
+    if not predictions:
+        raise ValueError("regression_bands_grid needs at least one fit")
+    xg = np.asarray(x_grid)[:, 0]
+    order = np.argsort(xg)
+    fig = Figure(figsize=(4.0 * len(predictions), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(predictions), squeeze=False, sharey=True)[0]
+    span = float(np.ptp(y)) or 1.0
+    for ax, (name, p) in zip(axes, predictions.items(), strict=True):
+        mean, epi, tot = p.mean[order], p.epistemic_std[order], p.std[order]
+        ax.fill_between(xg[order], mean - 2 * tot, mean + 2 * tot, color="tab:orange", alpha=0.25, label="±2σ total")
+        ax.fill_between(xg[order], mean - 2 * epi, mean + 2 * epi, color="tab:blue", alpha=0.35, label="±2σ epistemic")
+        ax.plot(xg[order], mean, color="tab:blue", lw=1.2, label="mean")
+        ax.scatter(np.asarray(x)[:, 0], y, s=8, c="k", zorder=3)
+        ax.set_ylim(float(np.min(y)) - 1.5 * span, float(np.max(y)) + 1.5 * span)
+        ax.set_title(name, fontsize=10)
+    axes[0].legend(fontsize=7, loc="lower left")
+    return fig
+
+
+def reference_agreement(results: dict):
+    """Bars of each method's agreement with the reference posterior, from
+    :func:`bnnpp.compare.compare_methods`'s results (run with ``reference=...``):
+    classification — top-1 agreement and total variation; regression — W2 to the reference
+    and the predictive sd ratios (dashed line at the exact value).
+
+    Returns:
+        A Figure with two panels.
+    """
+    if not results.get("reference"):
+        raise ValueError("these results have no reference posterior: run compare with reference='nuts'")
+    names = list(results["methods"])
+    rows = results["methods"]
+    if results.get("task") == "regression":
+        panels = (("ref_w2", "W2 to the reference (lower is better)", 0.0),
+                  ("ref_sd_ratio", "predictive sd / reference's (1 is exact)", 1.0))
+    else:
+        panels = (("ref_agreement", "top-1 agreement with the reference (1 is exact)", 1.0),
+                  ("ref_total_variation", "total variation to the reference (0 is exact)", 0.0))
+    fig = Figure(figsize=(4.5 + 0.5 * len(names), 3.4), layout="constrained")
+    axes = fig.subplots(1, 2)
+    for ax, (key, label, exact) in zip(axes, panels, strict=True):
+        values = [np.nan if rows[m].get(key) is None else rows[m][key] for m in names]
+        ax.bar(names, values, color="tab:blue")
+        ax.axhline(exact, color="k", ls="--", lw=0.8)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+    fig.suptitle(f"against {results['reference']['method']} (max R-hat {results['reference']['max_r_hat']})", fontsize=9)
     return fig

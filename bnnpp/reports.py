@@ -17,6 +17,7 @@ __all__ = [
     "prune_markdown",
     "pruning_table_markdown",
     "published_pruning_markdown",
+    "reference_markdown",
     "sweep_markdown",
 ]
 
@@ -31,29 +32,43 @@ def _fmt(v, spec: str = ".3f") -> str:
 
 
 def compare_markdown(results: dict) -> str:
-    """``compare.md``: the metrics table and the LOO ranking of :func:`bnnpp.compare.compare_methods`'s results."""
-    lines = [
-        f"# bnnpp compare: {results['data']}, seed {results['seed']}",
-        "",
-        "| method | accuracy | NLL | Brier | ECE | mean entropy | mean MI | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    """``compare.md``: the metrics table, the agreement with the reference posterior (when
+    there is one) and the LOO ranking of :func:`bnnpp.compare.compare_methods`'s results."""
+    regression = results.get("task") == "regression"
+    lines = [f"# bnnpp compare: {results['data']}, seed {results['seed']}", ""]
+    if regression:
+        lines += [
+            "| method | RMSE | NLL | 95% coverage | mean sd | mean epistemic sd | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        lines += [
+            "| method | accuracy | NLL | Brier | ECE | mean entropy | mean MI | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for m, r in results["methods"].items():
         loo = "—" if r["loo_elpd"] is None else f"{r['loo_elpd']:.1f} ± {r['loo_se']:.1f}"
+        scores = (
+            f"{_fmt(r['rmse'])} | {_fmt(r['nll'])} | {_fmt(r['coverage_95'])} | {_fmt(r['mean_sd'])} | {_fmt(r['mean_epistemic_sd'])}"
+            if regression else
+            f"{_fmt(r['accuracy'])} | {_fmt(r['nll'])} | {_fmt(r['brier'])} | {_fmt(r['ece'])} | "
+            f"{_fmt(r['mean_entropy'])} | {_fmt(r['mean_mutual_information'])}"
+        )
         lines.append(
-            f"| {m} | {_fmt(r['accuracy'])} | {_fmt(r['nll'])} | {_fmt(r['brier'])} | {_fmt(r['ece'])} | "
-            f"{_fmt(r['mean_entropy'])} | {_fmt(r['mean_mutual_information'])} | {_fmt(r['max_r_hat'])} | "
+            f"| {m} | {scores} | {_fmt(r['max_r_hat'])} | "
             f"{_fmt(r['min_ess_bulk'], '.0f')} | {_fmt(r['psis_khat'], '.2f')} | {loo} | {_fmt(r['seconds'], '.1f')} |"
         )
     lines += [
         "",
         (
             "max R-hat and min ESS are over the permutation-invariant quantities (layer scales and the predictive "
-            "probabilities at 20 test inputs); R-hat needs ≥ 2 chains (nuts, sgld). PSIS k̂ (VI only, Yao et al. "
-            "2018): < 0.5 good, 0.5–0.7 usable, > 0.7 the approximation is not trustworthy. LOO elpd from PSIS-LOO "
-            "on the training data (higher is better)."
+            f"{'means' if regression else 'probabilities'} at 20 test inputs); R-hat needs ≥ 2 chains (nuts, sgld). "
+            "PSIS k̂ (VI only, Yao et al. 2018): < 0.5 good, 0.5–0.7 usable, > 0.7 the approximation is not "
+            "trustworthy. LOO elpd from PSIS-LOO on the training data (higher is better)."
         ),
     ]
+    if results.get("reference"):
+        lines += reference_markdown(results)
     if results["ranking"]:
         lines += ["", "## az.compare (PSIS-LOO)", "", "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo |", "|---|---|---|---|---|---|---|"]
         for r in results["ranking"]:
@@ -62,6 +77,36 @@ def compare_markdown(results: dict) -> str:
                 f"{r['weight']:.2f} | {r['p_loo']:.1f} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def reference_markdown(results: dict) -> list[str]:
+    """The "agreement with the reference posterior" section of ``compare.md`` (lines)."""
+    ref = results["reference"]
+    opts = ", ".join(f"{k}={v}" for k, v in ref.get("options", {}).items())
+    verdict = "converged" if ref["converged"] else "NOT converged (R-hat ≥ 1.01): read the agreement with care"
+    lines = [
+        "",
+        f"## Agreement with the reference posterior ({ref['method']}: {opts})",
+        "",
+        (f"Reference: {ref['num_chains']} chains × {ref['num_draws']} draws, max R-hat {_fmt(ref['max_r_hat'])}, "
+        f"min ESS {_fmt(ref['min_ess_bulk'], '.0f')}, divergences {_fmt(ref['divergences'], 'd')} — {verdict}."),
+        "",
+    ]
+    if results.get("task") == "regression":
+        lines += ["| method | W2 to reference | sd ratio | epistemic sd ratio |", "|---|---|---|---|"]
+        for m, r in results["methods"].items():
+            lines.append(f"| {m} | {_fmt(r.get('ref_w2'))} | {_fmt(r.get('ref_sd_ratio'))} | {_fmt(r.get('ref_epistemic_sd_ratio'))} |")
+        lines += ["", ("W2: the 2-Wasserstein distance between the predictive marginals at each test input (target units), "
+                  "mean over inputs. sd ratios: geometric mean over inputs of sd / the reference's; 1 is right, below 1 "
+                  "overconfident (Izmailov et al. 2021 measure approximations against HMC this way).")]
+    else:
+        lines += ["| method | top-1 agreement | total variation |", "|---|---|---|"]
+        for m, r in results["methods"].items():
+            lines.append(f"| {m} | {_fmt(r.get('ref_agreement'))} | {_fmt(r.get('ref_total_variation'))} |")
+        lines += ["", ("Top-1 agreement: share of test inputs where the method's and the reference's predictive "
+                  "distributions pick the same class; total variation: ½ Σ|p − p_ref| of the predictive probabilities, "
+                  "mean over test inputs (Izmailov et al. 2021, sec. 5). Agreement 1 and TV 0 are exact.")]
+    return lines
 
 
 def sweep_table(table) -> list[str]:

@@ -481,10 +481,12 @@ def prune_run(
 # --- compare and sweep output folders -----------------------------------------------------
 
 
-def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: data.Dataset) -> list[str]:
-    """Save the comparison figures of ``bnnpp compare`` into ``folder``: ``decision_maps.png``,
-    ``reliability.png``, ``forest_scales.png`` (posteriors with layer scales) and
-    ``trace_<method>.png`` (those with several chains).
+def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: data.Dataset, results: dict | None = None) -> list[str]:
+    """Save the comparison figures of ``bnnpp compare`` into ``folder``: ``decision_maps.png``
+    and ``reliability.png`` (classification) or ``bands.png`` (regression: mean, epistemic and
+    total bands on a grid reaching out of the data), ``forest_scales.png`` (posteriors with
+    layer scales), ``trace_<method>.png`` (those with several chains) and ``reference.png``
+    (when ``results`` hold a reference posterior's agreement numbers).
 
     Returns:
         The file names written.
@@ -492,10 +494,17 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
     # ArviZ and matplotlib (~1.5 s to import) load on first use, not at command start-up
     from bnnpp import diagnostics, plots
 
-    figs = {
-        "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
-        "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
-    }
+    if dataset.task == "regression":
+        figs = {"bands.png": plots.regression_bands_grid(
+            {m: p.predict(dataset.x_test) for m, p in posteriors.items()}, dataset.x_test, dataset.x_train, dataset.y_train,
+        )} if dataset.x_train.shape[1:] == (1,) else {}
+    else:
+        figs = {
+            "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
+            "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
+        }
+    if results is not None and results.get("reference"):
+        figs["reference.png"] = plots.reference_agreement(results)
     with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
     if with_scales:
         figs["forest_scales.png"] = diagnostics.forest_plot(with_scales)
@@ -526,7 +535,7 @@ def write_compare_run(
     """
     started = time.perf_counter() if started is None else started
     with files.publish_folder(out_dir) as tmp:
-        results["figures"] = write_compare_figures(tmp, posteriors, dataset)
+        results["figures"] = write_compare_figures(tmp, posteriors, dataset, results)
         results["seconds_total"] = time.perf_counter() - started
         with open(os.path.join(tmp, "compare.json"), "w") as f:
             json.dump(results, f, indent=2, default=str)

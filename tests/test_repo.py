@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -116,7 +117,7 @@ def test_ood_lenet_benchmark_quick(tmp_path):
     result = _run_quick("ood_lenet", tmp_path)
     assert set(result["rejected"]) == {"bbb", "map"}
     sets = {"MNIST test", "uniform noise", "gaussian noise"} | ({"Fashion-MNIST"} if (data / "fashion_mnist").is_dir() else set())
-    for name, shares in result["rejected"].items():
+    for shares in result["rejected"].values():
         assert set(shares) == sets and all(0 <= v <= 1 for v in shares.values())
     for k in sets - {"MNIST test"}:
         assert 0 <= result["reports"]["bbb"]["ood"][k]["auroc_mutual_information"] <= 1
@@ -130,3 +131,30 @@ def test_probes_benchmark_quick(tmp_path):
     assert result["hash"]["bnnpp"]["distinct"] == 1  # the sorted ELBO gives one program for every hash seed
     assert len(result["sinusoid_init"]) == 3
     assert all(r["train_rmse"] > 0 and r["epistemic_ratio"] > 0 for r in result["sinusoid_init"])
+
+
+@pytest.mark.slow
+def test_uci_benchmark_quick(tmp_path):
+    import os
+
+    data = pathlib.Path(os.environ.get("BNNPP_DATA_DIR") or ROOT.parent / "shared" / "data")
+    if not (data / "uci" / "yacht").is_dir():
+        pytest.skip(f"UCI sets not found in {data}/uci (set BNNPP_DATA_DIR)")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "uci.py"), "--quick", "--data-dir", str(data),
+                           "--sets", "yacht", "--methods", "map,bbb", "--results", str(tmp_path)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "uci.json").read_text())
+    assert result["complete"] and {(r["set"], r["method"]) for r in result["rows"]} == {("yacht", "map"), ("yacht", "bbb")}
+    for r in result["rows"]:
+        assert len(r["per_split"]["test_ll"]) == 2 and np.isfinite(r["test_ll"]) and r["rmse"] > 0
+        assert set(r["per_split"]["prior"]) <= set(r["val_ll"])
+    assert result["verdict"]["yacht"]["method"] == "bbb"
+    assert "MC dropout (pub.)" in (tmp_path / "uci.md").read_text()
+
+
+@pytest.mark.slow
+def test_vi_defaults_benchmark_quick(tmp_path):
+    result = _run_quick("vi_defaults", tmp_path / "r")
+    assert len(result["classification"]) == 16 and all(0 <= r["accuracy"] <= 1 for r in result["classification"])
+    assert result["sinusoid"] and all(r["epistemic_ratio"] > 0 for r in result["sinusoid"])

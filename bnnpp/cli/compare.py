@@ -15,6 +15,7 @@ from bnnpp.cli._errors import CLIError
 from bnnpp.inference import get_backend, registered
 
 CLASSIFICATION_SETS = ("moons", "circles")
+COMPARE_SETS = (*CLASSIFICATION_SETS, "sinusoid")
 
 
 def _set(text: str) -> tuple[str, str, object]:
@@ -31,18 +32,30 @@ def _set(text: str) -> tuple[str, str, object]:
     return method.strip(), option.strip(), parsed
 
 
+def _set_reference(text: str) -> tuple[str, object]:
+    """``OPTION=VALUE`` → (option, value parsed as JSON, else a string)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"--set-reference takes OPTION=VALUE such as num_samples=2000, got {text!r}")
+    option, value = text.split("=", 1)
+    try:
+        return option.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return option.strip(), value
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "compare",
         help="fit several methods on the same data and seed; write compare.md/json and figures",
         description="Fit each --methods entry to the same data with the same seed; write DIR/compare.md and "
-        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information, max R-hat and "
-        "min ESS of permutation-invariant quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's "
-        "LOO ranking) and figures: decision_maps.png, reliability.png, forest_scales.png, trace_<method>.png "
-        "(MCMC methods).",
+        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information — or for the "
+        "sinusoid RMSE, NLL, 95%% coverage and predictive sds —, max R-hat and min ESS of permutation-invariant "
+        "quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; with --reference nuts, "
+        "each method's predictive agreement with a long NUTS run) and figures: decision_maps.png and "
+        "reliability.png (or bands.png), forest_scales.png, trace_<method>.png (MCMC methods), reference.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--data", default="moons", choices=CLASSIFICATION_SETS, help="built-in 2-D dataset")
+    p.add_argument("--data", default="moons", choices=COMPARE_SETS, help="built-in dataset (sinusoid: 1-D regression)")
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
     p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")
     p.add_argument("--hidden", default="5,5", help="hidden widths, comma-separated")
@@ -52,6 +65,12 @@ def add_parser(sub) -> None:
     p.add_argument("--scale", type=float, default=1.0, help="the fixed prior scale when --hyperprior fixed")
     p.add_argument("--set", dest="sets", type=_set, action="append", default=[], metavar="METHOD.OPTION=VALUE",
                    help="override one method option, e.g. --set nuts.num_samples=1000 (repeatable)")
+    p.add_argument("--noise", type=float, default=None, help="regression: the known observation sd (default: learned)")
+    p.add_argument("--reference", default=None, metavar="METHOD",
+                   help="fit METHOD (normally nuts) with long chains (4 × 1000 + 1000; R-hat checked) and report each "
+                   "method's predictive agreement with it")
+    p.add_argument("--set-reference", dest="reference_sets", type=_set_reference, action="append", default=[],
+                   metavar="OPTION=VALUE", help="override one option of the reference fit, e.g. num_samples=2000 (repeatable)")
     p.add_argument("--quick", action="store_true", help="tiny settings for every method (a smoke test, not a result)")
     p.add_argument("--seed", type=int, default=0, help="seed for data and every fit")
     p.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
@@ -77,7 +96,16 @@ def _build(args):
     prior = priors.prior(args.prior, scale)
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
     dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **kwargs)
-    model = bnnpp.models.mlp(hidden, activation=args.activation, num_classes=dataset.num_classes, prior=prior)
+    if args.noise is not None and (dataset.task != "regression" or args.noise <= 0):
+        raise ValueError(f"--noise is the known observation sd of a regression (--data sinusoid), a number > 0; got {args.noise} for {args.data}")
+    if dataset.task == "regression":
+        model = bnnpp.models.mlp(hidden, activation=args.activation, likelihood="gaussian", noise=args.noise, prior=prior)
+    else:
+        model = bnnpp.models.mlp(hidden, activation=args.activation, num_classes=dataset.num_classes, prior=prior)
+    if args.reference is not None:
+        check_methods([args.reference])
+    elif args.reference_sets:
+        raise ValueError("--set-reference needs --reference METHOD (e.g. --reference nuts)")
     options: dict[str, dict] = {}
     for method, option, value in args.sets:
         if method not in methods:
@@ -85,23 +113,34 @@ def _build(args):
         if option not in get_backend(method).defaults:
             raise ValueError(f"--set {method}.{option}: {method} takes {', '.join(sorted(get_backend(method).defaults))}")
         options.setdefault(method, {})[option] = value
-    return dataset, model, methods, options
+    reference_options = dict(args.reference_sets)
+    if args.reference is not None:
+        known = get_backend(args.reference).defaults
+        unknown = [o for o in reference_options if o not in known]
+        if unknown:
+            raise ValueError(f"--set-reference {unknown[0]}: {args.reference} takes {', '.join(sorted(known))}")
+    return dataset, model, methods, options, reference_options
 
 
 def run(args) -> int:
     # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs
-    from bnnpp.compare import COMPARE_DEFAULTS, QUICK_OPTIONS, compare_methods
+    from bnnpp.compare import COMPARE_DEFAULTS, QUICK_OPTIONS, REFERENCE_OPTIONS, compare_methods
 
     t0 = time.perf_counter()
     try:
-        dataset, model, methods, options = _build(args)
+        dataset, model, methods, options, reference_options = _build(args)
         base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
         for m in methods:  # reject bad --set values before the first fit compiles
             get_backend(m).check_options({**base.get(m, {}), **options.get(m, {})})
+        if args.reference == "nuts":
+            get_backend("nuts").check_options({**REFERENCE_OPTIONS["quick" if args.quick else "full"], **reference_options})
+        elif args.reference is not None:
+            get_backend(args.reference).check_options(reference_options)
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
     results, posteriors = compare_methods(
-        model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet
+        model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet,
+        reference=args.reference, reference_options=reference_options,
     )
     results["model"] = model.spec()
     results["quick"] = args.quick

@@ -15,6 +15,8 @@ scale on the unconstrained space) and :class:`~bnnpp.posterior.GuideParameters` 
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -31,6 +33,7 @@ from numpyro.util import check_model_guide_match
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.options import Options, optimizer, optimizer_of, option, optional, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.posterior import GuideParameters, MeanFieldGaussian
 
@@ -90,7 +93,11 @@ class ADVIOptions(Options):
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     guide: str = option("normal", "variational family (normal = mean-field)", choices=tuple(GUIDES))
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
-    init_scale: float = option(0.1, "initial sd of the variational factors", check=positive_float)
+    init_scale: float = option(0.01, "initial sd of the variational factors", check=positive_float)
+    init_loc: str = option(
+        "glorot", "initial means: glorot (bnnpp layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites "
+        "U(±init_radius) on the unconstrained space) or uniform (every site U(±init_radius))", choices=("glorot", "uniform"),
+    )
     init_radius: float = option(
         2.0, "start values uniform in (-r, r) on the unconstrained space (a start near zero lets hierarchical "
         "scales collapse to a near-linear optimum)", check=positive_float,
@@ -119,7 +126,7 @@ def _keys(root) -> Keys:
 def build(model, x, y, options: ADVIOptions) -> Algorithm:
     """ADVI as an :class:`Algorithm` over NumPyro's ``SVIState``."""
     opt = optimizer_of(options)
-    guide = GUIDES[options.guide](model, init_loc_fn=init_to_uniform(radius=options.init_radius), init_scale=options.init_scale)
+    guide = GUIDES[options.guide](model, init_loc_fn=_init_locations(model, x, y, options), init_scale=options.init_scale)
     svi = SVI(model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
     sites = latent_sites(model, x, y)
     x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
@@ -155,6 +162,34 @@ def build(model, x, y, options: ADVIOptions) -> Algorithm:
         point=point, approximation=approximation, keys=_keys,
         postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"},
     )
+
+
+def _init_locations(model, x, y, options: ADVIOptions):
+    """NumPyro init strategy for the guide's means. ``init_loc="glorot"``: the weights of bnnpp
+    dense/conv layers U(±sqrt(6/(fan_in + fan_out))) (Glorot & Bengio 2010, eq. 16), their
+    biases 0 — as bbb starts — and every other site (scales, noise, sites of a hand-written
+    model) U(±init_radius) on its unconstrained space. Weights drawn U(±2) instead start the
+    network saturated or exploding (a 50-unit layer on standardised inputs has pre-activations
+    of sd ≈ 8), and the fit does not recover from it within the default steps
+    (``benchmarks/README.md``, "VI defaults")."""
+    if options.init_loc == "uniform":
+        return init_to_uniform(radius=options.init_radius)
+    layers = find_layers(model, x[:1], y[:1])
+    limits = {f"{name}.w": math.sqrt(6.0 / (lay["fan_in"] + lay["fan_out"])) for name, lay in layers.items()}
+    # NumPyro recognises init strategies as functools.partial objects
+    return functools.partial(_init_glorot, limits=limits, biases=frozenset(f"{name}.b" for name in layers), radius=options.init_radius)
+
+
+def _init_glorot(site=None, *, limits: dict, biases: frozenset, radius: float):
+    """The ``init_loc="glorot"`` strategy of :func:`_init_locations` for one site."""
+    if site is None:
+        return functools.partial(_init_glorot, limits=limits, biases=biases, radius=radius)
+    name = site["name"]
+    if site["type"] == "sample" and not site["is_observed"] and name in limits:
+        return init_to_uniform(site, radius=limits[name])
+    if site["type"] == "sample" and not site["is_observed"] and name in biases:
+        return jnp.zeros(tuple(site["kwargs"].get("sample_shape", ())) + tuple(site["fn"].shape()))
+    return init_to_uniform(site, radius=radius)
 
 
 def _unpack_loc(guide, params) -> dict:

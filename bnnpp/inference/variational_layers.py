@@ -198,6 +198,13 @@ class _LayerRecorder(Messenger):
             }
 
 
+def _zeros_for_improper(site):
+    fn = site.get("fn")
+    if site["type"] == "sample" and isinstance(fn, dist.ImproperUniform) and not site.get("is_observed"):
+        return jnp.zeros(fn.shape())
+    return None
+
+
 def find_layers(model: Callable, x, y) -> dict[str, dict]:
     """The model's bnnpp dense and conv2d layers: name → ``kind``, ``prior``, ``in``, ``units``,
     ``fan_in``, ``fan_out`` (see :class:`_LayerRecorder`), found by abstract tracing."""
@@ -205,7 +212,8 @@ def find_layers(model: Callable, x, y) -> dict[str, dict]:
 
     def run(key):
         with rec:
-            handlers.seed(model, key)(x, y)
+            # a flat prior (ImproperUniform) cannot be sampled: trace it at zeros
+            handlers.substitute(handlers.seed(model, key), substitute_fn=_zeros_for_improper)(x, y)
         return 0
 
     jax.eval_shape(run, jax.ShapeDtypeStruct((2,), jnp.uint32))  # abstract: no program compiled

@@ -81,10 +81,22 @@ class Prediction:
         return metrics.expected_error_rate(self.mean)
 
     def scores(self, y) -> dict:
-        """Classification test scores against labels ``y`` ``(n,)``: accuracy, NLL, Brier, ECE
-        (of the mean prediction) and the means of entropy, mutual information and expected
-        error rate over the points, as floats."""
-        self._need("classification")
+        """Test scores against ``y`` ``(n,)``, as floats.
+
+        Classification (labels): accuracy, NLL, Brier, ECE (of the mean prediction) and the
+        means of entropy, mutual information and expected error rate over the points.
+        Regression (targets): ``rmse`` of the predictive mean, ``nll`` of the predictive
+        mixture (:func:`bnnpp.metrics.gaussian_nll`), ``coverage_95`` of mean ± 1.96·sd, and
+        the means over points of the total and epistemic predictive sd.
+        """
+        if self.task == "regression":
+            return {
+                "rmse": metrics.rmse(self.mean, y),
+                "nll": metrics.gaussian_nll(self.draws, self.noise, y),
+                "coverage_95": metrics.interval_coverage(self.mean, self.std, y, 0.95),
+                "mean_sd": float(self.std.mean()),
+                "mean_epistemic_sd": float(self.epistemic_std.mean()),
+            }
         m = self.mean
         return {
             "accuracy": metrics.accuracy(m, y),
