@@ -38,7 +38,6 @@ import os
 import sys
 import time
 
-import numpy as np
 from _common import default_data_dir, machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -152,13 +151,13 @@ def _markdown(r: dict) -> str:
     lines = [
         "# ood_mnist: ensemble, MultiSWAG, MC dropout, BBB and MAP on MNIST 2×400",
         "",
-        f"`{r['produced_by']}`, {r['date']}, {r['machine']}; wall {r['seconds']['wall'] / 60:.1f} min, "
-        f"process CPU {r['seconds']['cpu'] / 60:.1f} min.",
+        (f"`{r['produced_by']}`, {r['date']}, {r['machine']}; wall {r['seconds']['wall'] / 60:.1f} min, "
+        f"process CPU {r['seconds']['cpu'] / 60:.1f} min."),
         "",
-        f"784-400-400-10 ReLU, N(0, 1) prior, {s['n_train']:,} training images, {s['epochs']} epoch(s) of batches of "
+        (f"784-400-400-10 ReLU, N(0, 1) prior, {s['n_train']:,} training images, {s['epochs']} epoch(s) of batches of "
         f"{s['batch_size']} per network (MultiSWAG: the last {s['swag_epochs']} of them SGD with collection), Adam "
         f"{s['learning_rate']}; {s['n_test']:,} MNIST test images; {s['n_ood']:,} images per OOD set. AUROC: predictive "
-        "entropy separating MNIST test (negative) from the OOD set (positive).",
+        "entropy separating MNIST test (negative) from the OOD set (positive)."),
         "",
         "| method | draws | test error | NLL | ECE | AUROC Fashion-MNIST | AUROC uniform noise | run s |",
         "|---|---|---|---|---|---|---|---|",
@@ -171,8 +170,8 @@ def _markdown(r: dict) -> str:
         lines += ["", f"Ensemble run time per member / MAP run time: {r['ensemble_per_member_run_ratio']:.2f}x (same steps, same process)."]
     if "ensemble_vs_bbb" in r:
         v = r["ensemble_vs_bbb"]
-        lines += [f"Ensemble NLL at least as good as BBB's: {v['nll_at_least_as_good']}; Fashion-MNIST entropy AUROC at "
-                  f"least as good: {v['fashion_auroc_at_least_as_good']}."]
+        lines += [(f"Ensemble NLL at least as good as BBB's: {v['nll_at_least_as_good']}; Fashion-MNIST entropy AUROC at "
+                  f"least as good: {v['fashion_auroc_at_least_as_good']}.")]
     return "\n".join(lines) + "\n"
 
 

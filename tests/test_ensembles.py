@@ -251,3 +251,49 @@ def test_mc_dropout_needs_bnnpp_layers():
     with pytest.raises(ValueError, match="found none") as e:
         bnnpp.fit(plain, (x, np.ones(10, np.float32)), method="mc_dropout", progress=False)
     assert "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- benchmarks (slow smoke tests)
+
+
+def _run_benchmark(script: str, results, *extra) -> dict:
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / f"{script}.py"), "--quick", "--results", str(results), *extra],
+                          capture_output=True, text=True, cwd=root, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((results / f"{script}.json").read_text())
+
+
+def _mnist_dir():
+    import os
+    import pathlib
+
+    data = pathlib.Path(os.environ.get("BNNPP_DATA_DIR") or pathlib.Path(__file__).resolve().parents[2] / "shared" / "data")
+    if not (data / "mnist").is_dir() or not (data / "fashion_mnist").is_dir():
+        pytest.skip(f"MNIST / Fashion-MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
+    return data
+
+
+@pytest.mark.slow
+def test_ood_mnist_benchmark_quick(tmp_path):
+    data = _mnist_dir()
+    result = _run_benchmark("ood_mnist", tmp_path, "--data-dir", str(data))
+    assert set(result["rows"]) == {"map", "ensemble", "multiswag", "mc_dropout", "bbb"}
+    for row in result["rows"].values():
+        assert 0 <= row["test_error"] <= 1 and row["nll"] > 0
+        assert set(row["auroc_entropy"]) == {"Fashion-MNIST", "uniform noise"}
+        assert all(0 <= v <= 1 for v in row["auroc_entropy"].values())
+    assert result["rows"]["ensemble"]["draws"] == 5 and result["rows"]["multiswag"]["draws"] == 50
+
+
+@pytest.mark.slow
+def test_ensemble_cost_benchmark_quick(tmp_path):
+    data = _mnist_dir()
+    result = _run_benchmark("ensemble_cost", tmp_path, "--data-dir", str(data))
+    assert result["moons_wall_ratio"] > 0 and result["mnist_per_member_ratio"] > 0
+    assert result["rows"]["moons"]["ensemble"]["accuracy"] > 0.8
