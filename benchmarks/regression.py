@@ -119,7 +119,7 @@ def main(argv=None) -> dict:
     axes[0].legend(fontsize=7, loc="lower left")
     result = {
         "benchmark": "regression",
-        "produced_by": "python benchmarks/regression.py" + (" --quick" if args.quick else ""),
+        "produced_by": " ".join(["python benchmarks/regression.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "model": "1-20-20-1 ReLU, scale mixture (pi=0.2, sigma1=1, sigma2=0.1) on every weight, noise sd 1 known; 32 points",
