@@ -66,6 +66,9 @@ def test_members_are_independent(small_moons, net):
     for i in range(3):
         for j in range(i + 1, 3):
             assert np.abs(w[i] - w[j]).max() > 0.1
+    # stepping the members one at a time in a loop inside the program is the same fit
+    looped = bnnpp.fit(net, (x, y), method="ensemble", seed=1, progress=False, members=3, num_steps=30, members_per_batch=2)
+    np.testing.assert_allclose(looped.samples["dense_0.w"][:, 0], w, rtol=1e-5, atol=1e-6)
     assert three.stats.traces["loss"].shape == (30, 3)
     idata = three.to_arviz()
     assert idata.posterior.sizes["chain"] == 3 and idata.posterior.sizes["draw"] == 1

@@ -64,6 +64,7 @@ class EnsembleOptions(Options):
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
     init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space, each from its own key", check=positive_float)
+    members_per_batch: int | None = option(None, "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)", check=optional(positive_int), type=int)
     adversarial_epsilon: float = option(0.0, "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)", check=fraction(0.0, float("inf"), low_open=False, high_open=True))
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
@@ -92,8 +93,14 @@ def map_options(options, **overrides) -> MAPOptions:
     return MAPOptions(**{**given, **overrides})
 
 
-def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_epsilon: float = 0.0):
+def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_epsilon: float = 0.0,
+                members_per_batch: int | None = None):
     """MAP's ``init``/``step``/``sample`` for ``members`` fits side by side.
+
+    ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
+    groups inside the program (``jax.lax.map(..., batch_size=b)``; ``None``: one vmap over all);
+    the result is the same, only the cost differs (a loop of single members compiles and runs
+    like MAP's own step, M times).
 
     Returns:
         ``(init, step, sample, one)``: ``init(key, data)`` → :class:`MAPState` with a leading
@@ -132,7 +139,10 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
         return new, info.loss
 
     def step(key, state, batch_data):
-        return jax.vmap(member_step, in_axes=(0, 0, None))(member_keys(key, members), state, batch_data)
+        keys = member_keys(key, members)
+        if members_per_batch is None or members_per_batch >= members:
+            return jax.vmap(member_step, in_axes=(0, 0, None))(keys, state, batch_data)
+        return jax.lax.map(lambda ks: member_step(*ks, batch_data), (keys, state), batch_size=members_per_batch)
 
     def sample(state):
         return jax.vmap(lambda s: jax.tree_util.tree_map(lambda v: v[0], one.sample(None, s, 1)))(state)
@@ -146,7 +156,8 @@ def build(model, x, y, options: EnsembleOptions) -> Algorithm:
     members = options.members
     num_steps = options.steps_for(x.shape[0])
     init, vstep, modes, _ = vmapped_map(
-        model, x, y, map_options(options, num_steps=num_steps), members, adversarial_epsilon=options.adversarial_epsilon
+        model, x, y, map_options(options, num_steps=num_steps), members, adversarial_epsilon=options.adversarial_epsilon,
+        members_per_batch=options.members_per_batch,
     )
 
     def step(key, state, batch_data):
