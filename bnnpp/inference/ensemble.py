@@ -99,8 +99,8 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
 
     ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
     groups inside the program (``jax.lax.map(..., batch_size=b)``; ``None``: one vmap over all);
-    the result is the same, only the cost differs (a loop of single members compiles and runs
-    like MAP's own step, M times).
+    the result is the same, only memory and time differ (fewer members at once need less
+    memory; on 2 CPU cores one vmap over all was the fastest, benchmarks/results/ensemble_cost.md).
 
     Returns:
         ``(init, step, sample, one)``: ``init(key, data)`` → :class:`MAPState` with a leading
