@@ -38,6 +38,7 @@ to the layer message those helpers send, and a layer's weights must be its laten
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -160,7 +161,7 @@ def build(model, x, y, options: MCDropoutOptions) -> Algorithm:
     batch = options.batch_size or n
     opt = optimizer_of(options)
     key_model = jax.random.PRNGKey(0)  # the models draw nothing random at a fixed position
-    logit0 = float(jnp.log(options.rate) - jnp.log1p(-options.rate))
+    logit0 = math.log(options.rate) - math.log1p(-options.rate)  # host arithmetic: build may run inside a trace (sweep)
     fan_in = jnp.asarray([layer["in"] for layer in layers.values()], jnp.float32)  # K_l
 
     def init(key, data):
