@@ -3,7 +3,7 @@
 * ensemble: every member is exactly the MAP fit with its keys on the same minibatches (the
   vmap changes nothing), members are independent of each other and of M.
 * SWAG: the collected moments are the iterates' running moments and last K deviations, and
-  a draw has the covariance ½ diag + D Dᵀ / (2(K − 1)) of Maddox et al. (2019) eq. 1.
+  a draw has the covariance ½ diag + D Dᵀ / (2(K − 1)) of Maddox et al. (2019), §4.
 * MC dropout: a draw is the weight matrix with whole input rows (channels) zeroed at the
   dropout rate; concrete dropout learns a rate that falls as the data grow.
 * bad options: one-line errors before anything compiles.
@@ -133,7 +133,7 @@ def test_swag_moments_are_the_iterates_moments():
 
 
 def test_swag_draws_have_the_stated_covariance():
-    """Cov = ½ diag(θ²̄ − θ̄²) + D̂ D̂ᵀ / (2(K − 1)) (Maddox et al. 2019, eq. 1 and §4)."""
+    """Cov = ½ diag(θ²̄ − θ̄²) + D̂ D̂ᵀ / (2(K − 1)) (Maddox et al. 2019, §4)."""
     rng = np.random.default_rng(1)
     d, rank = 4, 6
     mean = rng.normal(size=d).astype(np.float32)
@@ -169,6 +169,19 @@ def test_multiswag_members_and_draws(small_moons, net):
     w = post.samples["dense_0.w"]
     assert np.all(w.std(axis=1) > 0)
     assert np.abs(w[0].mean(0) - w[1].mean(0)).max() > 0.1
+
+
+@pytest.mark.slow
+def test_cyclical_schedule_collects_at_the_lowest_rate(small_moons, net):
+    """The cyclical SGD rate falls from swag_learning_rate to ~0 over each collection period,
+    so every collection is made at the end of a cycle; the fit's draws are finite and spread."""
+    x, y = small_moons
+    post = bnnpp.fit(net, (x, y), method="swag", seed=0, progress=False, pretrain_steps=20, swag_epochs=6, collect_every=2,
+                     rank=2, num_samples=20, batch_size=16, schedule="cyclical")
+    collected = np.flatnonzero(post.stats.traces["collected"])
+    assert post.stats.extras["collected"] == 3 and list(collected) == [20 + 8 * k - 1 for k in (1, 2, 3)]
+    w = post.samples["dense_0.w"][0]
+    assert np.all(np.isfinite(w)) and np.all(w.std(axis=0) > 0)
 
 
 # ----------------------------------------------------------------------------- MC dropout

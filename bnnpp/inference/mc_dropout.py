@@ -10,7 +10,7 @@ kernel. Biases, prior scales and every other latent site are point estimates (MA
 ``method="map"``, on the unconstrained space). No ``1/(1 − p)`` rescaling: ``M`` is the
 variational mean of Gal's derivation and a draw is ``M`` with rows zeroed.
 
-**The objective** (Gal & Ghahramani 2016 eq. 3–4, Gal et al. 2017 eq. 3) is minimised with
+**The objective** (Gal & Ghahramani 2016, §3 and appendix; Gal et al. 2017, eq. 3) is minimised with
 Adam::
 
     − (N/B) Σ_batch log p(y | x, diag(z) M)       one mask per example and layer

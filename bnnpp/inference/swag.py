@@ -11,7 +11,7 @@ One fit is one program of ``pretrain_steps + swag_epochs · N // batch_size`` st
    collected: running first and second moments ``θ̄``, ``θ²̄`` and the last ``K = rank``
    deviations ``θ − θ̄`` (a ring buffer ``(K, D)``), Maddox et al. Algorithm 1.
 
-A draw is (their eq. 1 and §4)::
+A draw is (their §4, SWAG with diagonal plus low-rank covariance)::
 
     θ = θ̄ + (1/√2) · Σ_diag^{1/2} z₁ + (1/√(2(K−1))) · D̂ z₂,
     Σ_diag = max(θ²̄ − θ̄², 0),  D̂ (D, K) the deviations,  z₁ ~ N(0, I_D),  z₂ ~ N(0, I_K)
@@ -145,7 +145,7 @@ def collect(m: SWAGMoments, theta: jax.Array) -> SWAGMoments:
 
 
 def swag_draw(key, m: SWAGMoments) -> jax.Array:
-    """One draw ``(D,)`` from the SWAG Gaussian of moments ``m`` (Maddox et al. eq. 1): diagonal
+    """One draw ``(D,)`` from the SWAG Gaussian of moments ``m`` (Maddox et al. 2019, §4): diagonal
     half from ``max(θ²̄ − θ̄², 0)``, low-rank half from the ``min(count, K)`` filled deviations."""
     k1, k2 = jax.random.split(key)
     rank = m.dev.shape[0]
@@ -178,10 +178,9 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     lr = options.swag_learning_rate / n  # per-example loss = log joint / N
     if options.schedule == "constant":
         schedule = lr
-    else:  # cosine from lr to 0 within each collection period, restarting (Maddox et al. §3.2 / SSE)
-        schedule = optax.cosine_decay_schedule(lr, period)
-        schedule_at = schedule
-        schedule = lambda count: schedule_at(count % period)
+    else:  # cosine from lr to 0 within each collection period, restarting: collect at the lowest rate
+        cosine = optax.cosine_decay_schedule(lr, period)
+        schedule = lambda count: cosine(count % period)
     sgd = optax.sgd(schedule)
 
     def init(key, data):
