@@ -29,6 +29,10 @@ QUICK = {
     "bbb": {"epochs": 2000, "num_samples": 200},
     "nuts": {"num_chains": 1, "num_warmup": 100, "num_samples": 100},
     "sgld": {"num_chains": 1, "num_samples": 200, "burn_in": 1000},
+    "ensemble": {"num_steps": 1000},
+    "swag": {"pretrain_steps": 1000, "swag_epochs": 20, "rank": 10},
+    "multiswag": {"pretrain_steps": 1000, "swag_epochs": 20, "rank": 10, "num_samples": 10},
+    "mc_dropout": {"num_steps": 1000, "num_samples": 50},
 }
 
 
@@ -40,7 +44,7 @@ def _throughput(post) -> tuple[float, str]:
         o = stats.options
         return o["num_chains"] * (o["num_warmup"] + o["num_samples"]) / run, "samples/s"
     if stats.steps_run is not None:
-        chains = stats.options.get("num_chains", 1)
+        chains = stats.options.get("num_chains", stats.options.get("members", 1))  # ensemble members step together
         return chains * stats.steps_run / run, "steps/s"
     return float("nan"), ""
 
@@ -78,6 +82,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--methods", default=None, help="comma-separated subset of the registered methods")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for backends.{json,md}")
+    ap.add_argument("--name", default="backends", help="results file name (e.g. backends_new for a --methods subset, keeping the full table)")
     args = ap.parse_args(argv)
     import bnnpp
 
@@ -91,7 +96,7 @@ def main(argv=None) -> dict:
             r = run(data_name, method, QUICK.get(method, {}) if args.quick else {}, args.seed)
             rows.append(r)
             print(
-                f"{data_name:8s} {method:5s} acc {r['accuracy']:.3f} nll {r['nll']:.3f} ece {r['ece']:.3f} "
+                f"{data_name:8s} {method:10s} acc {r['accuracy']:.3f} nll {r['nll']:.3f} ece {r['ece']:.3f} "
                 f"compile {r['compile_seconds']:.1f}s run {r['run_seconds']:.1f}s "
                 f"({r['throughput']:.0f} {r['throughput_unit']})",
                 flush=True,
@@ -99,7 +104,7 @@ def main(argv=None) -> dict:
 
     result = {
         "benchmark": "backends",
-        "produced_by": "python benchmarks/backends.py" + (" --quick" if args.quick else ""),
+        "produced_by": " ".join(["python benchmarks/backends.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "model": "2-5-5-2 tanh MLP, Normal weights, InverseGamma(1,1) on each layer's variance; 700/300 split",
@@ -122,7 +127,7 @@ def main(argv=None) -> dict:
             f"{r['compile_seconds']:.1f} | {r['run_seconds']:.1f} | {r['seconds_to_prediction']:.1f} | "
             f"{r['throughput']:.0f} {r['throughput_unit']} | {div} |"
         )
-    write_results(args.results, "backends", result, "\n".join(lines) + "\n")
+    write_results(args.results, args.name, result, "\n".join(lines) + "\n")
     print("\n".join(lines[6:]))
     return result
 

@@ -36,6 +36,10 @@ FULL = {
     "advi": {"num_steps": 10_000, "num_samples": 1000},
     "sgld": {"num_chains": 4, "burn_in": 5000, "num_samples": 250, "thinning": 20, "step_size": 1e-4},
     "nuts": {"num_chains": 4, "num_warmup": 1000, "num_samples": 1000},
+    "ensemble": {"num_steps": 5000},
+    "swag": {"pretrain_steps": 5000, "swag_epochs": 200, "batch_size": 8, "swag_learning_rate": 0.01, "num_samples": 200},
+    "multiswag": {"pretrain_steps": 5000, "swag_epochs": 200, "batch_size": 8, "swag_learning_rate": 0.01, "num_samples": 40},
+    "mc_dropout": {"num_steps": 5000, "num_samples": 500},
 }
 QUICK = {
     "bbb": {"epochs": 500, "num_samples": 200},
@@ -115,7 +119,7 @@ def main(argv=None) -> dict:
     axes[0].legend(fontsize=7, loc="lower left")
     result = {
         "benchmark": "regression",
-        "produced_by": "python benchmarks/regression.py" + (" --quick" if args.quick else ""),
+        "produced_by": " ".join(["python benchmarks/regression.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "model": "1-20-20-1 ReLU, scale mixture (pi=0.2, sigma1=1, sigma2=0.1) on every weight, noise sd 1 known; 32 points",

@@ -33,6 +33,10 @@ QUICK_OPTIONS: dict[str, dict] = {
     "bbb": {"epochs": 200, "num_samples": 50},
     "nuts": {"num_chains": 2, "num_warmup": 30, "num_samples": 30},
     "sgld": {"num_chains": 2, "burn_in": 100, "num_samples": 30, "thinning": 2},
+    "ensemble": {"num_steps": 100, "members": 3},
+    "swag": {"pretrain_steps": 100, "swag_epochs": 4, "rank": 3, "num_samples": 20},
+    "multiswag": {"pretrain_steps": 100, "swag_epochs": 4, "rank": 3, "num_samples": 10, "members": 2},
+    "mc_dropout": {"num_steps": 100, "num_samples": 30},
 }
 
 

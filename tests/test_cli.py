@@ -50,6 +50,10 @@ CLI_SMALL = {
     "bbb": ["--epochs", "300", "--num-samples", "50", "--estimator", "flipout"],
     "nuts": ["--num-chains", "1", "--num-warmup", "50", "--num-samples", "50"],
     "sgld": ["--num-chains", "2", "--num-samples", "50", "--burn-in", "100", "--thinning", "2"],
+    "ensemble": ["--steps", "300", "--members", "2"],
+    "swag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "10"],
+    "multiswag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "5", "--members", "2"],
+    "mc_dropout": ["--steps", "300", "--num-samples", "20", "--concrete"],
 }
 
 

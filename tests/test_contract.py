@@ -146,6 +146,10 @@ QUICK = {
     "bbb": {"epochs": 60, "num_samples": 20},
     "sgld": {"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
     "nuts": {"num_chains": 2, "num_warmup": 20, "num_samples": 10},
+    "ensemble": {"num_steps": 60, "members": 3},
+    "swag": {"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10},
+    "multiswag": {"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2},
+    "mc_dropout": {"num_steps": 60, "num_samples": 20},
 }
 
 
@@ -202,6 +206,8 @@ NAN_OPTIONS = {
     "advi": {"num_steps": 400, "learning_rate": 0.05, "init_radius": 0.1, "num_samples": 10},
     "bbb": {"epochs": 400, "learning_rate": 0.05, "init_radius": 0.1, "init_loc": "uniform", "num_samples": 10},
     "sgld": {"num_chains": 1, "burn_in": 0, "num_samples": 400, "thinning": 1, "step_size": 1e-3, "init_radius": 0.1},
+    "ensemble": {"num_steps": 400, "learning_rate": 0.05, "init_radius": 0.1, "members": 1},
+    "swag": {"pretrain_steps": 400, "learning_rate": 0.05, "init_radius": 0.1, "batch_size": 10, "swag_epochs": 4, "rank": 2},
 }
 
 

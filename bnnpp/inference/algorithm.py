@@ -55,7 +55,9 @@ class Algorithm(NamedTuple):
             the NaN guard checks per step); every field is kept per step as a trace.
         sample: ``sample(key, state, num_samples) -> {site: (num_samples, *site_shape)}``,
             constrained latent values drawn from the approximation in ``state`` (a point
-            estimate repeats its point).
+            estimate repeats its point). With ``num_chains > 1`` and no ``emit`` (independent
+            members trained side by side, e.g. a deep ensemble) it returns
+            ``{site: (num_chains, num_samples, *site_shape)}``.
 
     Optional:
         emit: ``emit(key, state) -> (draws, stats)`` for samplers whose draws are the chain's
@@ -79,7 +81,8 @@ class Algorithm(NamedTuple):
 
     Facts:
         num_steps: steps to run. batch_size: rows per step (``None``: the full data).
-        num_samples: draws ``sample`` returns. num_chains: chains of ``emit`` (1 otherwise).
+        num_samples: draws ``sample`` returns (per chain). num_chains: chains of ``emit``, or
+            members whose draws ``sample`` returns per member (1 otherwise).
         name: shown on the progress bar.
     """
 

@@ -448,7 +448,8 @@ def run(
     if ends is None:
         steps_run, stopped_at = units_run, bad_unit
         samples, approximation = jax.device_get(programs["sample"](plan.keys.sample, rs.state))
-        samples = {k: np.asarray(v)[None] for k, v in samples.items()}
+        # one chain: sample gives (num_samples, ...); several (members): (num_chains, num_samples, ...)
+        samples = {k: np.asarray(v)[None] if algorithm.num_chains == 1 else np.asarray(v) for k, v in samples.items()}
         overflow = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
         if overflow:  # finite parameters whose draws are not (e.g. exp of a huge log-scale)
             warnings.warn(
@@ -526,7 +527,10 @@ def trace_fit(algorithm: Algorithm, root: jax.Array, x, y) -> tuple[dict, Any]:
     rs, (info, emitted, _) = jax.lax.scan(body, _init(plan, data), jnp.arange(_num_units(plan), dtype=jnp.int32))
     last_info = jax.tree_util.tree_map(lambda a: a[-1], info)
     if plan.ends is None:
-        return algorithm.sample(plan.keys.sample, rs.state, algorithm.num_samples), last_info
+        draws = algorithm.sample(plan.keys.sample, rs.state, algorithm.num_samples)
+        if algorithm.num_chains > 1:  # (chains, draws, ...) pooled
+            draws = jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), draws)
+        return draws, last_info
     kept = np.flatnonzero(plan.keep)
     draws = jax.tree_util.tree_map(lambda a: a[kept].reshape(-1, *a.shape[2:]), emitted[0])
     return draws, last_info

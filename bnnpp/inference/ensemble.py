@@ -1,0 +1,178 @@
+"""``ensemble``: deep ensembles (Lakshminarayanan, Pritzel & Blundell 2017) — M independently
+initialised MAP fits trained side by side as **one** vmapped program.
+
+Each member minimises the model's negative log joint on the unconstrained space (the
+log-likelihood, a proper scoring rule, plus the prior as weight decay), exactly the
+objective and update of ``method="map"`` (:mod:`bnnpp.inference.map_estimate`, whose
+``init``/``step``/``sample`` are reused here under ``jax.vmap``): the state carries a leading
+member axis ``(M, ...)`` and one step updates every member on the same minibatch. Member
+``m`` starts from ``init_uniform`` with the key ``fold_in(keys.init, m)``, so members are
+independent; with the same keys and batches a member is bit-for-bit the MAP fit it would be
+alone (up to float reassociation in the batched matmuls), see ``tests/test_ensembles.py``.
+
+Adversarial training (``adversarial_epsilon = ε > 0``, the paper's §2.3): each step also
+scores the fast-gradient-sign inputs ``x' = x + ε sign(∇ₓ ℓ(θ, x, y))`` (Goodfellow et al.
+2015) with ``ℓ`` the minibatch negative log-likelihood, and the likelihood term becomes
+``½ (log p(y|x, θ) + log p(y|x', θ))`` — the paper's ``ℓ(x) + ℓ(x')`` halved, so that the
+balance with the prior (weight decay) is unchanged. ``ε`` is in the units of ``x`` (the
+paper used 1% of the input range).
+
+The posterior: ArviZ ``chain`` = member, one draw per member (its mode), so
+``Posterior.samples[site]`` is ``(M, 1, *site_shape)``, ``predict`` averages the members'
+predictive distributions (the paper's mixture) and R-hat across members measures how far
+apart the modes are. ``stats.traces["loss"]`` is ``(steps, M)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.joint import joint_terms
+from bnnpp.inference.map_estimate import MAPOptions, MAPState
+from bnnpp.inference.map_estimate import build as build_map
+from bnnpp.inference.options import (
+    Options,
+    fraction,
+    optimizer,
+    optimizer_of,
+    option,
+    optional,
+    positive_float,
+    positive_int,
+)
+from bnnpp.inference.registry import Method, register
+
+__all__ = ["EnsembleInfo", "EnsembleOptions", "build", "member_keys", "vmapped_map"]
+
+
+@dataclass(frozen=True)
+class EnsembleOptions(Options):
+    """Options of ``method="ensemble"``."""
+
+    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
+
+    members: int = option(5, "ensemble members M (independent MAP fits, trained as one vmapped program)", check=positive_int)
+    num_steps: int = option(5_000, "optimisation steps of every member", check=positive_int, flag="steps")
+    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x N // batch_size)", check=optional(positive_int), type=int)
+    batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
+    learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
+    optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
+    init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space, each from its own key", check=positive_float)
+    members_per_batch: int | None = option(None, "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)", check=optional(positive_int), type=int)
+    adversarial_epsilon: float = option(0.0, "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)", check=fraction(0.0, float("inf"), low_open=False, high_open=True))
+    chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    def steps_for(self, n: int) -> int:
+        """Steps of the fit on ``n`` training rows."""
+        if self.epochs is None:
+            return self.num_steps
+        return self.epochs * (n // (self.batch_size or n))
+
+
+class EnsembleInfo(NamedTuple):
+    """loss: every member's (minibatch estimate of its) negative log joint, ``(M,)``."""
+
+    loss: jax.Array
+
+
+def member_keys(key: jax.Array, members: int) -> jax.Array:
+    """The members' keys ``(M, 2)``: member ``m`` gets ``fold_in(key, m)``."""
+    return jax.vmap(lambda m: jax.random.fold_in(key, m))(jnp.arange(members))
+
+
+def map_options(options, **overrides) -> MAPOptions:
+    """The :class:`MAPOptions` of one member from an options dataclass with MAP's fields."""
+    fields = ("batch_size", "learning_rate", "optimizer", "init_radius")
+    given = {f: getattr(options, f) for f in fields if hasattr(options, f)}
+    return MAPOptions(**{**given, **overrides})
+
+
+def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_epsilon: float = 0.0,
+                members_per_batch: int | None = None):
+    """MAP's ``init``/``step``/``sample`` for ``members`` fits side by side.
+
+    ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
+    groups inside the program (``jax.lax.map(..., batch_size=b)``; ``None``: one vmap over all);
+    the result is the same, only memory and time differ (fewer members at once need less
+    memory; on 2 CPU cores one vmap over all was the fastest, benchmarks/results/ensemble_cost.md).
+
+    Returns:
+        ``(init, step, sample, one)``: ``init(key, data)`` → :class:`MAPState` with a leading
+        ``(M,)`` axis on every leaf; ``step(key, state, batch)`` → ``(state, loss (M,))``
+        (every member on the same batch); ``sample(state)`` → ``{site: (M, *site_shape)}``
+        constrained modes; ``one`` is the single-member MAP :class:`Algorithm`.
+    """
+    one = build_map(model, x, y, options)
+    n = x.shape[0]
+    batch = options.batch_size or n
+    opt = optimizer_of(options)  # the one map_estimate.build uses
+    key_model = jax.random.PRNGKey(0)  # as map_estimate: the models draw nothing random at a fixed position
+
+    def init(key, data):
+        return jax.vmap(lambda k: one.init(k, data))(member_keys(key, members))
+
+    def adversarial_step(key, state, batch_data):
+        xb, yb = batch_data
+
+        def nll(u, xv):
+            return -joint_terms(model, u, xv, yb, key_model)[1]
+
+        def loss(u):
+            x_adv = xb + adversarial_epsilon * jnp.sign(jax.grad(nll, argnums=1)(jax.lax.stop_gradient(u), xb))  # no gradient through x'
+            log_prior, log_lik, _ = joint_terms(model, u, xb, yb, key_model)
+            return -(log_prior + (n / batch) * 0.5 * (log_lik - nll(u, x_adv)))
+
+        value, grads = jax.value_and_grad(loss)(state.position)
+        updates, opt_state = opt.update(grads, state.opt_state, state.position)
+        return MAPState(optax.apply_updates(state.position, updates), opt_state), value
+
+    def member_step(key, state, batch_data):
+        if adversarial_epsilon > 0:
+            return adversarial_step(key, state, batch_data)
+        new, info = one.step(key, state, batch_data)
+        return new, info.loss
+
+    def step(key, state, batch_data):
+        keys = member_keys(key, members)
+        if members_per_batch is None or members_per_batch >= members:
+            return jax.vmap(member_step, in_axes=(0, 0, None))(keys, state, batch_data)
+        return jax.lax.map(lambda ks: member_step(*ks, batch_data), (keys, state), batch_size=members_per_batch)
+
+    def sample(state):
+        return jax.vmap(lambda s: jax.tree_util.tree_map(lambda v: v[0], one.sample(None, s, 1)))(state)
+
+    return init, step, sample, one
+
+
+def build(model, x, y, options: EnsembleOptions) -> Algorithm:
+    """The ensemble as an :class:`Algorithm` with ``num_chains = M``; ``sample`` returns
+    ``{site: (M, num_samples, *site_shape)}``, each member's mode repeated."""
+    members = options.members
+    num_steps = options.steps_for(x.shape[0])
+    init, vstep, modes, _ = vmapped_map(
+        model, x, y, map_options(options, num_steps=num_steps), members, adversarial_epsilon=options.adversarial_epsilon,
+        members_per_batch=options.members_per_batch,
+    )
+
+    def step(key, state, batch_data):
+        state, loss = vstep(key, state, batch_data)
+        return state, EnsembleInfo(loss)
+
+    def sample(key, state, num_samples):
+        return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v[:, None], (v.shape[0], num_samples, *v.shape[1:])), modes(state))
+
+    return Algorithm(
+        init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size,
+        name=f"ensemble ({members})", num_chains=members,
+        extras=lambda state: {"members": members},
+        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+    )
+
+
+register(Method("ensemble", EnsembleOptions, build=build, summary="deep ensemble: M MAP fits trained as one vmapped program (Lakshminarayanan et al. 2017)"))

@@ -1,0 +1,223 @@
+"""``mc_dropout``: Monte-Carlo dropout (Gal & Ghahramani 2016) and concrete dropout (Gal,
+Hron & Kendall 2017) as variational inference over the weights of bnnpp layers.
+
+**The family.** For every bnnpp layer ``l`` with weights ``M_l`` the approximate posterior
+is ``W_l = diag(z_l) M_l`` with ``z_l,i ~ Bernoulli(1 − p_l)`` per *input* ``i`` (Gal &
+Ghahramani 2016, eq. 2): dropout on the inputs of every layer. A dense layer's row ``i``
+(``M_l[i, :]``) is dropped; a convolution drops whole input channels (``M_l[:, :, i, :]``,
+spatial dropout), so that dropping an input of the layer is exactly zeroing a slice of its
+kernel. Biases, prior scales and every other latent site are point estimates (MAP, as
+``method="map"``, on the unconstrained space). No ``1/(1 − p)`` rescaling: ``M`` is the
+variational mean of Gal's derivation and a draw is ``M`` with rows zeroed.
+
+**The objective** (Gal & Ghahramani 2016, §3 and appendix; Gal et al. 2017, eq. 3) is minimised with
+Adam::
+
+    − (N/B) Σ_batch log p(y | x, diag(z) M)       one mask per example and layer
+    − Σ_l (1 − p_l) log p(M_l)                     weight decay from the prior (the KL's
+                                                   Gaussian term; exact for a normal prior)
+    − Σ_{other sites} log p(site)                  (MAP terms)
+    − Σ_l K_l H(p_l)     [concrete only]           K_l inputs of layer l, H Bernoulli entropy
+
+With ``concrete=True`` the masks are the concrete (relaxed Bernoulli) relaxation at
+temperature ``temperature`` (Gal et al. 2017 eq. 5) and ``logit p_l`` is learnt per layer
+by the same gradient; without it ``p_l = rate`` for every layer.
+
+**The draws.** Each posterior draw is every site's point value with each layer's weight
+matrix ``M_l`` multiplied by a fresh ``Bernoulli(1 − p_l)`` row mask, so
+``Posterior.samples``, ``predict`` (the MC-dropout predictive: the average over draws) and
+``to_arviz`` need nothing dropout-specific; ``stats.extras["dropout_rate"]`` has the
+(learnt) rate of each layer.
+
+**Which models.** ``mlp``, ``cnn``, ``lenet5`` and any model whose weights come from
+:func:`bnnpp.models.layers.dense` / :func:`bnnpp.models.layers.conv2d`: dropout is attached
+to the layer message those helpers send, and a layer's weights must be its latent site
+``<name>.w`` (their default). Weights sampled with plain ``numpyro.sample`` are not seen
+(such a model with no bnnpp layer at all is rejected with a one-line error).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from numpyro.primitives import Messenger
+
+from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms, log_likelihood, site_log_prior
+from bnnpp.inference.options import (
+    Options,
+    boolean,
+    fraction,
+    optimizer,
+    optimizer_of,
+    option,
+    optional,
+    positive_float,
+    positive_int,
+)
+from bnnpp.inference.registry import Method, register
+from bnnpp.inference.variational_layers import find_layers
+from bnnpp.introspection import latent_sites
+from bnnpp.models.layers import LAYER_EFFECT
+
+__all__ = ["MCDropoutInfo", "MCDropoutOptions", "MCDropoutState", "build", "dropout_layers"]
+
+
+@dataclass(frozen=True)
+class MCDropoutOptions(Options):
+    """Options of ``method="mc_dropout"``."""
+
+    exclusive = (("optimizer", "learning_rate"),)
+
+    rate: float = option(0.1, "dropout probability p on the inputs of every layer (the start value with concrete)", check=fraction(low_open=True, high_open=True))
+    concrete: bool = option(False, "learn p per layer (concrete dropout, Gal et al. 2017)", check=boolean)
+    temperature: float = option(0.1, "concrete relaxation temperature", check=positive_float)
+    num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
+    batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
+    learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
+    optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    num_samples: int = option(100, "posterior draws (dropout masks)", check=positive_int)
+    chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+
+class MCDropoutState(NamedTuple):
+    """position: site → unconstrained value (the means M and the point sites); logit_p:
+    ``(L,)`` logit of each layer's dropout rate; opt_state: the optimizer's state."""
+
+    position: dict
+    logit_p: jax.Array
+    opt_state: Any
+
+
+class MCDropoutInfo(NamedTuple):
+    """loss: the minibatch estimate of the objective (scalar); rate: ``(L,)`` dropout rates."""
+
+    loss: jax.Array
+    rate: jax.Array
+
+
+def dropout_layers(model, x, y) -> dict[str, dict]:
+    """The layers dropout attaches to: name → find_layers' record plus ``index``, ``site``
+    (``<name>.w``) and ``axis`` (the weight axis of the inputs: 0 dense, 2 conv2d).
+
+    Raises:
+        ValueError: the model has no bnnpp layer, or a layer's weights are not its latent
+            site ``<name>.w``.
+    """
+    layers = find_layers(model, x, y)
+    if not layers:
+        raise ValueError(
+            "mc_dropout drops the inputs of bnnpp layers and found none: build the model with "
+            "bnnpp.models.layers.dense / conv2d (or use mlp, cnn, lenet5)"
+        )
+    sites = latent_sites(model, x, y)
+    out = {}
+    for i, (name, layer) in enumerate(layers.items()):
+        if f"{name}.w" not in sites:
+            raise ValueError(f"mc_dropout: layer {name!r} has no latent weight site {name}.w; let the layer sample its own weights")
+        out[name] = {**layer, "index": i, "site": f"{name}.w", "axis": 0 if layer["kind"] == "dense" else 2}
+    return out
+
+
+class _InputDropout(Messenger):
+    """Multiply the inputs of every bnnpp layer by a mask, one per example (and input unit,
+    or input channel for a convolution); the layer's default then samples/applies M."""
+
+    def __init__(self, fn, layers, logit_p, key, temperature, concrete):
+        super().__init__(fn)
+        self.layers, self.logit_p, self.key = layers, logit_p, key
+        self.temperature, self.concrete = temperature, concrete
+
+    def process_message(self, msg):
+        if msg["type"] != LAYER_EFFECT or msg["layer"] not in self.layers:
+            return
+        layer = self.layers[msg["layer"]]
+        name, x, units, prior, scale = msg["args"]
+        shape = x.shape if layer["kind"] == "dense" else (x.shape[0], *([1] * (x.ndim - 2)), x.shape[-1])
+        key = jax.random.fold_in(self.key, layer["index"])
+        logit = self.logit_p[layer["index"]]
+        if self.concrete:  # Gal et al. 2017 eq. 5: relaxed drop indicator
+            u = jax.random.uniform(key, shape, minval=1e-7, maxval=1.0 - 1e-7)
+            drop = jax.nn.sigmoid((logit + jnp.log(u) - jnp.log1p(-u)) / self.temperature)
+            keep = 1.0 - drop
+        else:
+            keep = jax.random.bernoulli(key, jax.nn.sigmoid(-logit), shape).astype(x.dtype)
+        msg["args"] = (name, x * keep, units, prior, scale)
+
+
+def build(model, x, y, options: MCDropoutOptions) -> Algorithm:
+    """MC / concrete dropout as an :class:`Algorithm`; ``sample`` returns
+    ``{site: (num_samples, *site)}``, weight sites with their dropped rows zeroed."""
+    layers = dropout_layers(model, x, y)
+    sites = latent_sites(model, x, y)
+    weight_layer = {layer["site"]: layer for layer in layers.values()}
+    n = x.shape[0]
+    batch = options.batch_size or n
+    opt = optimizer_of(options)
+    key_model = jax.random.PRNGKey(0)  # the models draw nothing random at a fixed position
+    logit0 = math.log(options.rate) - math.log1p(-options.rate)  # host arithmetic: build may run inside a trace (sweep)
+    fan_in = jnp.asarray([layer["in"] for layer in layers.values()], jnp.float32)  # K_l
+
+    def init(key, data):
+        u = init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius)
+        logit_p = jnp.full((len(layers),), logit0, jnp.float32)
+        return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
+
+    def objective(params, key, xb, yb):
+        u, logit_p = params
+        if not options.concrete:
+            logit_p = jax.lax.stop_gradient(logit_p)
+        handler = lambda m: _InputDropout(m, layers, logit_p, key, options.temperature, options.concrete)
+        _, _, trace = joint_terms(model, u, xb, yb, key_model, extra_handlers=(handler,))
+        p = jax.nn.sigmoid(logit_p)
+        log_prior = jnp.zeros(())
+        for name, site in trace.items():
+            if site["type"] == "sample" and not site["is_observed"]:
+                lp = site_log_prior(site)
+                if name in weight_layer:  # Gal & Ghahramani: (1 − p) × the Gaussian KL term
+                    lp = (1.0 - p[weight_layer[name]["index"]]) * lp
+                log_prior = log_prior + lp
+        entropy = -(p * jnp.log(p) + (1 - p) * jnp.log1p(-p))
+        reg = jnp.sum(fan_in * entropy) if options.concrete else 0.0
+        return -(log_prior + reg + (n / batch) * log_likelihood(trace))
+
+    def step(key, state, batch_data):
+        params = (state.position, state.logit_p)
+        loss, grads = jax.value_and_grad(objective)(params, key, *batch_data)
+        updates, opt_state = opt.update(grads, state.opt_state, params)
+        position, logit_p = optax.apply_updates(params, updates)
+        return MCDropoutState(position, logit_p, opt_state), MCDropoutInfo(loss, jax.nn.sigmoid(logit_p))
+
+    def sample(key, state, num_samples):
+        values = constrained_values(model, state.position, x[:1], y[:1], key_model, sites)
+        keep_p = jax.nn.sigmoid(-state.logit_p)
+
+        def one(k):
+            out = dict(values)
+            for name, layer in weight_layer.items():
+                w = values[name]
+                mask = jax.random.bernoulli(jax.random.fold_in(k, layer["index"]), keep_p[layer["index"]], (w.shape[layer["axis"]],))
+                shape = [1] * w.ndim
+                shape[layer["axis"]] = -1
+                out[name] = w * mask.reshape(shape).astype(w.dtype)
+            return out
+
+        return jax.vmap(one)(jax.random.split(key, num_samples))
+
+    names = list(layers)
+    return Algorithm(
+        init, step, sample, num_steps=options.num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
+        name="concrete dropout" if options.concrete else "mc dropout",
+        point=lambda state: state.position,
+        extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
+        postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
+    )
+
+
+register(Method("mc_dropout", MCDropoutOptions, build=build, summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)"))

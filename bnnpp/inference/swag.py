@@ -1,0 +1,240 @@
+"""``swag`` and ``multiswag``: SWA-Gaussian (Maddox, Izmailov, Garipov, Vetrov & Wilson 2019)
+and MultiSWAG, SWAG on every member of a deep ensemble (Wilson & Izmailov 2020).
+
+One fit is one program of ``pretrain_steps + swag_epochs · N // batch_size`` steps:
+
+1. **pretrain**: MAP with Adam on the negative log joint, ``map_estimate``'s own step;
+2. **SWAG**: SGD on the same objective divided by N (the per-example loss of the papers,
+   with the prior as weight decay) at a constant or cyclical (cosine, restarting every
+   ``collect_every`` epochs) learning rate; after every ``collect_every``-th epoch the
+   iterate ``θ`` (all latent sites on the unconstrained space, flattened to ``(D,)``) is
+   collected: running first and second moments ``θ̄``, ``θ²̄`` and the last ``K = rank``
+   deviations ``θ − θ̄`` (a ring buffer ``(K, D)``), Maddox et al. Algorithm 1.
+
+A draw is (their §4, SWAG with diagonal plus low-rank covariance)::
+
+    θ = θ̄ + (1/√2) · Σ_diag^{1/2} z₁ + (1/√(2(K−1))) · D̂ z₂,
+    Σ_diag = max(θ²̄ − θ̄², 0),  D̂ (D, K) the deviations,  z₁ ~ N(0, I_D),  z₂ ~ N(0, I_K)
+
+so the covariance is ``½ Σ_diag + D̂ D̂ᵀ / (2(K−1))``. With fewer than ``K`` collections
+only the filled columns are used (``K`` is then the number collected).
+
+``multiswag`` trains ``members`` such runs side by side as one vmapped program (each from
+its own initial key, on the same minibatches); its posterior has ArviZ ``chain`` = member,
+``num_samples`` draws each. ``swag`` is one member, one chain.
+
+Networks only without batch normalisation (bnnpp has none): the moments are of the
+parameters alone, there are no running statistics to recompute after drawing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
+from bnnpp.inference.joint import joint_terms
+from bnnpp.inference.map_estimate import MAPState
+from bnnpp.inference.options import (
+    Options,
+    check_batch_size,
+    non_negative_int,
+    optimizer,
+    option,
+    optional,
+    positive_float,
+    positive_int,
+)
+from bnnpp.inference.registry import Method, register
+from bnnpp.introspection import latent_sites
+
+__all__ = ["MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
+
+SCHEDULES = ("constant", "cyclical")
+
+
+@dataclass(frozen=True)
+class SWAGOptions(Options):
+    """Options of ``method="swag"``."""
+
+    exclusive = (("optimizer", "learning_rate"),)
+
+    pretrain_steps: int = option(2_000, "MAP (Adam) steps before SWAG starts", check=non_negative_int)
+    swag_epochs: int = option(100, "epochs of SGD during which the iterates are collected", check=positive_int)
+    batch_size: int | None = option(32, "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise)", check=optional(positive_int), type=int)
+    learning_rate: float = option(1e-2, "pretraining Adam learning rate", check=positive_float)
+    optimizer: Any = option(None, "pretraining optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
+    swag_learning_rate: float = option(0.05, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float)
+    schedule: str = option("constant", "SWAG-phase learning rate: constant, or cyclical (cosine from the rate to 0 over each collection period)", choices=SCHEDULES)
+    rank: int = option(20, "K: deviations kept for the low-rank part of the covariance", check=positive_int)
+    collect_every: int = option(1, "collect the iterate every this many epochs", check=positive_int)
+    num_samples: int = option(30, "draws from the Gaussian (per member)", check=positive_int)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    members = 1
+
+    def check(self) -> None:
+        if self.rank < 2:
+            raise ValueError(f"rank must be at least 2 (the low-rank part divides by K − 1), got {self.rank}")
+        collections = self.swag_epochs // self.collect_every
+        if collections < 2:
+            raise ValueError(
+                f"swag_epochs={self.swag_epochs} with collect_every={self.collect_every} collects {collections} iterate(s); "
+                "raise swag_epochs to at least 2 x collect_every"
+            )
+
+    def check_data(self, x, y) -> None:
+        check_batch_size(self.batch_size, x)
+
+
+@dataclass(frozen=True)
+class MultiSWAGOptions(SWAGOptions):
+    """Options of ``method="multiswag"``: SWAG's, plus the number of members."""
+
+    members: int = option(5, "independent SWAG runs (ensemble members), trained as one vmapped program", check=positive_int)
+    num_samples: int = option(20, "draws from the Gaussian (per member)", check=positive_int)
+
+
+class SWAGMoments(NamedTuple):
+    """One member's collected statistics on the flattened unconstrained parameters.
+
+    Attributes:
+        mean: θ̄ ``(D,)``; sq_mean: θ²̄ ``(D,)``; dev: the last deviations ``(K, D)`` (ring
+        buffer, row ``count mod K`` next); count: collections so far (int32 scalar).
+    """
+
+    mean: jax.Array
+    sq_mean: jax.Array
+    dev: jax.Array
+    count: jax.Array
+
+
+class SWAGState(NamedTuple):
+    """t: steps done (shared); pre: :class:`MAPState` of the pretraining (Adam) phase, leading
+    member axis; sgd: the SWAG-phase optimizer state (member axis); moments: :class:`SWAGMoments`
+    (member axis)."""
+
+    t: jax.Array
+    pre: MAPState
+    sgd: Any
+    moments: SWAGMoments
+
+
+class SWAGInfo(NamedTuple):
+    """loss: the members' minibatch negative log joint ``(M,)`` (the per-example loss times N
+    in the SWAG phase, so the trace is continuous); collected: whether this step collected."""
+
+    loss: jax.Array
+    collected: jax.Array
+
+
+def collect(m: SWAGMoments, theta: jax.Array) -> SWAGMoments:
+    """Add iterate ``theta`` ``(D,)`` to the moments (Maddox et al. Algorithm 1)."""
+    n = m.count.astype(theta.dtype)
+    mean = (n * m.mean + theta) / (n + 1)
+    sq_mean = (n * m.sq_mean + theta**2) / (n + 1)
+    dev = m.dev.at[m.count % m.dev.shape[0]].set(theta - mean)
+    return SWAGMoments(mean, sq_mean, dev, m.count + 1)
+
+
+def swag_draw(key, m: SWAGMoments) -> jax.Array:
+    """One draw ``(D,)`` from the SWAG Gaussian of moments ``m`` (Maddox et al. 2019, §4): diagonal
+    half from ``max(θ²̄ − θ̄², 0)``, low-rank half from the ``min(count, K)`` filled deviations."""
+    k1, k2 = jax.random.split(key)
+    rank = m.dev.shape[0]
+    filled = jnp.minimum(m.count, rank)
+    var = jnp.maximum(m.sq_mean - m.mean**2, 0.0)
+    z1 = jax.random.normal(k1, m.mean.shape, m.mean.dtype)
+    z2 = jax.random.normal(k2, (rank,), m.mean.dtype) * (jnp.arange(rank) < filled)  # unfilled rows are 0
+    low_rank = (z2 @ m.dev) / jnp.sqrt(2.0 * jnp.maximum(filled - 1, 1))
+    return m.mean + jnp.sqrt(var / 2.0) * z1 + low_rank
+
+
+def build(model, x, y, options: SWAGOptions) -> Algorithm:
+    """SWAG (``options.members == 1``) or MultiSWAG as an :class:`Algorithm`.
+
+    ``sample`` returns ``{site: (num_samples, *site)}`` for SWAG and
+    ``{site: (members, num_samples, *site)}`` for MultiSWAG (``num_chains = members``).
+    """
+    members, n = int(options.members), int(x.shape[0])
+    batch = options.batch_size or n
+    num_batches = n // batch
+    period = num_batches * options.collect_every  # steps between collections
+    pretrain = options.pretrain_steps
+    num_steps = pretrain + options.swag_epochs * num_batches
+    init_pre, step_pre, _, one = vmapped_map(model, x, y, map_options(options, num_steps=max(pretrain, 1)), members)
+    zero = {k: jnp.zeros(s.shape) for k, s in latent_sites(model, x, y).items()}
+    flat_zero, unravel = ravel_pytree(zero)  # the (D,) layout of every latent site, unconstrained
+    dim = int(flat_zero.shape[0])
+    key_model = jax.random.PRNGKey(0)  # as map_estimate: the models draw nothing random at a fixed position
+
+    lr = options.swag_learning_rate / n  # per-example loss = log joint / N
+    if options.schedule == "constant":
+        schedule = lr
+    else:  # cosine from lr to 0 within each collection period, restarting: collect at the lowest rate
+        cosine = optax.cosine_decay_schedule(lr, period)
+        schedule = lambda count: cosine(count % period)
+    sgd = optax.sgd(schedule)
+
+    def init(key, data):
+        pre = init_pre(key, data)
+        moments = SWAGMoments(
+            jnp.zeros((members, dim)), jnp.zeros((members, dim)), jnp.zeros((members, options.rank, dim)),
+            jnp.zeros((members,), jnp.int32),
+        )
+        return SWAGState(jnp.zeros((), jnp.int32), pre, jax.vmap(sgd.init)(pre.position), moments)
+
+    def pretrain_step(key, state, batch_data):
+        pre, loss = step_pre(key, state.pre, batch_data)
+        return SWAGState(state.t + 1, pre, state.sgd, state.moments), SWAGInfo(loss, jnp.array(False))
+
+    def swag_step(key, state, batch_data):
+        def one_member(position, sgd_state, moments):
+            loss, grads = jax.value_and_grad(lambda u: one_loss(u, batch_data))(position)
+            updates, sgd_state = sgd.update(grads, sgd_state, position)
+            position = optax.apply_updates(position, updates)
+            return position, sgd_state, loss
+
+        position, sgd_state, loss = jax.vmap(one_member)(state.pre.position, state.sgd, state.moments)
+        due = (state.t + 1 - pretrain) % period == 0
+        moments = jax.lax.cond(
+            due,
+            lambda: jax.vmap(lambda m, p: collect(m, ravel_pytree(p)[0]))(state.moments, position),
+            lambda: state.moments,
+        )
+        pre = MAPState(position, state.pre.opt_state)
+        return SWAGState(state.t + 1, pre, sgd_state, moments), SWAGInfo(loss, due)
+
+    def one_loss(u, batch_data):
+        log_prior, log_lik, _ = joint_terms(model, u, *batch_data, key_model)
+        return -(log_prior + (n / batch) * log_lik)
+
+    def step(key, state, batch_data):
+        return jax.lax.cond(state.t < pretrain, pretrain_step, swag_step, key, state, batch_data)
+
+    def member_draws(key, moments, num_samples):
+        flat = jax.vmap(lambda k: swag_draw(k, moments))(jax.random.split(key, num_samples))
+        # map_estimate's sample maps a position to the constrained values, (1, *site) each
+        values = jax.vmap(lambda f: one.sample(None, MAPState(unravel(f), None), 1))(flat)
+        return {k: v[:, 0] for k, v in values.items()}
+
+    def sample(key, state, num_samples):
+        draws = jax.vmap(lambda k, m: member_draws(k, m, num_samples))(member_keys(key, members), state.moments)
+        return {k: v[0] for k, v in draws.items()} if members == 1 else draws  # (M, S, *site)
+    return Algorithm(
+        init, step, sample, num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
+        name="swag" if members == 1 else f"multiswag ({members})", num_chains=members,
+        extras=lambda state: {"members": members, "collected": int(state.moments.count.min()), "rank": options.rank},
+        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+    )
+
+
+register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)"))
+register(Method("multiswag", MultiSWAGOptions, build=build, summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)"))
