@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro import handlers
 
-__all__ = ["BATCH_WRAPPERS", "SiteInfo", "check_model", "latent_sites", "num_parameters", "observation", "unwrap"]
+__all__ = [
+    "BATCH_WRAPPERS", "SiteInfo", "check_model", "is_flax_module", "latent_sites", "num_parameters", "observation",
+    "refuse_flax_module", "unwrap",
+]
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,20 @@ def available_memory() -> int | None:
         return None
 
 
+def is_flax_module(obj) -> bool:
+    """True for a Flax Linen or NNX module instance (checked without importing Flax)."""
+    return any(c.__module__.startswith("flax.") and c.__name__ == "Module" for c in type(obj).__mro__)
+
+
+def refuse_flax_module(model) -> None:
+    """A one-line TypeError when a bare Flax module is passed where a NumPyro model is expected."""
+    if is_flax_module(model):
+        raise TypeError(
+            f"model is a Flax module ({type(model).__name__}), not a NumPyro model: wrap it with "
+            "bnnpp.models.from_flax(module, likelihood=..., num_classes=...)"
+        )
+
+
 def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     """Check a model before anything compiles, by one abstract trace: it has an observed
     site ``"y"``, no discrete latent sites, and its parameters fit in memory.
@@ -114,6 +131,7 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     Raises:
         ValueError: one line naming what is wrong and what to do.
     """
+    refuse_flax_module(model)
     try:
         found = _abstract_trace(model, x, y)
     except (ValueError, TypeError, NotImplementedError) as e:

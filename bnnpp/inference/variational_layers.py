@@ -156,7 +156,8 @@ class _VariationalLayers(Messenger):
         if msg["type"] != LAYER_EFFECT or msg["kind"] not in LAYER_KINDS or msg["value"] is not None:
             return
         name, x, _, prior, scale = msg["args"]
-        wn, bn = f"{name}.w", f"{name}.b"
+        wn, bn = msg.get("sites", (f"{name}.w", f"{name}.b"))  # a Flax layer names its own sites
+        bias_prior, bias_scale = msg.get("bias_prior", (prior, scale))  # and may give its bias another prior
         key = jax.random.fold_in(self.key, self.count)
         self.count += 1
         q = (self.loc[wn], self.sigma[wn], self.loc[bn], self.sigma[bn])
@@ -165,23 +166,24 @@ class _VariationalLayers(Messenger):
         else:
             kw = msg["kwargs"]
             h, w, b = conv_preactivations(key, x, *q, self.estimator, kw["stride"], kw["padding"])
-        if self.kl_mode == "analytic" and prior.kind == "normal" and self.learned is None:
+        if self.kl_mode == "analytic" and prior.kind == bias_prior.kind == "normal" and self.learned is None:
             kl = jnp.sum(gaussian_kl(self.loc[wn], self.sigma[wn], 0.0, scale)) + jnp.sum(
-                gaussian_kl(self.loc[bn], self.sigma[bn], 0.0, scale)
+                gaussian_kl(self.loc[bn], self.sigma[bn], 0.0, bias_scale)
             )
         else:  # Monte-Carlo: log q(w) − log p(w) at the sampled weights
             kl = 0.0
-            for v, n in ((w, wn), (b, bn)):
+            for v, n, p, s in ((w, wn, prior, scale), (b, bn, bias_prior, bias_scale)):
                 log_q = dist.Normal(self.loc[n], self.sigma[n]).log_prob(v)
-                kl = kl + jnp.sum(log_q - self._prior_log_prob(prior, v, scale))
+                kl = kl + jnp.sum(log_q - self._prior_log_prob(p, v, s))
         self.kl = self.kl + kl
         msg["value"] = h
 
 
 class _LayerRecorder(Messenger):
     """Record the bnnpp layers a model builds: name → kind, prior, input width ``in``,
-    ``units`` (filters for a convolution), and Glorot's ``fan_in`` / ``fan_out``
-    (in / units for dense; kh·kw·in / kh·kw·out for conv2d)."""
+    ``units`` (filters for a convolution), Glorot's ``fan_in`` / ``fan_out``
+    (in / units for dense; kh·kw·in / kh·kw·out for conv2d) and ``sites``, the names of its
+    weight and bias sites (``<name>.w``, ``<name>.b``, or a Flax layer's own)."""
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -195,6 +197,7 @@ class _LayerRecorder(Messenger):
             self.layers[name] = {
                 "kind": msg["kind"], "prior": prior, "in": n_in, "units": units,
                 "fan_in": field * n_in, "fan_out": field * units,
+                "sites": msg.get("sites", (f"{name}.w", f"{name}.b")),
             }
 
 

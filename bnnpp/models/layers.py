@@ -70,10 +70,11 @@ def _layer_scale(name: str, prior: Prior, units: int, scale, helper: str):
     return prior.sample_scale(name, units)
 
 
-def _send(kind: str, name: str, fn, args: tuple, kwargs: dict):
+def _send(kind: str, name: str, fn, args: tuple, kwargs: dict, extra: dict | None = None):
     if not _PYRO_STACK:  # called outside any handler: nothing can intercept
         return fn(*args, **kwargs)
     msg = {"type": LAYER_EFFECT, "kind": kind, "layer": name, "fn": fn, "args": args, "kwargs": kwargs, "value": None}
+    msg.update(extra or {})  # optional fields: "sites" (weight, bias names), "bias_prior" (prior, scale)
     return apply_stack(msg)["value"]
 
 
