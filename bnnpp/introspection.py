@@ -47,15 +47,17 @@ def unwrap(fn: dist.Distribution, through: tuple[type, ...] = (*BATCH_WRAPPERS, 
     return fn
 
 
+def improper_as_zeros(site):
+    """A ``substitute_fn`` for abstract traces: zeros for sites with an improper prior
+    (``priors.flat``), which cannot be sampled and whose shape is all that matters there."""
+    fn = site.get("fn") if site["type"] == "sample" else None
+    return jnp.zeros(fn.shape()) if fn is not None and isinstance(unwrap(fn), dist.ImproperUniform) else None
+
+
 def _abstract_trace(model: Callable, x, y) -> dict:
     """The model's sample sites from one abstract trace (nothing compiled): name → a dict with
     ``is_observed``, ``fn`` (the distribution), ``shape`` and ``dims`` (``infer={"dims": ...}``)."""
     found: dict[str, dict] = {}
-
-    def improper_as_zeros(site):
-        # an improper prior (priors.flat) cannot be sampled; only its shape matters here
-        fn = site.get("fn") if site["type"] == "sample" else None
-        return jnp.zeros(fn.shape()) if fn is not None and isinstance(unwrap(fn), dist.ImproperUniform) else None
 
     def trace_once(key):
         seeded = handlers.seed(model, key)

@@ -37,7 +37,7 @@ from numpyro import handlers
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.joint import latent_trace, log_likelihood, site_log_prior
-from bnnpp.introspection import BATCH_WRAPPERS, unwrap
+from bnnpp.introspection import BATCH_WRAPPERS, improper_as_zeros, unwrap
 from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
 from bnnpp.priors import Prior, ScaleMixtureNormal
 
@@ -208,7 +208,7 @@ def find_layers(model: Callable, x, y) -> dict[str, dict]:
 
     def run(key):
         with rec:
-            handlers.seed(model, key)(x, y)
+            handlers.substitute(handlers.seed(model, key), substitute_fn=improper_as_zeros)(x, y)
         return 0
 
     jax.eval_shape(run, jax.ShapeDtypeStruct((2,), jnp.uint32))  # abstract: no program compiled

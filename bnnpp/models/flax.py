@@ -208,13 +208,14 @@ class FlaxModel:
         unused = [p for p in self.priors if p not in used]
         if unused:
             raise ValueError(f"from_flax: priors pattern(s) {unused} match no parameter; parameters are {[_name(p) for p in shapes]}")
-        network = {p for p in chosen.values() if p.hierarchical and p.per == "network"}
+        # priors are compared by identity: a sweep passes priors whose numbers are traced (unhashable)
+        network = {id(p) for p in chosen.values() if p.hierarchical and p.per == "network"}
         if len(network) > 1:
             raise ValueError("from_flax: use one per='network' hyperprior at most (its scale is the single site network.scale)")
         groups: dict[str, set] = {}
         for path, p in chosen.items():
             if p.hierarchical and p.per != "network":
-                groups.setdefault(_name(path[:-1]), set()).add((p, shapes[path][-1:] if p.per == "unit" else ()))
+                groups.setdefault(_name(path[:-1]), set()).add((id(p), shapes[path][-1:] if p.per == "unit" else ()))
         out, dims = {}, {}
         for path, shape in shapes.items():
             p, owner, site = chosen[path], _name(path[:-1]), _name(path)
