@@ -13,6 +13,7 @@ the fits; with ``--out DIR`` also saves each posterior (``DIR/<method>.nc``, loa
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import warnings
@@ -29,7 +30,7 @@ class FlaxMLP(nnx.Module):
     """A plain NNX MLP: ``nnx.Linear`` layers with ``tanh`` between them (``layers.<i>``)."""
 
     def __init__(self, sizes=(2, 5, 5, 2), *, rngs: nnx.Rngs):
-        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in zip(sizes[:-1], sizes[1:], strict=True)])
+        self.layers = nnx.List([nnx.Linear(a, b, rngs=rngs) for a, b in itertools.pairwise(sizes)])
 
     def __call__(self, x):
         for layer in self.layers[:-1]:

@@ -162,6 +162,12 @@ def test_dropout_is_off_and_batchnorm_is_refused():
     np.testing.assert_array_equal(logits[0], logits[1])
     np.testing.assert_allclose(logits[0], nnx.view(module, deterministic=True)(x), atol=1e-6)
 
+    linen = from_flax(LinenMLP(), num_classes=2)  # nn.Dropout(0.5) without `deterministic`: off, not an error
+    v = {k: np.random.default_rng(2).normal(size=s.shape).astype(np.float32) for k, s in latent_sites(linen, x, y).items()}
+    got = handlers.trace(handlers.substitute(handlers.seed(linen, 0), data=v)).get_trace(x)["logits"]["value"]
+    want = np.tanh(x @ v["Dense_0.kernel"] + v["Dense_0.bias"]) @ v["Dense_1.kernel"] + v["Dense_1.bias"]
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
     class WithBN(nnx.Module):
         def __init__(self, rngs):
             self.fc, self.bn = nnx.Linear(2, 2, rngs=rngs), nnx.BatchNorm(2, rngs=rngs)
@@ -187,6 +193,7 @@ def test_errors_are_one_line():
     assert "\n" not in str(e.value)
     with pytest.raises(TypeError, match="from_flax"):
         bnnpp.fit(FlaxMLP(rngs=nnx.Rngs(0)), (x, y), method="map", progress=False)
+    assert list(latent_sites(from_flax(lambda: FlaxMLP(rngs=nnx.Rngs(0)), num_classes=2), x, y))[:2] == ["layers.0.kernel", "layers.0.bias"]
     with pytest.raises(TypeError, match="module instance"):
         from_flax(LinenMLP, num_classes=2)
     with pytest.raises(ValueError, match="match no parameter"):
@@ -221,6 +228,7 @@ def test_slash_site_names_save_and_load(tmp_path):
 MOONS_FAST = {"advi": {"num_steps": 1500}, "bbb": {"epochs": 1500}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["advi", "bbb"])
 def test_moons_same_as_mlp(method, moons):
     """The same architecture, prior, seed and options: the Flax NNX MLP and mlp((5, 5)) end at
@@ -244,14 +252,17 @@ FLAX_OPTIONS = {
     "map": {"num_steps": 300},
     "advi": {"num_steps": 300, "num_samples": 50},
     "bbb": {"epochs": 300, "num_samples": 50},
-    "nuts": {"num_warmup": 100, "num_samples": 50},
+    "nuts": {"num_chains": 2, "num_warmup": 100, "num_samples": 50},
     "sgld": {"num_samples": 50, "burn_in": 300, "step_size": 1e-4},
 }
 
 
+FAST = ("map", "bbb")  # the rest take 10–40 s each on 2 shared cores: slow (CI runs -m "not slow")
+
+
 def _registry():
     for method in bnnpp.registered():
-        yield pytest.param(method, id=method)
+        yield pytest.param(method, id=method, marks=() if method in FAST else pytest.mark.slow)
 
 
 @pytest.mark.parametrize("method", list(_registry()))
@@ -287,6 +298,7 @@ def test_every_backend_fits_a_flax_model(method, moons, tmp_path):
         assert 0.5 <= kept <= 1.5  # half of the 16 kernel entries zeroed in every draw
 
 
+@pytest.mark.slow
 def test_bbb_estimators_on_a_flax_cnn():
     """local and flipout answer the Flax Conv/Linear layers: the per-step noise of the loss
     differs from reparam's (they never form a shared weight draw) yet all three train."""
@@ -310,6 +322,7 @@ def test_bbb_estimators_on_a_flax_cnn():
     assert not np.allclose(losses["local"], losses["reparam"]) and not np.allclose(losses["flipout"], losses["reparam"])
 
 
+@pytest.mark.slow
 def test_example_script_runs(tmp_path, capsys):
     rows = main(["--steps", "100", "--epochs", "100", "--draws", "30", "--out", str(tmp_path)])
     assert set(rows) == {"advi", "bbb", "compare"} and sorted(rows["compare"]) == ["advi", "bbb"]
@@ -361,12 +374,13 @@ def test_flax_lenet5_bbb_flipout_one_epoch_mnist(tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "probs.npy"), pred.probs[:, :200], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compare_and_sweep_take_a_flax_model(moons):
     """compare_methods fits a Flax model with two methods; the vmapped sweep over priors of a
     Flax model gives the same scores as fitting each configuration alone."""
     from bnnpp import compare, sweep  # noqa: PLC0415
 
-    results, posts = compare.compare_methods(from_flax(FlaxMLP(rngs=nnx.Rngs(0)), num_classes=2), moons, ["map", "advi"], quick=True, progress=False)
+    results, _ = compare.compare_methods(from_flax(FlaxMLP(rngs=nnx.Rngs(0)), num_classes=2), moons, ["map", "advi"], quick=True, progress=False)
     assert set(results["methods"]) == {"map", "advi"} and results["methods"]["advi"]["accuracy"] > 0.6
     configs = sweep.grid(("normal",), ("fixed", "half-normal"), fixed_scales=(1.0,))
     make = lambda p: from_flax(FlaxMLP((2, 4, 2), rngs=nnx.Rngs(0)), num_classes=2, prior=p)  # noqa: E731

@@ -45,7 +45,9 @@ __all__ = ["CONV_DIMENSION_NUMBERS", "LAYER_EFFECT", "conv2d", "conv_output_size
 #: Fields: ``kind`` (``"dense"`` or ``"conv2d"``), ``layer`` (the name),
 #: ``args`` = ``(name, x, units, prior, scale)`` (``units`` is the number of filters for a
 #: convolution) and, for ``"conv2d"``, ``kwargs`` = ``{"kernel_size": (kh, kw),
-#: "stride": (sh, sw), "padding": "VALID" | "SAME"}``.
+#: "stride": (sh, sw), "padding": "VALID" | "SAME"}``. Optional: ``sites`` = ``(weight, bias)``
+#: site names when they are not ``<name>.w`` / ``<name>.b``, and ``bias_prior`` =
+#: ``(prior, scale)`` when the bias has another prior (both sent by :func:`bnnpp.models.from_flax`).
 LAYER_EFFECT = "bnnpp_layer"
 
 #: Layouts of :func:`conv2d`: images NHWC, kernels HWIO.
