@@ -387,3 +387,27 @@ def test_compare_and_sweep_take_a_flax_model(moons):
     together = sweep.sweep([moons], configs, method="map", seeds=(0,), progress=False, model_fn=make, num_steps=200)
     alone = sweep.sweep([moons], configs, method="map", seeds=(0,), progress=False, vmap=False, model_fn=make, num_steps=200)
     np.testing.assert_allclose([r["accuracy"] for r in together["runs"]], [r["accuracy"] for r in alone["runs"]], atol=1 / 300)
+
+
+def test_layers_bnnpp_cannot_answer_stay_ordinary_sites():
+    """A Linear called twice (shared weights) and one without bias are not sent as layer
+    messages (bbb samples them by reparameterisation, as in the Linen backend test's
+    LayerNorm); the model still computes the module."""
+
+    class Shared(nnx.Module):
+        def __init__(self, rngs):
+            self.inner = nnx.Linear(2, 2, rngs=rngs)
+            self.head = nnx.Linear(2, 2, use_bias=False, rngs=rngs)
+            self.out = nnx.Linear(2, 2, rngs=rngs)
+
+        def __call__(self, x):
+            return self.out(self.head(jnp.tanh(self.inner(jnp.tanh(self.inner(x))))))
+
+    x, y = _xy()
+    module = Shared(nnx.Rngs(0))
+    model = from_flax(module, num_classes=2)
+    assert list(find_layers(model, x, y)) == ["out"]
+    values = {".".join(map(str, p)): v[...] for p, v in nnx.to_flat_state(nnx.state(module, nnx.Param))}
+    tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(x)
+    np.testing.assert_allclose(tr["logits"]["value"], module(x), atol=1e-6)
+    assert list(latent_sites(model, x, y)) == ["inner.kernel", "inner.bias", "head.kernel", "out.kernel", "out.bias"]

@@ -101,6 +101,8 @@ def _conv_settings(mod, kernel_ndim: int) -> dict | None:
     """``{"kernel_size", "stride", "padding"}`` of a 2-D convolution bnnpp can answer, else ``None``."""
     if kernel_ndim != 4 or not getattr(mod, "use_bias", False) or getattr(mod, "mask", None) is not None:
         return None
+    if not _standard_ops(mod):
+        return None
     if getattr(mod, "feature_group_count", 1) != 1:
         return None
     if any(_pair(getattr(mod, a, 1)) != (1, 1) for a in ("input_dilation", "kernel_dilation")):
@@ -112,8 +114,19 @@ def _conv_settings(mod, kernel_ndim: int) -> dict | None:
     return {"kernel_size": tuple(int(k) for k in mod.kernel_size), "stride": stride, "padding": padding}
 
 
+def _standard_ops(mod) -> bool:
+    """No custom ``dot_general`` / ``conv_general_dilated`` (or their ``*_cls``) and default precision."""
+    custom = [getattr(mod, a, None) for a in ("dot_general", "conv_general_dilated")]
+    return (
+        all(f in (None, jax.lax.dot_general, jax.lax.conv_general_dilated) for f in custom)
+        and getattr(mod, "dot_general_cls", None) is None
+        and getattr(mod, "conv_general_dilated_cls", None) is None
+        and getattr(mod, "precision", None) is None
+    )
+
+
 def _dense_ok(mod) -> bool:
-    return bool(getattr(mod, "use_bias", False)) and getattr(mod, "precision", None) is None
+    return bool(getattr(mod, "use_bias", False)) and _standard_ops(mod)
 
 
 class _Forward:

@@ -188,13 +188,15 @@ def _decode_name(name):
 
 
 def _renamed(idata, fn):
-    """``idata`` with every variable, coordinate and dimension name mapped through ``fn``."""
+    """``idata`` itself, its variable, coordinate and dimension names mapped through ``fn``
+    in place (no copy: callers pass an InferenceData of their own)."""
 
     def one(ds):
         mapping = {n: fn(n) for n in {*ds.data_vars, *ds.coords, *ds.dims} if fn(n) != n}
         return ds.rename(mapping) if mapping else ds
 
-    return idata.map(one, inplace=False)
+    idata.map(one, inplace=True)
+    return idata
 
 
 MAX_LOAD_BYTES = 8 * 2**30
