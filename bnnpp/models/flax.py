@@ -281,13 +281,8 @@ class FlaxModel:
         from flax import nnx
 
         state = jax.tree_util.tree_map(lambda a: a, self._params)  # a copy: the module is never mutated
-        nested: dict = {}
-        for site, q in params.items():
-            d = nested
-            for k in q.path[:-1]:
-                d = d.setdefault(k, {})
-            d[q.path[-1]] = values[site] if site in values else jnp.zeros(q.shape)
-        nnx.replace_by_pure_dict(state, nested)
+        # a recognised layer's kernel and bias are sampled in its message: zeros stand in here
+        nnx.replace_by_pure_dict(state, _nest({q.path: values[s] if s in values else jnp.zeros(q.shape) for s, q in params.items()}))
         module = nnx.merge(self._graphdef, state, self._rest)
         for path, sub in nnx.iter_modules(module):
             cls = _NNX_SWAPS.get(type(sub))
@@ -303,13 +298,7 @@ class FlaxModel:
     def _run_linen(self, x, values, params):
         import flax.linen as nn
 
-        nested: dict = {}
-        for site, q in params.items():
-            if site in values:
-                d = nested
-                for k in q.path[:-1]:
-                    d = d.setdefault(k, {})
-                d[q.path[-1]] = values[site]
+        nested = _nest({q.path: values[s] for s, q in params.items() if s in values})  # a Linen layer never read needs none
 
         def intercept(next_fun, args, kwargs, context):
             mod = context.module
@@ -320,9 +309,6 @@ class FlaxModel:
                     return _ACTIVE.fwd.layer(_name(mod.path), kind, conv, args[0], lambda: next_fun(*args, **kwargs))
             return _linen_dropout_off(next_fun, args, kwargs, context)
 
-        fwd = _ACTIVE.fwd
-        if fwd.plan is None:  # planning runs with every parameter present
-            nested = _nest({q.path: values[s] for s, q in params.items()})
         with nn.intercept_methods(intercept):
             return self.module.apply({"params": nested}, x)
 
