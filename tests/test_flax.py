@@ -193,6 +193,8 @@ def test_errors_are_one_line():
     assert "\n" not in str(e.value)
     with pytest.raises(TypeError, match="from_flax"):
         bnnpp.fit(FlaxMLP(rngs=nnx.Rngs(0)), (x, y), method="map", progress=False)
+    with pytest.raises(TypeError, match="from_flax"):
+        bnnpp.load("no-such-file.nc", model=LinenMLP())
     assert list(latent_sites(from_flax(lambda: FlaxMLP(rngs=nnx.Rngs(0)), num_classes=2), x, y))[:2] == ["layers.0.kernel", "layers.0.bias"]
     with pytest.raises(TypeError, match="module instance"):
         from_flax(LinenMLP, num_classes=2)
