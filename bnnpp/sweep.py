@@ -158,7 +158,7 @@ def _with_numbers(template: priors.Prior, nums) -> priors.Prior:
 
 
 def _model(dataset: Dataset, prior, hidden, activation, model_fn=None):
-    if model_fn is not None:  # the user's network for a prior, e.g. lambda p: models.from_flax(Net(), num_classes=2, prior=p)
+    if model_fn is not None:  # the user's network for a prior (see sweep)
         return model_fn(prior)
     return models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=dataset.num_classes, prior=prior)
 
