@@ -79,7 +79,7 @@ def scale_sites(posterior) -> list[str]:
 
 
 def _weight_sites(posterior) -> list[str]:
-    return [n for n in posterior.samples if n.endswith((".w", ".b"))]
+    return [n for n in posterior.samples if n.endswith((".w", ".b", ".kernel", ".bias"))]  # bnnpp and Flax layers
 
 
 def _posterior_only(posterior, names) -> az.InferenceData:

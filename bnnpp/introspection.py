@@ -18,7 +18,10 @@ import jax.numpy as jnp
 import numpyro.distributions as dist
 from numpyro import handlers
 
-__all__ = ["BATCH_WRAPPERS", "SiteInfo", "check_model", "latent_sites", "num_parameters", "observation", "unwrap"]
+__all__ = [
+    "BATCH_WRAPPERS", "SiteInfo", "check_model", "is_flax_module", "latent_sites", "num_parameters", "observation",
+    "refuse_flax_module", "unwrap",
+]
 
 
 @dataclass(frozen=True)
@@ -44,15 +47,17 @@ def unwrap(fn: dist.Distribution, through: tuple[type, ...] = (*BATCH_WRAPPERS, 
     return fn
 
 
+def improper_as_zeros(site):
+    """A ``substitute_fn`` for abstract traces: zeros for sites with an improper prior
+    (``priors.flat``), which cannot be sampled and whose shape is all that matters there."""
+    fn = site.get("fn") if site["type"] == "sample" else None
+    return jnp.zeros(fn.shape()) if fn is not None and isinstance(unwrap(fn), dist.ImproperUniform) else None
+
+
 def _abstract_trace(model: Callable, x, y) -> dict:
     """The model's sample sites from one abstract trace (nothing compiled): name → a dict with
     ``is_observed``, ``fn`` (the distribution), ``shape`` and ``dims`` (``infer={"dims": ...}``)."""
     found: dict[str, dict] = {}
-
-    def improper_as_zeros(site):
-        # an improper prior (priors.flat) cannot be sampled; only its shape matters here
-        fn = site.get("fn") if site["type"] == "sample" else None
-        return jnp.zeros(fn.shape()) if fn is not None and isinstance(unwrap(fn), dist.ImproperUniform) else None
 
     def trace_once(key):
         seeded = handlers.seed(model, key)
@@ -104,6 +109,20 @@ def available_memory() -> int | None:
         return None
 
 
+def is_flax_module(obj) -> bool:
+    """True for a Flax Linen or NNX module instance (checked without importing Flax)."""
+    return any(c.__module__.startswith("flax.") and c.__name__ == "Module" for c in type(obj).__mro__)
+
+
+def refuse_flax_module(model) -> None:
+    """A one-line TypeError when a bare Flax module is passed where a NumPyro model is expected."""
+    if is_flax_module(model):
+        raise TypeError(
+            f"model is a Flax module ({type(model).__name__}), not a NumPyro model: wrap it with "
+            "bnnpp.models.from_flax(module, likelihood=..., num_classes=...)"
+        )
+
+
 def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     """Check a model before anything compiles, by one abstract trace: it has an observed
     site ``"y"``, no discrete latent sites, and its parameters fit in memory.
@@ -114,6 +133,7 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     Raises:
         ValueError: one line naming what is wrong and what to do.
     """
+    refuse_flax_module(model)
     try:
         found = _abstract_trace(model, x, y)
     except (ValueError, TypeError, NotImplementedError) as e:

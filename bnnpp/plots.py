@@ -145,9 +145,9 @@ def weight_histograms(posterior, *, bins: int = 40, title: str = ""):
     Returns:
         A Figure with one or two rows and one column per weight site.
     """
-    names = [n for n in posterior.samples if n.endswith(".w")]
+    names = [n for n in posterior.samples if n.endswith((".w", ".kernel"))]
     if not names:
-        raise ValueError("no weight sites named '<layer>.w' in this posterior")
+        raise ValueError("no weight sites named '<layer>.w' (or a Flax '<module>.kernel') in this posterior")
     with_sd = posterior.num_chains * posterior.num_draws > 1
     fig = Figure(figsize=(3.2 * len(names), 5.2 if with_sd else 2.8), layout="constrained")
     axes = fig.subplots(2 if with_sd else 1, len(names), squeeze=False)

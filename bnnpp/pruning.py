@@ -28,12 +28,13 @@ __all__ = ["RULES", "check_fraction", "check_rule", "magnitude", "prune", "pruni
 RULES = ("snr", "magnitude")
 
 def weight_sites(posterior: Posterior) -> list[str]:
-    """Names of the posterior's weight-matrix sites (``<layer>.w``), in site order."""
+    """Names of the posterior's weight-matrix sites (``<layer>.w``, or a Flax layer's
+    ``<module path>.kernel``), in site order."""
     if not isinstance(posterior, Posterior):
         raise TypeError(f"expected a bnnpp Posterior, got {type(posterior).__name__}")
-    names = [k for k in posterior.samples if k.endswith(".w")]
+    names = [k for k in posterior.samples if k.endswith((".w", ".kernel"))]
     if not names:
-        raise ValueError("the posterior has no weight sites '<layer>.w': pruning needs a bnnpp layer network")
+        raise ValueError("the posterior has no weight sites '<layer>.w' or '<module>.kernel': pruning needs a bnnpp or from_flax network")
     return names
 
 

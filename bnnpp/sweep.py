@@ -157,7 +157,9 @@ def _with_numbers(template: priors.Prior, nums) -> priors.Prior:
 # --------------------------------------------------------------------------------------
 
 
-def _model(dataset: Dataset, prior, hidden, activation):
+def _model(dataset: Dataset, prior, hidden, activation, model_fn=None):
+    if model_fn is not None:  # the user's network for a prior (see sweep)
+        return model_fn(prior)
     return models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=dataset.num_classes, prior=prior)
 
 
@@ -165,19 +167,19 @@ def _test_scores(mean_probs: np.ndarray, y: np.ndarray) -> dict:
     return {"accuracy": metrics.accuracy(mean_probs, y), "nll": metrics.nll(mean_probs, y)}
 
 
-def _vmapped_group(method, dataset, template, numbers, seeds, hidden, activation, options):
+def _vmapped_group(method, dataset, template, numbers, seeds, hidden, activation, options, model_fn=None):
     """Fit every (numbers[i], seeds[i]) of one structure group in one compiled program: the
     method's algorithm traced whole by :func:`bnnpp.inference.runner.trace_fit` and ``vmap``-ed.
 
     Returns:
         Mean test probabilities ``(B, n_test, C)`` and the last step's losses ``(B,)``.
     """
-    x, y = check_data(dataset, _model(dataset, template, hidden, activation))
+    x, y = check_data(dataset, _model(dataset, template, hidden, activation, model_fn))
     xj, yj = jnp.asarray(x), jnp.asarray(y)
     x_test = jnp.asarray(dataset.x_test, jnp.float32)
 
     def one(nums, seed):
-        model = _model(dataset, _with_numbers(template, nums), hidden, activation)
+        model = _model(dataset, _with_numbers(template, nums), hidden, activation, model_fn)
         draws, info = trace_fit(method.build(model, x, y, options), jax.random.PRNGKey(seed), xj, yj)
         s = next(iter(draws.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(0), s)  # as Posterior.predict(x, seed=0)
@@ -197,6 +199,7 @@ def sweep(
     activation: str = "tanh",
     vmap: bool = True,
     progress: bool = True,
+    model_fn=None,
     **options,
 ) -> dict:
     """Fit every configuration with every seed on every dataset; score on the test split.
@@ -211,6 +214,8 @@ def sweep(
         vmap: train each structure group in one vmapped program (``False``: one
             :func:`bnnpp.fit` per configuration and seed, the reference loop).
         progress: a bar over groups (vmap) or fits (loop).
+        model_fn: prior → model, to sweep another network than the MLP (``hidden`` and
+            ``activation`` are then unused), e.g. ``lambda p: models.from_flax(Net(), num_classes=2, prior=p)``.
         **options: the method's options (e.g. ``num_steps``, ``num_samples``).
 
     Returns:
@@ -234,7 +239,7 @@ def sweep(
         vmappable = ", ".join(m for m in registered() if get_method(m).build is not None)
         raise ValueError(f"method {method!r} cannot be vmapped over a grid; use one of {vmappable}, or vmap=False")
     for d in datasets:
-        x, y = check_data(d, _model(d, configs[0].prior, hidden, activation))
+        x, y = check_data(d, _model(d, configs[0].prior, hidden, activation, model_fn))
         parsed.check_data(x, y)
     runs: list[dict] = []
     t0 = time.perf_counter()
@@ -247,14 +252,14 @@ def sweep(
             cells = [(c, s) for c in group for s in seeds]
             numbers = np.stack([_numbers(c.prior) for c, _ in cells]) if _numbers(group[0].prior).size else np.zeros((len(cells), 0), np.float32)
             probs, _ = jax.device_get(
-                _vmapped_group(chosen, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, parsed)
+                _vmapped_group(chosen, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, parsed, model_fn)
             )
             for (c, s), p in zip(cells, np.asarray(probs), strict=True):
                 runs.append(_row(d, c, s, _test_scores(p, d.y_test)))
     else:
         work = [(d, c, s) for d in datasets for c in configs for s in seeds]
         for d, c, s in tqdm(work, desc=f"sweep ({method}, one by one)", disable=not progress, leave=False):
-            post = fit(_model(d, c.prior, hidden, activation), d, method=method, seed=s, progress=False, **options)
+            post = fit(_model(d, c.prior, hidden, activation, model_fn), d, method=method, seed=s, progress=False, **options)
             runs.append(_row(d, c, s, _test_scores(post.predict(d.x_test).mean, d.y_test)))
     return {"runs": runs, "seconds": time.perf_counter() - t0, "compiled_groups": len(groups) * len(datasets) if vmap else len(runs)}
 

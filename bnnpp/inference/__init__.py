@@ -22,7 +22,7 @@ from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
-from bnnpp.introspection import check_model
+from bnnpp.introspection import check_model, refuse_flax_module
 from bnnpp.posterior import Posterior, Prediction, load
 
 __all__ = [
@@ -93,6 +93,7 @@ def fit(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < MAX_SEED:
         raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
     seed = int(seed)
+    refuse_flax_module(model)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
     if resume and checkpoint_dir is None:

@@ -214,7 +214,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
     batch = options.batch_size or n  # ≤ n: checked by check_data before build
     sites = latent_sites(model, x, y)
     layers = find_layers(model, x, y)
-    layer_sites = {f"{name}.{p}" for name in layers for p in ("w", "b")}
+    layer_sites = {site: (name, i) for name, lay in layers.items() for i, site in enumerate(lay["sites"])}  # i=0: weights
     generic = tuple(name for name in sites if name not in layer_sites)
     if options.learn_prior and (not layers or any(lay["prior"].kind != "scale_mixture" for lay in layers.values())):
         raise ValueError(
@@ -232,11 +232,11 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         keys = dict(zip(sites, jax.random.split(key, len(sites)), strict=True))
         loc = {}
         for name, info in sites.items():
-            layer, _, part = name.rpartition(".")
             if options.init_loc == "glorot" and name in layer_sites:
+                layer, part = layer_sites[name]
                 lim = math.sqrt(6.0 / (layers[layer]["fan_in"] + layers[layer]["fan_out"]))
                 loc[name] = (
-                    jax.random.uniform(keys[name], info.shape, minval=-lim, maxval=lim) if part == "w" else jnp.zeros(info.shape)
+                    jax.random.uniform(keys[name], info.shape, minval=-lim, maxval=lim) if part == 0 else jnp.zeros(info.shape)
                 )
             else:
                 r = options.init_radius

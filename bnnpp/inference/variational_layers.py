@@ -37,7 +37,7 @@ from numpyro import handlers
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.joint import latent_trace, log_likelihood, site_log_prior
-from bnnpp.introspection import BATCH_WRAPPERS, unwrap
+from bnnpp.introspection import BATCH_WRAPPERS, improper_as_zeros, unwrap
 from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
 from bnnpp.priors import Prior, ScaleMixtureNormal
 
@@ -156,7 +156,8 @@ class _VariationalLayers(Messenger):
         if msg["type"] != LAYER_EFFECT or msg["kind"] not in LAYER_KINDS or msg["value"] is not None:
             return
         name, x, _, prior, scale = msg["args"]
-        wn, bn = f"{name}.w", f"{name}.b"
+        wn, bn = msg.get("sites", (f"{name}.w", f"{name}.b"))  # a Flax layer names its own sites
+        bias_prior, bias_scale = msg.get("bias_prior", (prior, scale))  # and may give its bias another prior
         key = jax.random.fold_in(self.key, self.count)
         self.count += 1
         q = (self.loc[wn], self.sigma[wn], self.loc[bn], self.sigma[bn])
@@ -165,23 +166,24 @@ class _VariationalLayers(Messenger):
         else:
             kw = msg["kwargs"]
             h, w, b = conv_preactivations(key, x, *q, self.estimator, kw["stride"], kw["padding"])
-        if self.kl_mode == "analytic" and prior.kind == "normal" and self.learned is None:
+        if self.kl_mode == "analytic" and prior.kind == bias_prior.kind == "normal" and self.learned is None:
             kl = jnp.sum(gaussian_kl(self.loc[wn], self.sigma[wn], 0.0, scale)) + jnp.sum(
-                gaussian_kl(self.loc[bn], self.sigma[bn], 0.0, scale)
+                gaussian_kl(self.loc[bn], self.sigma[bn], 0.0, bias_scale)
             )
         else:  # Monte-Carlo: log q(w) − log p(w) at the sampled weights
             kl = 0.0
-            for v, n in ((w, wn), (b, bn)):
+            for v, n, p, s in ((w, wn, prior, scale), (b, bn, bias_prior, bias_scale)):
                 log_q = dist.Normal(self.loc[n], self.sigma[n]).log_prob(v)
-                kl = kl + jnp.sum(log_q - self._prior_log_prob(prior, v, scale))
+                kl = kl + jnp.sum(log_q - self._prior_log_prob(p, v, s))
         self.kl = self.kl + kl
         msg["value"] = h
 
 
 class _LayerRecorder(Messenger):
     """Record the bnnpp layers a model builds: name → kind, prior, input width ``in``,
-    ``units`` (filters for a convolution), and Glorot's ``fan_in`` / ``fan_out``
-    (in / units for dense; kh·kw·in / kh·kw·out for conv2d)."""
+    ``units`` (filters for a convolution), Glorot's ``fan_in`` / ``fan_out``
+    (in / units for dense; kh·kw·in / kh·kw·out for conv2d) and ``sites``, the names of its
+    weight and bias sites (``<name>.w``, ``<name>.b``, or a Flax layer's own)."""
 
     def __init__(self, fn=None):
         super().__init__(fn)
@@ -195,14 +197,8 @@ class _LayerRecorder(Messenger):
             self.layers[name] = {
                 "kind": msg["kind"], "prior": prior, "in": n_in, "units": units,
                 "fan_in": field * n_in, "fan_out": field * units,
+                "sites": msg.get("sites", (f"{name}.w", f"{name}.b")),
             }
-
-
-def _zeros_for_improper(site):
-    fn = site.get("fn")
-    if site["type"] == "sample" and isinstance(fn, dist.ImproperUniform) and not site.get("is_observed"):
-        return jnp.zeros(fn.shape())
-    return None
 
 
 def find_layers(model: Callable, x, y) -> dict[str, dict]:
@@ -213,7 +209,7 @@ def find_layers(model: Callable, x, y) -> dict[str, dict]:
     def run(key):
         with rec:
             # a flat prior (ImproperUniform) cannot be sampled: trace it at zeros
-            handlers.substitute(handlers.seed(model, key), substitute_fn=_zeros_for_improper)(x, y)
+            handlers.substitute(handlers.seed(model, key), substitute_fn=improper_as_zeros)(x, y)
         return 0
 
     jax.eval_shape(run, jax.ShapeDtypeStruct((2,), jnp.uint32))  # abstract: no program compiled

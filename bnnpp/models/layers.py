@@ -45,7 +45,9 @@ __all__ = ["CONV_DIMENSION_NUMBERS", "LAYER_EFFECT", "conv2d", "conv_output_size
 #: Fields: ``kind`` (``"dense"`` or ``"conv2d"``), ``layer`` (the name),
 #: ``args`` = ``(name, x, units, prior, scale)`` (``units`` is the number of filters for a
 #: convolution) and, for ``"conv2d"``, ``kwargs`` = ``{"kernel_size": (kh, kw),
-#: "stride": (sh, sw), "padding": "VALID" | "SAME"}``.
+#: "stride": (sh, sw), "padding": "VALID" | "SAME"}``. Optional: ``sites`` = ``(weight, bias)``
+#: site names when they are not ``<name>.w`` / ``<name>.b``, and ``bias_prior`` =
+#: ``(prior, scale)`` when the bias has another prior (both sent by :func:`bnnpp.models.from_flax`).
 LAYER_EFFECT = "bnnpp_layer"
 
 #: Layouts of :func:`conv2d`: images NHWC, kernels HWIO.
@@ -70,10 +72,11 @@ def _layer_scale(name: str, prior: Prior, units: int, scale, helper: str):
     return prior.sample_scale(name, units)
 
 
-def _send(kind: str, name: str, fn, args: tuple, kwargs: dict):
+def _send(kind: str, name: str, fn, args: tuple, kwargs: dict, extra: dict | None = None):
     if not _PYRO_STACK:  # called outside any handler: nothing can intercept
         return fn(*args, **kwargs)
     msg = {"type": LAYER_EFFECT, "kind": kind, "layer": name, "fn": fn, "args": args, "kwargs": kwargs, "value": None}
+    msg.update(extra or {})  # optional fields: "sites" (weight, bias names), "bias_prior" (prior, scale)
     return apply_stack(msg)["value"]
 
 

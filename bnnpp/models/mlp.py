@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 from bnnpp.models.layers import dense
 from bnnpp.priors import Prior, normal, prior_from_spec
 
-__all__ = ["ACTIVATIONS", "LIKELIHOODS", "MLP", "mlp"]
+__all__ = ["ACTIVATIONS", "LIKELIHOODS", "MLP", "check_observation", "mlp", "observe"]
 
 ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     "tanh": jnp.tanh,
@@ -81,19 +81,7 @@ class MLP:
             h = dense(f"dense_{i}", h, units, self.prior, scale=shared)
             if i < len(widths) - 1:
                 h = self._act(h)
-        if self.likelihood == "gaussian":
-            sigma = self.noise if self.noise is not None else numpyro.sample("noise", dist.HalfNormal(self.noise_scale))
-        with data:
-            yb = numpyro.subsample(y, event_dim=0) if y is not None else None
-            if self.likelihood == "categorical":
-                logits = numpyro.deterministic("logits", h)
-                numpyro.sample("y", dist.Categorical(logits=logits), obs=yb)
-            elif self.likelihood == "bernoulli":
-                logits = numpyro.deterministic("logits", h[..., 0])
-                numpyro.sample("y", dist.Bernoulli(logits=logits), obs=yb)
-            else:
-                mean = numpyro.deterministic("mean", h[..., 0])
-                numpyro.sample("y", dist.Normal(mean, sigma), obs=yb)
+        observe(data, h, y, self.likelihood, self.noise, self.noise_scale)
 
     def spec(self) -> dict:
         """JSON-serialisable description; :func:`bnnpp.models.from_spec` rebuilds the model."""
@@ -113,6 +101,59 @@ class MLP:
             f"mlp(hidden={self.hidden}, activation={self.activation!r}, likelihood={self.likelihood!r}, "
             f"num_classes={self.num_classes}, noise={self.noise}, prior={self.prior})"
         )
+
+
+def observe(data, h: jnp.ndarray, y, likelihood: str, noise: float | None, noise_scale: float) -> None:
+    """The observation sites of a network with outputs ``h`` ``(n, C)`` (``(n, 1)`` for
+    bernoulli and gaussian): ``noise`` ~ HalfNormal(``noise_scale``) when a Gaussian noise sd
+    is learned (``noise=None``), deterministic ``logits`` / ``mean`` and the observed ``y``
+    inside the ``data`` plate (subsampled with it)."""
+    if likelihood == "gaussian":
+        sigma = noise if noise is not None else numpyro.sample("noise", dist.HalfNormal(noise_scale))
+    with data:
+        yb = numpyro.subsample(y, event_dim=0) if y is not None else None
+        if likelihood == "categorical":
+            logits = numpyro.deterministic("logits", h)
+            numpyro.sample("y", dist.Categorical(logits=logits), obs=yb)
+        elif likelihood == "bernoulli":
+            logits = numpyro.deterministic("logits", h[..., 0])
+            numpyro.sample("y", dist.Bernoulli(logits=logits), obs=yb)
+        else:
+            mean = numpyro.deterministic("mean", h[..., 0])
+            numpyro.sample("y", dist.Normal(mean, sigma), obs=yb)
+
+
+def check_observation(likelihood: str, num_classes, noise, noise_scale, who: str = "mlp") -> tuple[int | None, float | None, float]:
+    """Validate a network's observation settings (``likelihood``, ``num_classes``, ``noise``,
+    ``noise_scale`` as :func:`mlp` documents them); ``who`` names the builder in messages.
+
+    Returns:
+        ``(num_classes, noise, noise_scale)``: ``num_classes`` an int (2 for bernoulli) or
+        ``None`` for gaussian, ``noise`` a float or ``None``, ``noise_scale`` a float.
+    """
+    if likelihood not in LIKELIHOODS:
+        raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {', '.join(LIKELIHOODS)}")
+    if likelihood == "categorical":
+        if num_classes is None:
+            raise ValueError(f"likelihood='categorical' needs num_classes, e.g. {who}(..., num_classes=2)")
+        if int(num_classes) < 2:
+            raise ValueError(f"num_classes must be ≥ 2, got {num_classes}")
+        num_classes = int(num_classes)
+    elif likelihood == "bernoulli":
+        if num_classes not in (None, 2):
+            raise ValueError("likelihood='bernoulli' is binary: leave num_classes unset (it is 2)")
+        num_classes = 2
+    elif num_classes is not None:
+        raise ValueError("likelihood='gaussian' is regression: leave num_classes unset")
+    if noise is not None:
+        if likelihood != "gaussian":
+            raise ValueError("noise= applies only to likelihood='gaussian'")
+        noise = float(noise)
+        if not noise > 0 or noise == float("inf"):
+            raise ValueError(f"noise must be a positive number (or None to learn it), got {noise}")
+    if not float(noise_scale) > 0:
+        raise ValueError(f"noise_scale must be positive, got {noise_scale}")
+    return num_classes, noise, float(noise_scale)
 
 
 def mlp(
@@ -150,33 +191,12 @@ def mlp(
         raise ValueError(f"hidden layer widths must be ≥ 1, got {hidden_t}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {', '.join(LIKELIHOODS)}")
-    if likelihood == "categorical":
-        if num_classes is None:
-            raise ValueError("likelihood='categorical' needs num_classes, e.g. mlp(..., num_classes=2)")
-        if int(num_classes) < 2:
-            raise ValueError(f"num_classes must be ≥ 2, got {num_classes}")
-        num_classes = int(num_classes)
-    elif likelihood == "bernoulli":
-        if num_classes not in (None, 2):
-            raise ValueError("likelihood='bernoulli' is binary: leave num_classes unset (it is 2)")
-        num_classes = 2
-    elif num_classes is not None:
-        raise ValueError("likelihood='gaussian' is regression: leave num_classes unset")
-    if noise is not None:
-        if likelihood != "gaussian":
-            raise ValueError("noise= applies only to likelihood='gaussian'")
-        noise = float(noise)
-        if not noise > 0 or noise == float("inf"):
-            raise ValueError(f"noise must be a positive number (or None to learn it), got {noise}")
-    if not float(noise_scale) > 0:
-        raise ValueError(f"noise_scale must be positive, got {noise_scale}")
+    num_classes, noise, noise_scale = check_observation(likelihood, num_classes, noise, noise_scale)
     if prior is None:
         prior = normal(1.0)
     if not isinstance(prior, Prior):
         raise TypeError(f"prior must be a bnnpp.priors.Prior such as priors.normal(1.0), got {prior!r}")
-    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, float(noise_scale))
+    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale)
 
 
 def mlp_from_spec(spec: dict) -> MLP:

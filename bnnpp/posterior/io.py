@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from importlib import metadata
 from typing import Any
@@ -169,7 +170,33 @@ def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -
     idata = to_arviz(posterior, include_data=include_data)
     os.makedirs(folder, exist_ok=True)
     with atomic_path(path) as tmp:
-        idata.to_netcdf(tmp)
+        _renamed(idata, _encode_name).to_netcdf(tmp)
+
+
+_ESCAPES = {"%": "%25", "/": "%2F"}
+
+
+def _encode_name(name):
+    """netCDF forbids '/' in names (NumPyro's ``random_flax_module`` sites have them): escape
+    '%' and '/' as ``%25`` / ``%2F``, reversibly (:func:`_decode_name`)."""
+    return "".join(_ESCAPES.get(c, c) for c in name) if isinstance(name, str) else name
+
+
+def _decode_name(name):
+    """Inverse of :func:`_encode_name`."""
+    return re.sub("%(25|2F)", lambda m: {"25": "%", "2F": "/"}[m.group(1)], name) if isinstance(name, str) else name
+
+
+def _renamed(idata, fn):
+    """``idata`` itself, its variable, coordinate and dimension names mapped through ``fn``
+    in place (no copy: callers pass an InferenceData of their own)."""
+
+    def one(ds):
+        mapping = {n: fn(n) for n in {*ds.data_vars, *ds.coords, *ds.dims} if fn(n) != n}
+        return ds.rename(mapping) if mapping else ds
+
+    idata.map(one, inplace=True)
+    return idata
 
 
 MAX_LOAD_BYTES = 8 * 2**30
@@ -206,4 +233,4 @@ def read_netcdf(path: str | os.PathLike, max_bytes: int = MAX_LOAD_BYTES):
             ds.close()
     except Exception as e:
         raise ValueError(f"{path} is damaged: its arrays cannot be read ({type(e).__name__}: {e})") from None
-    return idata
+    return _renamed(idata, _decode_name)

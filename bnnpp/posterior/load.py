@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bnnpp import models
-from bnnpp.introspection import SiteInfo
+from bnnpp.introspection import SiteInfo, refuse_flax_module
 from bnnpp.posterior.approximation import FitStats, from_guide_params
 from bnnpp.posterior.core import Posterior
 from bnnpp.posterior.io import read_netcdf
@@ -31,6 +31,7 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
         A :class:`Posterior` whose ``predict`` and ``to_arviz`` work as before saving.
     """
     path = os.fspath(path)
+    refuse_flax_module(model)  # a bare Flax module is not a model: wrap it with from_flax
     if not os.path.isfile(path):
         raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save")
     idata = read_netcdf(path)
