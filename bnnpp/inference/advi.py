@@ -175,9 +175,10 @@ def _init_locations(model, x, y, options: ADVIOptions):
     if options.init_loc == "uniform":
         return init_to_uniform(radius=options.init_radius)
     layers = find_layers(model, x[:1], y[:1])
-    limits = {f"{name}.w": math.sqrt(6.0 / (lay["fan_in"] + lay["fan_out"])) for name, lay in layers.items()}
+    limits = {lay["sites"][0]: math.sqrt(6.0 / (lay["fan_in"] + lay["fan_out"])) for lay in layers.values()}
+    biases = frozenset(lay["sites"][1] for lay in layers.values())
     # NumPyro recognises init strategies as functools.partial objects
-    return functools.partial(_init_glorot, limits=limits, biases=frozenset(f"{name}.b" for name in layers), radius=options.init_radius)
+    return functools.partial(_init_glorot, limits=limits, biases=biases, radius=options.init_radius)
 
 
 def _init_glorot(site=None, *, limits: dict, biases: frozenset, radius: float):
