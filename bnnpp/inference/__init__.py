@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bnnpp.inference import advi, bbb, map_estimate, nuts, sgld  # noqa: F401  (importing registers each method)
+from bnnpp.inference import advi, bbb, laplace, map_estimate, nuts, sgld  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
