@@ -138,6 +138,7 @@ def test_logistic_regression_matches_a_long_nuts_run():
     np.testing.assert_array_less(np.abs(a.std(0) / sd - 1), 0.10)
 
 
+@pytest.mark.slow  # ~15 s alone: a 5,000-step MAP and a save/load round trip (the contract tests cover save/load fast)
 def test_linearised_predictive_grows_out_of_the_data_and_survives_save_load(tmp_path):
     data = bnnpp.data.sinusoid(n=32, seed=0)
     model = bnnpp.models.mlp((20,), likelihood="gaussian", prior=priors.normal(1.0))
@@ -156,14 +157,17 @@ def test_linearised_predictive_grows_out_of_the_data_and_survives_save_load(tmp_
     assert "log_marginal_likelihood" in idata.sample_stats
 
 
+@pytest.mark.slow  # ~14 s alone: two fits with their compiles
 def test_probit_classification_and_mc_on_moons(moons):
     model = bnnpp.models.mlp((8,), num_classes=2, prior=priors.normal(1.0))
-    lin = bnnpp.fit(model, moons, method="laplace", hessian="diag", num_steps=1500, num_samples=50, progress=False)
+    lin = bnnpp.fit(model, moons, method="laplace", hessian="diag", prior_structure="layerwise", num_steps=1000, num_samples=50,
+                    progress=False)
+    assert len(lin.info["prior_precision"]) == 2 and min(lin.info["prior_precision"]) > 0  # one δ per layer
     pred = lin.predict(moons.x_test)
     assert pred.probs.shape == (50, len(moons.y_test), 2)
     np.testing.assert_allclose(pred.probs.sum(-1), 1, rtol=1e-5)
     assert pred.scores(moons.y_test)["accuracy"] > 0.85
-    mc = bnnpp.fit(model, moons, method="laplace", subset="last_layer", predictive="mc", num_steps=1500, num_samples=50, progress=False)
+    mc = bnnpp.fit(model, moons, method="laplace", subset="last_layer", predictive="mc", num_steps=1000, num_samples=50, progress=False)
     assert np.ptp(mc.samples["dense_1.w"], axis=1).max() > 0 and np.ptp(mc.samples["dense_0.w"], axis=1).max() == 0
     assert mc.predict(moons.x_test).mutual_information.mean() > 0
 
@@ -202,6 +206,7 @@ def _linreg(x, y=None):
         ("probs", {"hessian": "full"}, "Categorical\\(logits"),
         ("mlp", {"prior_precision": "often"}, "must be 'evidence', 'model' or a positive number"),
         ("mlp", {"hessian": "lbfgs"}, "hessian must be one of"),
+        ("mlp", {"hessian": "full", "prior_structure": "layerwise"}, "layerwise' needs hessian='diag' or 'kron'"),
     ],
 )
 def test_unsupported_combinations_fail_in_one_line_before_fitting(model_kind, options, match, compile_counter):

@@ -113,6 +113,7 @@ class LaplaceOptions(map_estimate.MAPOptions):
         "evidence", "'evidence' (maximise the marginal likelihood), 'model' (full only) or a number",
         check=prior_precision_check, type=str,
     )
+    prior_structure: str = option("scalar", "one prior precision for all weights, or one per layer (diag/kron)", choices=("scalar", "layerwise"))
     predictive: str = option("linearised", "predict with the linearised network (GLM, probit) or through it", choices=("linearised", "mc"))
     num_samples: int = option(100, "posterior draws kept (per chain for MCMC)", check=positive_int)
     curvature_batch_size: int = option(256, "rows per batch of the curvature pass", check=positive_int)
@@ -449,21 +450,32 @@ def _ggn(model, u, x, y, layers: dict, structure: str, batch: int):
 # --------------------------------------------------------------------------------------
 
 
-def _evidence(eig, p_replaced: int, theta_sq, loglik_of, const, fixed_delta, tune_sigma: bool, log_sigma0, steps: int = 600):
-    """Maximise log Z(ρ = log δ, τ = log σ) = loglik(τ) + (P_R/2) ρ − e^ρ ‖θ*_R‖²/2
-    − ½ Σ log(s(τ)·e + e^ρ) + const, s(τ) = exp(2 τ₀ − 2τ), with Adam (a cosine-decayed step
-    from 0.1) from ρ₀ = log(P_R / ‖θ*_R‖²), τ₀ the MAP's σ. ``fixed_delta``: ρ is not optimised.
+def _evidence(eig, groups: np.ndarray, sizes, theta_sq, loglik_of, const, fixed_delta, tune_sigma: bool, log_sigma0, steps: int = 600):
+    """Maximise log Z(ρ = log δ, τ = log σ) = loglik(τ) + Σ_g [(P_g/2) ρ_g − e^{ρ_g} ‖θ*_g‖²/2]
+    − ½ Σ_i log(s(τ)·e_i + e^{ρ_{g(i)}}) + const over the prior precisions δ_g of the groups g
+    (one, or one per layer), with s(τ) = exp(2 τ₀ − 2τ), by Adam (a cosine-decayed step from
+    0.1) from ρ₀ = log(P_g / ‖θ*_g‖²) and τ₀ the MAP's σ. ``fixed_delta``: ρ is not optimised.
 
-    Returns ``(δ, σ, log Z)`` (σ = exp(τ₀) unless tuned)."""
+    Args:
+        eig: curvature eigenvalues ``(E,)``; groups: each one's group ``(E,)`` (static ints).
+        sizes, theta_sq: per group, its replaced coordinates P_g and ‖θ*_g‖² ``(G,)``.
+
+    Returns ``(δ (G,), σ, log Z)`` (σ = exp(τ₀) unless tuned)."""
     eig = jnp.maximum(eig, 0.0)
+    sizes = jnp.asarray(sizes, jnp.float32)
+    theta_sq = jnp.asarray(theta_sq, jnp.float32)
 
     def log_z(params):
         rho, tau = params
         s = jnp.exp(2 * (log_sigma0 - tau))
-        return loglik_of(tau) + 0.5 * p_replaced * rho - 0.5 * jnp.exp(rho) * theta_sq - 0.5 * jnp.sum(jnp.log(s * eig + jnp.exp(rho))) + const
+        prior = jnp.sum(0.5 * sizes * rho - 0.5 * jnp.exp(rho) * theta_sq)
+        return loglik_of(tau) + prior - 0.5 * jnp.sum(jnp.log(s * eig + jnp.exp(rho)[groups])) + const
 
-    rho0 = jnp.log(fixed_delta) if fixed_delta is not None else jnp.log(jnp.maximum(p_replaced, 1) / jnp.maximum(theta_sq, 1e-12))
-    params = (jnp.asarray(rho0, jnp.float32), jnp.asarray(log_sigma0, jnp.float32))
+    if fixed_delta is not None:
+        rho0 = jnp.full(sizes.shape, jnp.log(fixed_delta))
+    else:
+        rho0 = jnp.log(jnp.maximum(sizes, 1) / jnp.maximum(theta_sq, 1e-12))
+    params = (rho0.astype(jnp.float32), jnp.asarray(log_sigma0, jnp.float32))
     free = (fixed_delta is None, tune_sigma)
     if any(free):
         opt = optax.adam(optax.cosine_decay_schedule(0.1, steps, 0.01))
@@ -521,6 +533,8 @@ def plan(model, x, y, options: LaplaceOptions) -> _Plan:
             raise ValueError(f"prior_precision='model' needs hessian='full'; hessian={hessian!r} takes 'evidence' or a number")
         subset = tuple(s for name in layers for s in (f"{name}.w", f"{name}.b"))
     else:
+        if options.prior_structure == "layerwise":
+            raise ValueError("prior_structure='layerwise' needs hessian='diag' or 'kron' (the full Hessian takes one prior precision)")
         subset = tuple(sites) if options.subset == "all" else tuple(s for name in layers for s in (f"{name}.w", f"{name}.b"))
         size = num_parameters({k: sites[k] for k in subset})
         if size > MAX_FULL_PARAMETERS:
@@ -634,7 +648,10 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
             const = log_rest + 0.5 * flat.shape[0] * jnp.log(2 * jnp.pi) - 0.5 * jnp.sum(jnp.log(jnp.maximum(jnp.linalg.eigvalsh(h0), 1e-30)))
         sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
         loglik_of = (lambda tau: loglik) if not p.tune_sigma else _gaussian_loglik(n, _ssr(model, u, x, y))
-        delta, sigma, log_z = _evidence(eig, r_idx.size, theta_sq, loglik_of, const, fixed_delta, p.tune_sigma, sigma0)
+        delta, sigma, log_z = _evidence(
+            eig, np.zeros(eig.shape[0], np.int32), [r_idx.size], jnp.stack([theta_sq]), loglik_of, const, fixed_delta, p.tune_sigma, sigma0
+        )
+        delta = delta[0]
         scale = jnp.exp(2 * (sigma0 - jnp.log(sigma))) if p.tune_sigma else 1.0
         h = scale * h_lik + h_rest + jnp.diag(jnp.where(mask, delta, 0.0))
         e, q = jnp.linalg.eigh(0.5 * (h + h.T))
@@ -648,21 +665,29 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
         else:
             factors = {k: (jnp.linalg.eigh(c["A"]), jnp.linalg.eigh(c["G"])) for k, c in curv.items()}
             eig = jnp.concatenate([jnp.outer(jnp.maximum(a[0], 0), jnp.maximum(g[0], 0)).ravel() for a, g in factors.values()])
-        theta_sq = sum(jnp.sum(v**2) for v in theta.values())
-        size = sum(int(np.prod(jnp.shape(v))) for v in theta.values())
+        layerwise = options.prior_structure == "layerwise"
+        sizes = [int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv]
+        sq = [jnp.sum(theta[f"{k}.w"] ** 2) + jnp.sum(theta[f"{k}.b"] ** 2) for k in curv]
+        if not layerwise:
+            sizes, sq = [sum(sizes)], [sum(sq)]
+        groups = np.repeat(np.arange(len(curv)) if layerwise else np.zeros(len(curv), np.int32), [
+            int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv
+        ]).astype(np.int32)
         loglik_of = _gaussian_loglik(n, stats["ssr"]) if p.tune_sigma else (lambda tau: stats["loglik"])
-        delta, sigma, log_z = _evidence(eig, size, theta_sq, loglik_of, 0.0, fixed_delta, p.tune_sigma, sigma0)
+        deltas, sigma, log_z = _evidence(eig, groups, sizes, jnp.stack(sq), loglik_of, 0.0, fixed_delta, p.tune_sigma, sigma0)
+        delta = deltas if layerwise else deltas[0]
         scale = jnp.exp(2 * (sigma0 - jnp.log(sigma))) if p.tune_sigma else 1.0
-        for name, c in curv.items():
+        for i, (name, c) in enumerate(curv.items()):
+            delta_l = deltas[i] if layerwise else deltas[0]
             if p.hessian == "diag":
-                prec = scale * c["diag"] + delta
+                prec = scale * c["diag"] + delta_l
                 w_shape = jnp.shape(theta[f"{name}.w"])
                 params[f"{name}.w__precision"] = prec[:-1].reshape(w_shape)
                 params[f"{name}.b__precision"] = prec[-1]
             else:
                 (la, qa), (lg, qg) = factors[name]
                 params[f"{name}__kron_qa"], params[f"{name}__kron_qg"] = qa, qg
-                params[f"{name}__kron_eig"] = scale * jnp.outer(jnp.maximum(la, 0), jnp.maximum(lg, 0)) + delta
+                params[f"{name}__kron_eig"] = scale * jnp.outer(jnp.maximum(la, 0), jnp.maximum(lg, 0)) + delta_l
     if p.tune_sigma:
         params["noise__fixed"] = biject_to(dist.constraints.positive).inv(sigma)
     params["prior_precision"] = jnp.asarray(jnp.nan if options.precision == "model" else delta, jnp.float32)
@@ -689,6 +714,13 @@ def _ssr(model, u, x, y):
 # --------------------------------------------------------------------------------------
 # fit
 # --------------------------------------------------------------------------------------
+
+
+def _precision_info(value, options: LaplaceOptions):
+    """δ for ``info``: None (model prior), a float, or a list (one per layer)."""
+    if options.precision == "model":
+        return None
+    return [float(v) for v in np.ravel(value)] if np.ndim(value) else float(value)
 
 
 def _unconstrain(model, values: dict, x, y) -> dict:
@@ -739,7 +771,7 @@ def fit(
     lml = float(params["log_marginal_likelihood"])
     extras = {
         **found.stats.extras, "hessian": p.hessian, "subset": list(p.subset), "laplace_parameters": int(num_parameters({k: found.sites[k] for k in p.subset})),
-        "log_marginal_likelihood": lml, "prior_precision": None if options.precision == "model" else float(params["prior_precision"]),
+        "log_marginal_likelihood": lml, "prior_precision": _precision_info(params["prior_precision"], options),
         "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": seconds,
     }
     stats = replace(

@@ -159,7 +159,7 @@ class FitStats:
         extras = {k: v for k, v in info.items() if k not in known and k not in traces}
         if "negative_elbo" not in traces and "nll" in traces and "kl" in traces:  # bbb fits of bnnpp 0.1
             traces["negative_elbo"] = np.asarray(traces["nll"], np.float64) + np.asarray(traces["kl"], np.float64)
-        elif "negative_elbo" not in traces and "loss" in traces and info.get("method") not in ("map", "sgld", "nuts"):
+        elif "negative_elbo" not in traces and "loss" in traces and info.get("method") not in ("map", "sgld", "nuts", "laplace"):
             traces["negative_elbo"] = traces["loss"]  # bnnpp 0.1 read any other loss trace as a negative ELBO
         return cls(
             method=str(info.get("method")),
