@@ -176,6 +176,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--epochs", type=int, default=None, help="MAP/BBB epochs on MNIST (default 5; quick 1)")
     ap.add_argument("--skip-mnist", action="store_true", help="only moons and sinusoid")
     ap.add_argument("--only-mnist", action="store_true", help="only the MNIST table")
+    ap.add_argument("--results", default=os.path.join(_common.HERE, "results"), help="folder for laplace[_quick].{md,json}")
     ap.add_argument("--row", default=None, help=argparse.SUPPRESS)  # one MNIST row, printed as JSON (a child process)
     args = ap.parse_args(argv)
     data_dir = args.data_dir or _common.default_data_dir()
@@ -186,7 +187,7 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     r: dict = {"machine": _common.machine()}
     if args.only_mnist:  # keep the other tables of the last full run
-        with open(os.path.join(_common.HERE, "results", "laplace.json")) as f:
+        with open(os.path.join(args.results, "laplace.json")) as f:
             r = {**json.load(f), "machine": r["machine"]}
     else:
         # the source material's 2-5-5-2 moons net, and a wider one (20, 20)
@@ -200,7 +201,7 @@ def main(argv=None) -> dict:
     command = "python benchmarks/laplace.py " + " ".join(argv if argv is not None else sys.argv[1:])
     md = markdown(r, command.strip())
     print(md)
-    _common.write_results(os.path.join(_common.HERE, "results"), "laplace_quick" if args.quick else "laplace", r, md)
+    _common.write_results(args.results, "laplace_quick" if args.quick else "laplace", r, md)
     return r
 
 
