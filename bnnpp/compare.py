@@ -29,6 +29,7 @@ COMPARE_DEFAULTS: dict[str, dict] = {"nuts": {"num_warmup": 500, "num_samples": 
 #: Tiny settings for smoke tests (``--quick``): every method runs end to end in seconds.
 QUICK_OPTIONS: dict[str, dict] = {
     "map": {"num_steps": 100},
+    "laplace": {"num_steps": 100, "num_samples": 50},
     "advi": {"num_steps": 200, "num_samples": 50},
     "bbb": {"epochs": 200, "num_samples": 50},
     "nuts": {"num_chains": 2, "num_warmup": 30, "num_samples": 30},

@@ -49,6 +49,7 @@ CLI_SMALL = {
     "advi": ["--steps", "300", "--num-samples", "50"],
     "bbb": ["--epochs", "300", "--num-samples", "50", "--estimator", "flipout"],
     "nuts": ["--num-chains", "1", "--num-warmup", "50", "--num-samples", "50"],
+    "laplace": ["--steps", "300", "--num-samples", "50"],
     "sgld": ["--num-chains", "2", "--num-samples", "50", "--burn-in", "100", "--thinning", "2"],
     "ensemble": ["--steps", "300", "--members", "2"],
     "swag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "10"],

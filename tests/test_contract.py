@@ -142,6 +142,7 @@ def test_toy_method_through_compare_and_sweep(rwm):
 
 QUICK = {
     "map": {"num_steps": 60},
+    "laplace": {"num_steps": 60, "num_samples": 20},
     "advi": {"num_steps": 60, "num_samples": 20},
     "bbb": {"epochs": 60, "num_samples": 20},
     "sgld": {"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},

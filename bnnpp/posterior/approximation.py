@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "from_guide_params"]
+__all__ = ["FAMILIES", "Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "from_guide_params"]
 
 
 class Approximation(abc.ABC):
@@ -20,6 +20,11 @@ class Approximation(abc.ABC):
     ``None`` there means the draws are all there is (samplers, MAP)."""
 
     kind: str = ""
+
+    #: ``predict(posterior, x, num_samples, seed) -> Prediction | None``: a family whose
+    #: predictive is not the network at its draws (e.g. the linearised Laplace) defines it;
+    #: ``Posterior.predict`` uses its answer unless it is ``None``.
+    predict = None
 
     @abc.abstractmethod
     def to_params(self) -> dict[str, np.ndarray]:
@@ -65,6 +70,11 @@ jax.tree_util.register_dataclass(GuideParameters, data_fields=["params"], meta_f
 # (pytrees, so that a method computes its approximation inside a compiled program)
 
 
+FAMILIES: dict[str, Any] = {}
+"""kind → ``from_params(params, sites) -> Approximation`` for families defined outside this
+module (a method's own, e.g. ``"laplace"``), so that :func:`from_guide_params` rebuilds them."""
+
+
 def from_guide_params(params: dict[str, Any] | None, sites, kind: str | None = None) -> Approximation | None:
     """Rebuild an approximation from flat named parameters (a saved ``variational_params``
     group, or the ``guide_params`` of a posterior built from an info dict). ``kind`` names
@@ -78,6 +88,8 @@ def from_guide_params(params: dict[str, Any] | None, sites, kind: str | None = N
     if not params:
         return None
     params = {k: np.asarray(v) for k, v in params.items()}
+    if kind in FAMILIES:
+        return FAMILIES[kind](params, sites)
     if kind in (None, MeanFieldGaussian.kind):
         for loc_fmt, scale_fmt in (("{}_loc", "{}_scale"), ("{}_auto_loc", "{}_auto_scale")):
             if sites and all(loc_fmt.format(n) in params and scale_fmt.format(n) in params for n in sites):
@@ -148,7 +160,7 @@ class FitStats:
         if "negative_elbo" not in traces and "nll" in traces and "kl" in traces:  # bbb fits of bnnpp 0.1
             traces["negative_elbo"] = np.asarray(traces["nll"], np.float64) + np.asarray(traces["kl"], np.float64)
         elif "negative_elbo" not in traces and "loss" in traces and info.get("method") not in (
-            "map", "sgld", "nuts", "ensemble", "swag", "multiswag", "mc_dropout",  # losses that are no ELBO
+            "map", "sgld", "nuts", "ensemble", "swag", "multiswag", "mc_dropout", "laplace",  # losses that are no ELBO
         ):
             traces["negative_elbo"] = traces["loss"]  # bnnpp 0.1 read any other loss trace as a negative ELBO
         return cls(

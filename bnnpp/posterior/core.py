@@ -154,6 +154,10 @@ class Posterior:
             raise ValueError("x is empty: pass at least one input row")
         if not np.all(np.isfinite(x)):
             raise ValueError("x contains NaN or inf")
+        if self.approximation is not None and self.approximation.predict is not None:
+            own = self.approximation.predict(self, x, num_samples, seed)  # e.g. the linearised Laplace
+            if own is not None:
+                return own
         flat = self.flat_draws(num_samples)
         s = next(iter(flat.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(seed), s)
