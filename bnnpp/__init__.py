@@ -8,9 +8,9 @@ import time as _time
 
 _IMPORT_START = _time.perf_counter()
 
-from bnnpp import data, metrics, models, priors  # noqa: E402
-from bnnpp.inference import fit, registered  # noqa: E402
-from bnnpp.posterior import Posterior, Prediction, load  # noqa: E402
+from bnnpp import data, metrics, models, priors
+from bnnpp.inference import fit, registered
+from bnnpp.posterior import Posterior, Prediction, load
 
 __all__ = ["Posterior", "Prediction", "data", "fit", "load", "metrics", "models", "priors", "registered"]
 __version__ = "0.1.0"

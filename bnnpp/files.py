@@ -109,9 +109,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iter
     """
     if mode not in ("w", "wt", "wb"):
         raise ValueError(f"atomic_file writes a new file: mode must be 'w' or 'wb', got {mode!r}")
-    with atomic_path(path) as tmp:
-        with open(tmp, mode, **open_kwargs) as f:
-            yield f
+    with atomic_path(path) as tmp, open(tmp, mode, **open_kwargs) as f:
+        yield f
 
 
 @contextmanager
@@ -215,7 +214,7 @@ def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
     Raises:
         ValueError: another process holds the lock.
     """
-    import fcntl  # noqa: PLC0415  (POSIX only; imported where it is needed)
+    import fcntl
 
     out_dir = os.path.abspath(os.fspath(out_dir))
     parent, name = os.path.split(out_dir)

@@ -124,7 +124,7 @@ class Checkpointer:
     """
 
     def __init__(self, config: Checkpointing, fingerprint: dict):
-        import orbax.checkpoint as ocp  # noqa: PLC0415  (orbax and tensorstore take ~1 s to import: only when checkpointing)
+        import orbax.checkpoint as ocp
 
         self._ocp = ocp
         self.config = config

@@ -219,7 +219,7 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str):
     a failing unit is not applied, so the carry holds the last finite state.
     """
     num_units = _num_units(plan)
-    abstract = lambda tree: jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)  # noqa: E731
+    abstract = lambda tree: jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
     rs_shape, data_shape = abstract(rs_shape), abstract(data)
     row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], rs_shape, data_shape)
 

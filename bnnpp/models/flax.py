@@ -192,7 +192,7 @@ class FlaxModel:
     # -- parameters and their priors ----------------------------------------------------
 
     def _linen_shapes(self, x) -> dict:
-        import flax.linen as nn  # noqa: PLC0415
+        import flax.linen as nn
 
         def init(key):
             with nn.intercept_methods(_linen_dropout_off):

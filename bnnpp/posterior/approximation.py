@@ -5,7 +5,6 @@ of probing dictionary keys or guide parameter names."""
 from __future__ import annotations
 
 import abc
-
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -126,9 +126,9 @@ class Posterior:
         if kind not in self._jitted:
             model = self.model_or_raise()
             if kind == "predict":
-                f = lambda s, k, x: observation(model, s, k, x, None)  # noqa: E731
+                f = lambda s, k, x: observation(model, s, k, x, None)
             else:
-                f = lambda s, k, x, y: observation(model, s, k, x, y)  # noqa: E731
+                f = lambda s, k, x, y: observation(model, s, k, x, y)
             in_axes = (0, 0, None) if kind == "predict" else (0, 0, None, None)
             self._jitted[kind] = jax.jit(jax.vmap(f, in_axes=in_axes))
         return self._jitted[kind]

@@ -89,8 +89,8 @@ def to_arviz(posterior, include_data: bool | None = None):
         An ``arviz.InferenceData``.
     """
     # ArviZ and xarray take about a second to import: they load on first use, not with bnnpp
-    import arviz as az  # noqa: PLC0415
-    import xarray as xr  # noqa: PLC0415
+    import arviz as az
+    import xarray as xr
 
     with_data = posterior.include_data(include_data)
     dims = {name: list(site.dims) for name, site in posterior.sites.items()}
@@ -211,7 +211,7 @@ def read_netcdf(path: str | os.PathLike, max_bytes: int = MAX_LOAD_BYTES):
         ValueError: one line naming the file, when it is not a readable netCDF/HDF5 file or
             its arrays declare more than ``max_bytes``.
     """
-    import arviz as az  # noqa: PLC0415  (about a second to import: on first use)
+    import arviz as az
 
     path = os.fspath(path)
     try:

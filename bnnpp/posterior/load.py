@@ -78,7 +78,7 @@ def _checked_meta(idata, path: str) -> tuple[dict, dict[str, SiteInfo]]:
     try:
         meta = json.loads(meta_text)
         sites = {k: SiteInfo(tuple(int(d) for d in v["shape"]), tuple(v["dims"])) for k, v in meta["sites"].items()}
-        meta["info"], meta["data"], meta["model"]  # noqa: B018  (required keys)
+        meta["info"], meta["data"], meta["model"]
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: its bnnpp metadata is damaged ({type(e).__name__}: {e})") from None
     if not sites:
