@@ -76,7 +76,7 @@ from bnnpp.inference.options import option, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import run
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import latent_sites, num_parameters, unwrap
+from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters, unwrap
 from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
 from bnnpp.posterior import Posterior, Prediction
 from bnnpp.posterior.approximation import FAMILIES, Approximation
@@ -287,7 +287,7 @@ def _likelihood_kind(model, x, y) -> str:
     found = {}
 
     def probe(xs, ys):
-        found["kind"] = _observation(handlers.trace(handlers.seed(model, _KEY)).get_trace(xs, ys))[0]
+        found["kind"] = _observation(handlers.trace(handlers.substitute(handlers.seed(model, _KEY), substitute_fn=improper_as_zeros)).get_trace(xs, ys))[0]
         return 0
 
     jax.eval_shape(probe, x[:2], y[:2])
@@ -526,8 +526,8 @@ def plan(model, x, y, options: LaplaceOptions) -> _Plan:
     if hessian in ("diag", "kron"):
         if not layers:
             raise ValueError(
-                f"hessian={hessian!r} (GGN) works on the weights of bnnpp dense/conv2d layers and this model has none: "
-                f"use hessian='full' (exact Hessian, up to {MAX_FULL_PARAMETERS:,} parameters)"
+                f"hessian={hessian!r} (GGN) works on the weights of bnnpp dense/conv2d layers and this model has none "
+                f"(Flax modules included): use hessian='full' (exact Hessian, up to {MAX_FULL_PARAMETERS:,} parameters)"
             )
         if options.precision == "model":
             raise ValueError(f"prior_precision='model' needs hessian='full'; hessian={hessian!r} takes 'evidence' or a number")
@@ -572,7 +572,7 @@ def _find_layers(model, x, y) -> dict:
 
     def probe(key):
         with _Conv():
-            handlers.seed(model, key)(x[:2], y[:2])
+            handlers.substitute(handlers.seed(model, key), substitute_fn=improper_as_zeros)(x[:2], y[:2])
         return 0
 
     jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32))
@@ -590,7 +590,7 @@ def _supports(model, x, y) -> dict:
     out = {}
 
     def probe(xs, ys):
-        trace = handlers.trace(handlers.seed(model, _KEY)).get_trace(xs, ys)
+        trace = handlers.trace(handlers.substitute(handlers.seed(model, _KEY), substitute_fn=improper_as_zeros)).get_trace(xs, ys)
         out.update({k: s["fn"].support for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]})
         return 0
 

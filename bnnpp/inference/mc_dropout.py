@@ -104,7 +104,7 @@ class MCDropoutInfo(NamedTuple):
 
 def dropout_layers(model, x, y) -> dict[str, dict]:
     """The layers dropout attaches to: name → find_layers' record plus ``index``, ``site``
-    (``<name>.w``) and ``axis`` (the weight axis of the inputs: 0 dense, 2 conv2d).
+    (the weight site: ``<name>.w``, or a Flax layer's kernel) and ``axis`` (the weight axis of the inputs: 0 dense, 2 conv2d).
 
     Raises:
         ValueError: the model has no bnnpp layer, or a layer's weights are not its latent
@@ -119,9 +119,10 @@ def dropout_layers(model, x, y) -> dict[str, dict]:
     sites = latent_sites(model, x, y)
     out = {}
     for i, (name, layer) in enumerate(layers.items()):
-        if f"{name}.w" not in sites:
-            raise ValueError(f"mc_dropout: layer {name!r} has no latent weight site {name}.w; let the layer sample its own weights")
-        out[name] = {**layer, "index": i, "site": f"{name}.w", "axis": 0 if layer["kind"] == "dense" else 2}
+        weight = layer["sites"][0]  # <name>.w, or a Flax layer's own (e.g. layers.0.kernel)
+        if weight not in sites:
+            raise ValueError(f"mc_dropout: layer {name!r} has no latent weight site {weight}; let the layer sample its own weights")
+        out[name] = {**layer, "index": i, "site": weight, "axis": 0 if layer["kind"] == "dense" else 2}
     return out
 
 
