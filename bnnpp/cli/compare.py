@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
         help="fit several methods on the same data and seed; write compare.md/json and figures",
         description="Fit each --methods entry to the same data with the same seed; write DIR/compare.md and "
         "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information — or for the "
-        "sinusoid RMSE, NLL, 95%% coverage and predictive sds —, max R-hat and min ESS of permutation-invariant "
+        "sinusoid RMSE, NLL, 95% coverage and predictive sds —, max R-hat and min ESS of permutation-invariant "
         "quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; with --reference nuts, "
         "each method's predictive agreement with a long NUTS run) and figures: decision_maps.png and "
         "reliability.png (or bands.png), forest_scales.png, trace_<method>.png (MCMC methods), reference.png.",
