@@ -126,6 +126,20 @@ def fit_one(method: str, prior, hidden: int, d, options: dict, seed: int, x_eval
     return p.draws, p.noise
 
 
+def fit_splits(method: str, prior, hidden: int, datasets: list, x_evals: list, options: dict, seeds: list[int]):
+    """Fit ``method`` to each dataset's training rows and predict at its ``x_evals`` entry:
+    all at once (:func:`fit_vmapped`) for methods the runner drives, one by one otherwise.
+    Returns ``loc``, ``scale`` ``(K, S, m)``."""
+    import bnnpp
+
+    if bnnpp.inference.get_method(method).build is not None:
+        return fit_vmapped(method, prior, hidden, np.stack([d.x_train for d in datasets]), np.stack([d.y_train for d in datasets]),
+                           np.stack(x_evals), options, seeds)
+    outs = [fit_one(method, prior, hidden, (d.x_train, d.y_train), options, seed, xe)
+            for d, xe, seed in zip(datasets, x_evals, seeds, strict=True)]
+    return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+
+
 def run_set(name: str, method: str, splits: list[int], data_dir: str, options: dict, seed: int) -> dict:
     """Validation choice of the prior, then the test scores, for every split of one set."""
     import bnnpp
@@ -134,16 +148,10 @@ def run_set(name: str, method: str, splits: list[int], data_dir: str, options: d
     grid = _priors()
     val = [bnnpp.data.uci(name, s, data_dir, validation=0.2, seed=seed) for s in splits]
     full = [bnnpp.data.uci(name, s, data_dir) for s in splits]
-    vmapped = bnnpp.inference.get_method(method).build is not None
     t0 = time.perf_counter()
     val_ll = {}
     for label, prior in grid.items():
-        if vmapped:
-            loc, scale = fit_vmapped(method, prior, hidden, np.stack([d.x_train for d in val]), np.stack([d.y_train for d in val]),
-                                     np.stack([d.x_val for d in val]), options, [seed + s for s in splits])
-        else:
-            outs = [fit_one(method, prior, hidden, (d.x_train, d.y_train), options, seed + s, d.x_val) for d, s in zip(val, splits, strict=True)]
-            loc, scale = np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+        loc, scale = fit_splits(method, prior, hidden, val, [d.x_val for d in val], options, [seed + s for s in splits])
         val_ll[label] = [_scores(loc[k], scale[k], d.y_val, d.y_scale)[0] for k, d in enumerate(val)]
     labels = list(grid)
     chosen = [labels[int(np.argmax([val_ll[lab][k] for lab in labels]))] for k in range(len(splits))]
@@ -151,12 +159,7 @@ def run_set(name: str, method: str, splits: list[int], data_dir: str, options: d
     for label in set(chosen):
         idx = [k for k, c in enumerate(chosen) if c == label]
         ds = [full[k] for k in idx]
-        if vmapped:
-            loc, scale = fit_vmapped(method, grid[label], hidden, np.stack([d.x_train for d in ds]), np.stack([d.y_train for d in ds]),
-                                     np.stack([d.x_test for d in ds]), options, [seed + splits[k] for k in idx])
-        else:
-            outs = [fit_one(method, grid[label], hidden, (d.x_train, d.y_train), options, seed + splits[k], d.x_test) for d, k in zip(ds, idx, strict=True)]
-            loc, scale = np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+        loc, scale = fit_splits(method, grid[label], hidden, ds, [d.x_test for d in ds], options, [seed + splits[k] for k in idx])
         for j, (k, d) in enumerate(zip(idx, ds, strict=True)):
             lls[k], rmses[k] = _scores(loc[j], scale[j], d.y_test, d.y_scale)
     se = (lambda v: float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None)
@@ -291,7 +294,7 @@ def main(argv=None) -> dict:
     rows = []
     t_all = time.perf_counter()
     for name in sets:
-        n_splits = len([f for f in os.listdir(bnnpp.data._uci_folder(name, args.data_dir)) if f.startswith("index_test_")])
+        n_splits = bnnpp.data.uci_num_splits(name, args.data_dir)
         k = min(n_splits, 2 if args.quick else (args.splits or n_splits))
         for m in methods:
             if m == "nuts" and name not in nuts_sets:

@@ -30,6 +30,7 @@ __all__ = [
     "moons",
     "sinusoid",
     "uci",
+    "uci_num_splits",
 ]
 
 
@@ -489,6 +490,12 @@ def _read_ints(path: str) -> np.ndarray:
     return v.astype(np.int64)
 
 
+def uci_num_splits(name: str, data_dir: str | os.PathLike | None = None) -> int:
+    """The number of standard splits of a UCI set (``n_splits.txt``: 20, 5 for protein);
+    ``name`` and ``data_dir`` as for :func:`uci`."""
+    return int(_read_ints(os.path.join(_uci_folder(name, data_dir), "n_splits.txt"))[0])
+
+
 def uci(
     name: str,
     split: int = 0,
@@ -530,7 +537,7 @@ def uci(
         raise TypeError(f"split must be an integer, got {split!r}")
     if not (isinstance(validation, (int, float)) and 0.0 <= validation < 1.0):
         raise ValueError(f"validation must be a fraction in [0, 1) of the training split, got {validation!r}")
-    n_splits = int(_read_ints(os.path.join(folder, "n_splits.txt"))[0])
+    n_splits = uci_num_splits(name, data_dir)
     if not 0 <= split < n_splits:
         raise ValueError(f"split must be in [0, {n_splits - 1}] for {short} ({n_splits} splits), got {split}")
     paths = {k: os.path.join(folder, f"index_{k}_{split}.txt") for k in ("train", "test")}
