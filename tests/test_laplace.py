@@ -303,6 +303,7 @@ def test_validation_prior_precision_is_the_grid_argmax_and_equals_a_fixed_fit(mo
         ({"prior_precision": "validation", "validation_data": (np.zeros((3, 2)), np.zeros(3)), "hessian": "full"}, "diag' or 'kron"),
         ({"prior_precision": "validation", "validation_data": (np.zeros((3, 2)), np.zeros(3)), "predictive": "mc"}, "linearised"),
         ({"prior_precision": "validation", "validation_data": (np.zeros((3, 5)), np.zeros(3))}, "shape"),
+        ({"prior_precision": "validation", "validation_data": (np.zeros((3, 2)), np.full(3, 7))}, r"validation_data: labels must lie in \[0, 2\)"),
     ],
 )
 def test_validation_prior_precision_errors(moons, options, match, compile_counter):
