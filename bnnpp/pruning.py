@@ -12,7 +12,7 @@ standard deviation of the draws (MCMC, low-rank/full-rank ADVI, MAP).
 
 A variational-dropout posterior (``method="vd"``) carries its own rule instead of a share to
 remove: :func:`log_alpha_table` drops every weight with log α above the fit's threshold
-(Molchanov et al. 2017, §4.4) and reports the compression per layer and in total.
+(Molchanov et al. 2017) and reports the compression per layer and in total.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "da
 
 
 def test_kl_approximation_matches_monte_carlo():
-    """Molchanov et al. (2017) eq. 8: KL(N(θ, αθ²) ‖ log-uniform) = E_{z∼N(0,1)} log|α^(−1/2) + z|
+    """Molchanov et al. (2017) §4.2: KL(N(θ, αθ²) ‖ log-uniform) = E_{z∼N(0,1)} log|α^(−1/2) + z|
     + const (the ½ log α of −KL cancels against E log|1 + √α z| = ½ log α + E log|α^(−1/2) + z|).
     The approximation (eq. 14) must differ from the Monte-Carlo estimate by one constant over
     the whole grid of log α; the paper states a maximum absolute deviation of about 0.009, so

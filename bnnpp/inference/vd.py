@@ -3,19 +3,20 @@ weights of bnnpp layers, with the log-uniform prior.
 
 **The family.** Every weight ``w_ij`` of every bnnpp dense / conv2d layer has the factor
 q(w_ij) = N(θ_ij, α_ij θ_ij²) — multiplicative Gaussian noise, w = θ(1 + √α ε) (Kingma,
-Salimans & Welling 2015, eq. 9–10). ``variant`` says what α is:
+Salimans & Welling 2015, §3). ``variant`` says what α is:
 
 * ``"gaussian_dropout"`` (Srivastava et al. 2014; Wang & Manning 2013): one fixed α
   (option ``alpha``) for every weight; only θ is trained.
 * ``"variational"`` (Kingma et al. 2015, §3.3): one α per layer, learnt with θ and clipped at
-  α ≤ 1 (log α ≤ 0) as in that paper, where the approximation of the KL was fitted.
+  α ≤ 1 (log α ≤ 0) as in that paper, whose polynomial KL approximation holds only there
+  (every variant here uses Molchanov et al.'s approximation below, valid for all α).
 * ``"sparse"`` (Molchanov, Ashukha & Vetrov 2017): one α per weight, unbounded. The
-  parameters are θ and log σ² with σ² = α θ² (the *additive* reparameterisation, their eq. 15:
+  parameters are θ and log σ² with σ² = α θ² (their *additive noise* reparameterisation, §4.1:
   w = θ + σ ε), so the gradient of the data term does not carry the huge variance of
   θ √α ε when α ≫ 1. log α = log σ² − log θ², clipped to [−10, 10] where it enters the KL.
 
 Every layer's pre-activations are drawn with the local reparameterisation trick (Kingma et
-al. 2015, eq. 6–7; for convolutions as in Molchanov et al. 2017, §4.3), through
+al. 2015, §2.3; for convolutions as in Molchanov et al. 2017), through
 :func:`bnnpp.inference.variational_layers.dense_preactivations` / ``conv_preactivations``:
 N(x·θ + b, x²·σ² + 10⁻⁸) per example (the 10⁻⁸, a bias sd of 10⁻⁴, keeps the square root
 differentiable for an all-zero input row). Biases, prior scales and every other latent site are point
@@ -26,7 +27,7 @@ the model's weight prior is replaced by the log-uniform prior.
 p(|w|) ∝ 1/|w|, the only prior under which Gaussian dropout's noise is variational inference
 (Kingma et al. 2015, §3.3). It is improper, so KL(q ‖ p) is defined only up to an additive
 constant (infinite in absolute terms); per weight it depends on α alone (Molchanov et al. 2017,
-eq. 8): −KL = ½ log α − E_{ε∼N(1, α)} log|ε| + C. We use their approximation (eq. 14)::
+§4.2): −KL = ½ log α − E_{ε∼N(1, α)} log|ε| + C. We use their approximation (eq. 14)::
 
     KL(α) ≈ k1 − k1·sigmoid(k2 + k3·log α) + ½·log(1 + 1/α),   k1=0.63576, k2=1.87320, k3=1.48695
 
@@ -40,11 +41,13 @@ KL is a constant (α is fixed), and the training objective is the expected log-l
 
 Per step the loss is ``(N/B)·NLL(batch) + β_t·KL − log p(point sites)``, with the KL weight
 β_t rising linearly from 0 to 1 over the first ``kl_warmup_epochs`` epochs and 1 afterwards
-(the linear KL warm-up of Sønderby et al. 2016, used by Molchanov et al. 2017 to train sparse
-VD from a random start; ``kl_warmup_epochs=0`` gives the plain ELBO from the first step).
+(β_t = min(1, t / (kl_warmup_epochs · M)) at step t, M minibatches per epoch: the linear KL
+warm-up of Sønderby et al. 2016, which lets the data shape θ before the prior starts to drop
+weights — Molchanov et al. 2017 train from a random start with a warm-up or from a pretrained
+network; ``kl_warmup_epochs=0`` gives the plain ELBO from the first step).
 
-**Sparsity and the draws.** A weight with log α > ``threshold`` (3 in Molchanov et al. 2017,
-§4.4: dropout rate p = α/(1+α) > 0.95) is dropped at test time. ``sample`` draws every weight
+**Sparsity and the draws.** A weight with log α > ``threshold`` (3 in Molchanov et al. 2017:
+dropout rate p = α/(1+α) > 0.95) is dropped at test time. ``sample`` draws every weight
 from q, w = θ + σ ε, and sets the dropped ones to zero; the other sites repeat their point
 value. The posterior's approximation is a :class:`VariationalDropout` (θ and log α per weight,
 the threshold), which ``bnnpp prune`` uses for the compression table
