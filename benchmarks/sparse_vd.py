@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import resource
 import sys
 import time
 
@@ -122,7 +123,8 @@ def run(name: str, mode: str, args, data_dir: str) -> dict:
 def _markdown(r: dict) -> str:
     lines = [
         "# Sparse variational dropout on MNIST (Molchanov et al. 2017, Table 1)", "",
-        f"`{r['command']}` — {r['date']}, {r['machine']}; load average before / after: {r['load_before']} / {r['load_after']}", "",
+        (f"`{r['command']}` — {r['date']}, {r['machine']}; load average before / after: {r['load_before']} / {r['load_after']}; "
+         f"{r['total_seconds'] / 60:.1f} min wall, {r.get('cpu_seconds', float('nan')) / 60:.1f} min CPU (this process)"), "",
         r["protocol"], "",
         "| network | epochs | test error | compression | paper: error | paper: compression | target met |",
         "|---|---|---|---|---|---|---|",
@@ -178,6 +180,7 @@ def main(argv=None) -> dict:
         target = TARGET_BUDGET.get(name) if mode_name == "budget" and args.epochs is None else None
         x = results[name]
         x["target_met"] = None if target is None else bool(x["test_error"] <= target["error"] and x["compression"] >= target["compression"])
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     result = {
         "benchmark": "sparse_vd", "mode": mode_name,
         "command": "python benchmarks/sparse_vd.py " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -187,6 +190,7 @@ def main(argv=None) -> dict:
                      f"learning rate {LEARNING_RATE:g} decayed linearly to 0; KL weight linear from 0 to 1; log alpha threshold 3; "
                      "random start (no pretraining). Test error: the network at θ with the dropped weights zeroed (the paper's rule)."),
         "targets": TARGET_BUDGET, "results": results, "total_seconds": time.perf_counter() - T0,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
     }
     md = _markdown(result)
     write_results(args.out, "sparse_vd", result, md)

@@ -180,7 +180,7 @@ def test_bad_options_and_models_fail_before_compiling(compile_counter):
     assert compile_counter() == before
 
 
-@pytest.mark.slow  # ~40 s: a 2-epoch MNIST fit, then the pruning tables on 10,000 test images
+@pytest.mark.slow  # ~60 s on the shared 2 cores: a 3-epoch MNIST fit, then the pruning tables on 10,000 test images
 def test_prune_cli_on_a_vd_run(tmp_path, capsys, monkeypatch):
     if not (DATA_DIR / "mnist" / "train-images-idx3-ubyte.gz").is_file():
         pytest.skip(f"MNIST IDX files not found in {DATA_DIR / 'mnist'} (set BNNPP_DATA_DIR)")
