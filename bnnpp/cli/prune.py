@@ -59,7 +59,7 @@ def run(args) -> int:
         raise CLIError(str(e)) from None
     print(reports.pruning_table_markdown(report["rows"]), end="")
     if "log_alpha" in report:  # a vd run: per-layer nonzero weights, compression ×, test error
-        print(pruning.log_alpha_markdown(report["log_alpha"]), end="")
+        print("\n" + pruning.log_alpha_markdown(report["log_alpha"]), end="")
     print(f"wrote {', '.join(os.path.join(args.dir, n) for n in report['files'])}")
     return 0
 
