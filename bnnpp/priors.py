@@ -37,7 +37,6 @@ import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
-from jax.scipy.special import logsumexp
 from numpyro.distributions import constraints
 
 __all__ = [
@@ -173,8 +172,8 @@ def hyperprior_from_spec(spec: dict) -> Hyperprior:
 class ScaleMixtureNormal(dist.Distribution):
     """π·N(0, σ1²) + (1−π)·N(0, σ2²), elementwise (Blundell et al. 2015, eq. 7).
 
-    ``log_prob`` is evaluated through ``logsumexp`` so that a tiny σ2 (e.g. e⁻⁶) stays
-    finite far from zero.
+    ``log_prob`` is a two-term log-sum-exp with the larger term as the base, so that a tiny σ2
+    (e.g. e⁻⁶) stays finite and exact far from zero.
     """
 
     arg_constraints = {
@@ -201,9 +200,16 @@ class ScaleMixtureNormal(dist.Distribution):
         return eps * jnp.where(pick_first, self.sigma1, self.sigma2)
 
     def log_prob(self, value):
-        lp1 = jnp.log(self.pi) + dist.Normal(0.0, self.sigma1).log_prob(value)
-        lp2 = jnp.log1p(-self.pi) + dist.Normal(0.0, self.sigma2).log_prob(value)
-        return logsumexp(jnp.stack([lp1, lp2]), axis=0)
+        # log[π N(v; 0, σ1²) + (1−π) N(v; 0, σ2²)] = max(lp1, lp2) + log1p(exp(−|lp1 − lp2|)):
+        # per element two squares, one exp and one log1p, with no stacked pair to reduce
+        # (logsumexp over jnp.stack cost about twice as much on bbb's Monte-Carlo KL of 478k
+        # MNIST weights); the larger term as the base keeps it exact in float32 when the narrow
+        # component underflows far from zero
+        half_v2 = 0.5 * jnp.square(value)
+        c = 0.5 * jnp.log(2 * jnp.pi)
+        lp1 = jnp.log(self.pi) - jnp.log(self.sigma1) - c - half_v2 / jnp.square(self.sigma1)
+        lp2 = jnp.log1p(-self.pi) - jnp.log(self.sigma2) - c - half_v2 / jnp.square(self.sigma2)
+        return jnp.maximum(lp1, lp2) + jnp.log1p(jnp.exp(-jnp.abs(lp1 - lp2)))
 
     @property
     def mean(self):
