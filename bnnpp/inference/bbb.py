@@ -14,8 +14,10 @@ minibatches per epoch::
 so that with ``kl_weighting="uniform"`` (π_i = 1/M) it is an unbiased estimate of the full
 negative ELBO, and with ``"blundell"`` (π_i = 2^(M−i) / (2^M − 1), eq. 9) the complexity cost
 dominates the first minibatches of each epoch and fades later. The KL term is closed-form
-where prior and factor are both Gaussian (``kl="analytic"``) and the Monte-Carlo estimate
-log q(θ) − log p(θ) otherwise (scale mixture, Laplace, Cauchy, …) or when ``kl="mc"``.
+where prior and factor are both Gaussian (``kl="analytic"``) and otherwise (scale mixture,
+Laplace, Cauchy, …, or ``kl="mc"``) the Monte-Carlo estimate −H(q) − log p(θ) at one draw θ of
+a layer's weights: E_q[log q] is the exact entropy, whose gradient equals that of log q(θ) at
+the draw (Blundell et al. 2015, eq. 2, with the entropy's noise removed).
 
 The gradient estimators for bnnpp dense and conv2d layers (``estimator``: ``"reparam"``,
 ``"local"`` — the local reparameterisation trick — or ``"flipout"``) and the layers' KL terms
