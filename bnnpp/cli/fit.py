@@ -22,9 +22,9 @@ from typing import Any
 import jax
 
 import bnnpp
-from bnnpp import files, priors, runs
+from bnnpp import config, files, priors, runs
 from bnnpp.cli._errors import CLIError
-from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
+from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC, TASKS
 from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
@@ -100,10 +100,21 @@ def add_parser(sub) -> None:
         "DIR/posterior.nc (ArviZ netCDF), DIR/metrics.json (test metrics, timings and how to reload the data) "
         "and DIR/uncertainty.png (2-D and 1-D sets) or DIR/loss.png (images). For images the posterior keeps "
         f"the variational parameters and {IMAGE_NUM_SAMPLES} draws by default (--num-samples).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     g = p.add_argument_group("data")
-    g.add_argument("--data", default="moons", choices=[*sorted(SYNTHETIC), *IMAGE_SETS], help="built-in dataset (generated locally) or MNIST / Fashion-MNIST (read from local files)")
+    g.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the names of the flags below, with _; "
+                   "flags typed override it); a run folder's config.toml repeats that run")
+    g.add_argument("--data", default="moons", metavar="{" + ",".join([*sorted(SYNTHETIC), *IMAGE_SETS]) + ",PATH}",
+                   help="built-in dataset (generated locally), MNIST / Fashion-MNIST (read from local files), or your "
+                   "own .csv (header row; --target names the target, every other column is a numeric feature) or .npz "
+                   "(arrays x, y, optional x_test, y_test)")
+    g.add_argument("--target", default=None, help="a .csv's target column")
+    g.add_argument("--task", default=None, choices=list(TASKS), help="your file's task (default: inferred: text or integer "
+                   "labels with at most 10 values are classes, other numbers regression)")
+    g.add_argument("--test-fraction", type=float, default=None, help="your file without x_test: share of rows held out "
+                   "for testing, a random subset drawn with --seed (default 0.2); inputs (and regression targets) are "
+                   "standardised with the training rows' mean and sd, recorded in metrics.json and applied by bnnpp predict")
     g.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: the dataset's: moons 0.3, circles 0.2, sinusoid 1.0)")
     g.add_argument("--data-dir", default=None, help="mnist/fashion_mnist: folder with the four IDX .gz files, or its parent (default: a tensorflow-datasets copy prepared in $TFDS_DATA_DIR or ~/tensorflow_datasets, else $BNNPP_DATA_DIR/<data>)")
     g.add_argument("--normalize", default=None, choices=list(NORMALIZATIONS), help="mnist/fashion_mnist pixels: /255, /126 (Blundell et al.) or standardised with the training mean and sd (default 255)")
@@ -145,8 +156,49 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run)
 
 
+class DefaultsOnce(argparse.HelpFormatter):
+    """Help that ends with ``(default: X)`` once: not for defaults of ``None`` (the help text
+    says what happens then) nor where the help text already names its default."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default in (None, argparse.SUPPRESS, False) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def is_file_data(data: str) -> bool:
+    """Whether ``--data`` names a user's file rather than a built-in set."""
+    return data not in SYNTHETIC and data not in IMAGE_SETS
+
+
+def _file_record(args) -> dict:
+    """The data record of a user's .csv/.npz (see :func:`bnnpp.runs.dataset_from_record`)."""
+    if not args.data.endswith((".csv", ".npz")):
+        raise ValueError(f"--data {args.data}: not a built-in set ({', '.join([*SYNTHETIC, *IMAGE_SETS])}) nor a .csv/.npz file")
+    if not os.path.isfile(args.data):
+        raise ValueError(f"--data {args.data}: no such file")
+    for flag, value in (("--data-noise", args.data_noise), ("--data-dir", args.data_dir), ("--normalize", args.normalize),
+                        ("--validation", args.validation), ("--train-subset", args.train_subset)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to the built-in sets, not to your file {args.data}")
+    if args.model != "mlp":
+        raise ValueError(f"--model {args.model} takes 28×28 images: use --model mlp for a table")
+    if args.data.endswith(".csv") and args.target is None:
+        raise ValueError(f"--data {args.data} needs --target COLUMN: the column to predict")
+    path = os.path.abspath(args.data)
+    return {"data": path, "target": args.target, "task": args.task,
+            "test_fraction": 0.2 if args.test_fraction is None else args.test_fraction, "seed": args.seed,
+            "sha256": bnnpp.data.file_sha256(path)}
+
+
 def _data_record(args) -> dict:
     """How to load (and later reload) this run's data; checks the data flags against --data."""
+    if is_file_data(args.data):
+        return _file_record(args)
+    for flag, value in (("--target", args.target), ("--task", args.task), ("--test-fraction", args.test_fraction)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to your own .csv/.npz file, not to --data {args.data}")
     image_flags = [
         flag
         for flag, value in (("--data-dir", args.data_dir), ("--normalize", args.normalize), ("--validation", args.validation), ("--train-subset", args.train_subset))
@@ -237,10 +289,14 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
         if record["validation"] and "validation_data" in backend.defaults:
             options["validation_data"] = (dataset.x_val, dataset.y_val)
     else:
-        data_kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
-        dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **data_kwargs)
+        if "sha256" in record:
+            dataset = runs.dataset_from_record(record)
+            record["preprocessing"] = dataset.transform.to_dict()  # what bnnpp predict applies to new rows
+        else:
+            data_kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
+            dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **data_kwargs)
         if dataset.task == "classification" and args.obs_noise is not None:
-            raise ValueError("--obs-noise applies to regression data (sinusoid) only")
+            raise ValueError("--obs-noise applies to regression data only")
         model = _model(args, prior, dataset.task, dataset.num_classes)
     x, y = check_data(dataset, model)
     parsed = backend.parse(options)
@@ -253,6 +309,36 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     per_draw = params + (2 * len(x) if x.size <= MAX_SAVED_DATA else 0)
     files.check_free_space(os.path.dirname(os.path.abspath(args.out)), 4 * draws * per_draw + x.nbytes, "the run folder")
     return dataset, model, options, record
+
+
+#: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
+NOT_CONFIG = frozenset({"out", "quiet", "resume", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
+                        "config", "handler", "argv", "command"})
+
+
+def resolved_config(args, options: dict) -> str:
+    """The run's ``config.toml`` text: every ``bnnpp fit`` setting that shapes the result (data,
+    model, method, seed) and every option of the method as it ran, so that ``bnnpp fit --config
+    RUN/config.toml --out NEW`` repeats the run. Of two exclusive options both set (a run
+    length given as ``epochs`` where ``num_steps`` has a default) the one given is kept."""
+    flags = {dest for dest, _, _ in method_flags()}
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key in NOT_CONFIG or key in flags or value is None:
+            continue
+        out[key] = list(value) if isinstance(value, tuple) else value
+    if is_file_data(args.data):
+        out["data"] = os.path.abspath(args.data)
+    method = get_backend(args.method)
+    defaults = method.defaults
+    taken = {spec.name for spec in method.options.specs() if spec.flag is not None}
+    kept = {k: v for k, v in options.items() if k in taken and v is not None}
+    for a, b in method.exclusive:
+        if a in kept and b in kept:  # the one whose default is None was given
+            kept.pop(b if defaults.get(a) is None else a)
+    out.update(kept)
+    comment = f"bnnpp fit configuration (bnnpp {bnnpp.__version__}); repeat with: bnnpp fit --config config.toml --out NEW"
+    return config.dumps(out, comment)
 
 
 def fit_and_report(args) -> dict:
@@ -300,8 +386,9 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
         "predict": time.perf_counter() - t0,
     }
     report = runs.fit_report(post, model, record, seed=args.seed, test=test, seconds=seconds)
+    texts = {"config.toml": resolved_config(args, post.info["options"])}
     try:
-        written = runs.write_fit_run(args.out, post, dataset, report)
+        written = runs.write_fit_run(args.out, post, dataset, report, texts)
     except (ValueError, OSError) as e:  # a full disk, a folder that went read-only
         raise CLIError(f"could not write the run folder {args.out}: {e}") from None
     remove_checkpoints(checkpoint_dir)  # the run is complete: nothing to resume
