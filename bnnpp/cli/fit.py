@@ -46,6 +46,13 @@ def checkpoint_folder(out: str) -> str:
 IMAGE_NUM_SAMPLES = 100
 MIN_TEST_DRAWS = 10
 
+def _shown_default(option: str, default) -> str:
+    """A method's default in the flag help: ``None`` spelt out where it has a meaning."""
+    if default is None:
+        return {"batch_size": "full batch", "num_steps": "unset", "epochs": "unset"}.get(option, "None")
+    return str(default)
+
+
 def method_flags() -> list[tuple[str, str, dict]]:
     """Every inference flag, generated from the registered methods' options dataclasses:
     ``(dest, option, argparse kwargs)``. Only flags the user gives are passed on; a flag whose
@@ -54,7 +61,7 @@ def method_flags() -> list[tuple[str, str, dict]]:
     out = []
     for cli in command_line_options():
         takers = ", ".join(
-            m if isinstance(d, bool) else f"{m}={'full batch' if d is None and cli.option == 'batch_size' else d}"
+            m if isinstance(d, bool) else f"{m}={_shown_default(cli.option, d)}"
             for m, d in cli.takers.items()
         )
         kwargs: dict = {"help": f"{cli.help} [{takers}]"}
@@ -64,6 +71,7 @@ def method_flags() -> list[tuple[str, str, dict]]:
             kwargs["choices"] = list(cli.choices)
         else:
             kwargs["type"] = cli.type
+        kwargs["aliases"] = cli.aliases
         out.append((cli.dest, cli.option, kwargs))
     return out
 
@@ -143,7 +151,8 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
     for dest, _option, kwargs in method_flags():
-        g.add_argument(_flag(dest), dest=dest, default=argparse.SUPPRESS, **kwargs)
+        kwargs = dict(kwargs)
+        g.add_argument(_flag(dest), *kwargs.pop("aliases"), dest=dest, default=argparse.SUPPRESS, **kwargs)
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=0, help="seed for data generation and inference")
     g.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
