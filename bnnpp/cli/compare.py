@@ -55,6 +55,7 @@ def add_parser(sub) -> None:
         "reliability.png (or bands.png), forest_scales.png, trace_<method>.png (MCMC methods), reference.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); a [METHOD] table sets that method's options; flags typed override it")
     p.add_argument("--data", default="moons", choices=COMPARE_SETS, help="built-in dataset (sinusoid: 1-D regression)")
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
     p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")

@@ -278,6 +278,9 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     backend = get_backend(args.method)
     flags = method_flags()
     given = [(dest, opt) for dest, opt, _ in flags if hasattr(args, dest)]
+    refused = [backend.options.refused[opt] for _, opt in given if opt in backend.options.refused]
+    if refused:  # an option of the common vocabulary the method cannot take, with why
+        raise ValueError(refused[0])
     wrong = [_flag(dest) for dest, opt in given if opt not in backend.defaults]
     if wrong:
         takes = [spec.cli_flag for spec in backend.options.specs() if spec.flag is not None]  # in the method's order

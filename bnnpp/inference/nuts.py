@@ -222,6 +222,7 @@ def fit(
         UserWarning: above :data:`PARAMETER_WARNING` latent parameters (before anything runs).
         RuntimeWarning: when any kept draw diverged.
     """
+    options = options.resolve(int(x.shape[0]))  # num_steps → num_warmup + num_samples (idempotent)
     sites = latent_sites(model, x, y)
     n_params = num_parameters(sites)
     if n_params > PARAMETER_WARNING:

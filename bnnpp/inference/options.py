@@ -304,11 +304,13 @@ class Options:
 
     def resolve(self, n: int) -> Options:
         """The options with lengths that depend on the data fixed for ``n`` training rows
-        (called before the method is built; the result is what a posterior records). The
-        default sets ``num_steps`` from ``epochs`` (:func:`steps_for`) for methods with both;
-        methods override it to derive their own lengths (sgld, swag, nuts)."""
+        (called before the method is built; the result is what a posterior records; calling
+        it twice changes nothing more). The default sets ``num_steps`` from ``epochs``
+        (:func:`steps_for`) where ``epochs`` is the alternative to a ``num_steps`` default
+        (a method whose own length is ``epochs``, such as bbb, keeps it); methods override it
+        to derive their own lengths (sgld, swag, nuts)."""
         names = self.names()
-        if "num_steps" in names and "epochs" in names:
+        if {"num_steps", "epochs"} <= set(names) and self.epochs is not None and self.defaults()["epochs"] is None:
             return dataclasses.replace(self, num_steps=steps_for(self, n))
         return self
 

@@ -392,6 +392,7 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
         and ``sample_stats`` ``step_size`` and ``lp`` ``(num_chains, num_samples)``.
     """
     n = int(x.shape[0])
+    options = options.resolve(int(x.shape[0]))  # num_steps / epochs → burn_in, thinning (idempotent)
     variant, num_chains = options.variant, int(options.num_chains)
     sched = Schedule.from_options(options)
     sites = latent_sites(model, x, y)

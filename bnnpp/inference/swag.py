@@ -186,6 +186,7 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     ``sample`` returns ``{site: (num_samples, *site)}`` for SWAG and
     ``{site: (members, num_samples, *site)}`` for MultiSWAG (``num_chains = members``).
     """
+    options = options.resolve(int(x.shape[0]))  # num_steps / epochs → pretrain_steps, swag_epochs (idempotent)
     members, n = int(options.members), int(x.shape[0])
     batch = options.batch_size or n
     num_batches = n // batch
