@@ -859,7 +859,12 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
     elif not path.endswith(".csv"):
         raise ValueError(f"{path}: inputs must be a .csv, .npz or .npy file")
     elif by_name:
-        header, rows = read_csv(path, transform.features)
+        try:
+            header, rows = read_csv(path, transform.features)
+        except ValueError as e:
+            if "no column" not in str(e):
+                raise
+            raise ValueError(f"{e} (a CSV of values only, no header: pass it as --x, by_name=False)") from None
         cols = list(zip(*rows, strict=True))
         x = np.stack([numeric_column(path, f, list(cols[header.index(f)])) for f in transform.features], axis=1)
     else:

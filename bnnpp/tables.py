@@ -32,12 +32,9 @@ def run_transform(report: dict, posterior) -> data.FileTransform:
     if report.get("preprocessing") is not None:
         return data.FileTransform.from_dict(report["preprocessing"])
     shape = tuple(posterior.x.shape[1:])
-    if posterior.y.dtype.kind in "iu":
-        task, classes = "classification", tuple(range(int(posterior.y.max()) + 1))
-    else:
-        task, classes = "regression", None
+    task = "classification" if posterior.y.dtype.kind in "iu" else "regression"  # class labels are int32
     features = tuple(f"x{i}" for i in range(int(np.prod(shape))))
-    return data.FileTransform(features, "y", task, np.zeros(shape), np.ones(shape), classes=classes)
+    return data.FileTransform(features, "y", task, np.zeros(shape), np.ones(shape))  # classes: 0..C-1
 
 
 def prediction_table(prediction: Prediction, transform: data.FileTransform, classes: tuple | None = None) -> dict[str, np.ndarray]:

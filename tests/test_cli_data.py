@@ -200,6 +200,9 @@ def test_config_to_argv_matches_the_flags(tmp_path):
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["fit"]
     flags = config.to_argv(sub, {"num_steps": 5, "hidden": [4, 4], "learn_prior": True, "method": "bbb"})
     assert flags == ["--num-steps", "5", "--hidden", "4,4", "--learn-prior", "--method", "bbb"]
+    compare = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["compare"]
+    flags = config.to_argv(compare, {"methods": "map,nuts", "nuts": {"num_samples": 5}}, command="compare")
+    assert flags == ["--set", "nuts.num_samples=5", "--methods", "map,nuts"]
     text = config.dumps({"a": 1, "b": [1.5, 2.0], "c": "x\"y", "d": None, "e": False})
     import tomllib
 

@@ -55,10 +55,18 @@ def test_num_steps_200_for_every_method(method, small):
 @pytest.mark.parametrize("method", [m for m in bnnpp.registered() if "epochs" in get_method(m).defaults])
 def test_epochs_convert_with_the_batch_size(method):
     # 3 epochs of N // 10 = 4 minibatches are 12 steps; full batch, 1 step an epoch
-    opts = get_method(method).parse({"epochs": 3, **({"batch_size": 10} if "batch_size" in get_method(method).defaults else {})})
+    batched = "batch_size" in get_method(method).defaults
+    opts = get_method(method).parse({"epochs": 3, **({"batch_size": 10} if batched else {})})
     resolved = opts.resolve(N)
-    if hasattr(resolved, "num_steps") and method not in ("sgld", "swag", "multiswag"):
-        assert steps_for(opts, N) == (12 if opts.batch_size else 3) == resolved.num_steps
+    total = 12 if batched else 3
+    assert steps_for(resolved, N) == total
+    assert resolved.resolve(N) == resolved  # resolving twice changes nothing
+    if method == "sgld":
+        assert (resolved.burn_in, resolved.thinning) == (total // 2, 1)
+    elif method in ("swag", "multiswag"):  # the rest: at least 2 x collect_every SWAG epochs
+        assert (resolved.pretrain_steps, resolved.swag_epochs) == (total // 2, 2)
+    elif get_method(method).defaults["epochs"] is None:  # epochs replaces a num_steps default
+        assert resolved.num_steps == total
 
 
 @pytest.mark.parametrize("method", [m for m in bnnpp.registered() if {"epochs", "num_steps"} <= set(get_method(m).defaults)])

@@ -1,5 +1,10 @@
-"""``bnnpp fit``: fit a network to a dataset and write posterior.nc, metrics.json and a figure
-(uncertainty.png for the built-in 2-D and 1-D sets, loss.png for images) into ``--out``.
+"""``bnnpp fit``: fit a network to a dataset and write posterior.nc, metrics.json, config.toml and
+a figure (uncertainty.png for 2-D classification and 1-D regression, else loss.png) into ``--out``.
+
+``--data`` is a built-in set or a user's ``.csv``/``.npz`` (:func:`bnnpp.data.from_file`): its
+data record holds the file's absolute path and SHA-256 plus ``target``, ``task``,
+``test_fraction`` and ``seed`` (the file is read again to reload the run, and refused if it
+changed), and ``preprocessing`` — the standardisation ``bnnpp predict`` applies to new rows.
 
 For MNIST / Fashion-MNIST (``--data mnist``), ``metrics.json`` records how to reload the same
 data (``data``, ``data_dir``, ``normalize``, ``validation``, ``train_subset``, ``flatten``):
@@ -104,9 +109,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "fit",
         help="fit a Bayesian network and write posterior.nc, metrics.json and a figure",
-        description="Fit a Bayesian network to a built-in dataset or MNIST / Fashion-MNIST; write "
-        "DIR/posterior.nc (ArviZ netCDF), DIR/metrics.json (test metrics, timings and how to reload the data) "
-        "and DIR/uncertainty.png (2-D and 1-D sets) or DIR/loss.png (images). For images the posterior keeps "
+        description="Fit a Bayesian network to a built-in dataset, MNIST / Fashion-MNIST or your own .csv/.npz; write "
+        "DIR/posterior.nc (ArviZ netCDF), DIR/metrics.json (test metrics, timings and how to reload the data), "
+        "DIR/config.toml (the run's settings: --config DIR/config.toml repeats it) "
+        "and DIR/uncertainty.png (2-D classification, 1-D regression) or DIR/loss.png (others). For images the posterior keeps "
         f"the variational parameters and {IMAGE_NUM_SAMPLES} draws by default (--num-samples).",
         formatter_class=DefaultsOnce,
     )
