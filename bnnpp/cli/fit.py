@@ -345,8 +345,11 @@ def resolved_config(args, options: dict) -> str:
         if key in NOT_CONFIG or key in flags or value is None:
             continue
         out[key] = list(value) if isinstance(value, tuple) else value
-    if is_file_data(args.data):
-        out["data"] = os.path.abspath(args.data)
+    for key in config.PATH_KEYS:  # absolute: a config file's relative paths are read from its own folder
+        if key == "data" and not is_file_data(args.data):
+            continue
+        if out.get(key) is not None:
+            out[key] = os.path.abspath(out[key])
     method = get_backend(args.method)
     defaults = method.defaults
     taken = {spec.name for spec in method.options.specs() if spec.flag is not None}
