@@ -139,9 +139,10 @@ def test_csv_round_trip_fit_predict_config(houses, tmp_path, monkeypatch, capsys
     # a hand-written config, relative data path, and a flag that overrides it
     (tmp_path / "run.toml").write_text('data = "my.csv"\ntarget = "price"\nmethod = "bbb"\nhidden = [10]\n'
                                        "[inference]\nepochs = 300\nnum_samples = 50\n")
-    third = tmp_path / "third"
-    assert main(["fit", "--config", str(tmp_path / "run.toml"), "--epochs", "200", "--quiet", "--out", str(third)]) == 0
-    assert json.loads((third / "metrics.json").read_text())["steps_run"] == 200
+    third = tmp_path / "third"  # (the same programs as the first fit: loaded from the cache)
+    assert main(["fit", "--config", str(tmp_path / "run.toml"), "--seed", "1", "--quiet", "--out", str(third)]) == 0
+    third_report = json.loads((third / "metrics.json").read_text())
+    assert (third_report["seed"], third_report["steps_run"], third_report["options"]["num_samples"]) == (1, 300, 50)
     capsys.readouterr()
 
 
