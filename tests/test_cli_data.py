@@ -208,3 +208,13 @@ def test_config_to_argv_matches_the_flags(tmp_path):
     import tomllib
 
     assert tomllib.loads(text) == {"a": 1, "b": [1.5, 2.0], "c": 'x"y', "e": False}
+
+
+@pytest.mark.parametrize("command", ["fit", "predict", "compare", "sweep", "evaluate", "prune"])
+def test_help_prints_each_default_once(command, capsys):
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert "(default: None)" not in text
+    for entry in re.split(r"\s(?=--[a-z])", text):  # one flag's help at a time
+        assert entry.count("default") <= 1 or "(default:" not in entry, entry

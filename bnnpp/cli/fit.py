@@ -29,6 +29,7 @@ import jax
 import bnnpp
 from bnnpp import config, files, priors, runs
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC, TASKS
 from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
@@ -169,17 +170,6 @@ def add_parser(sub) -> None:
     g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes (not nuts)")
     g.add_argument("--no-cache", action="store_true", help="do not use JAX's persistent compilation cache")
     p.set_defaults(handler=run)
-
-
-class DefaultsOnce(argparse.HelpFormatter):
-    """Help that ends with ``(default: X)`` once: not for defaults of ``None`` (the help text
-    says what happens then) nor where the help text already names its default."""
-
-    def _get_help_string(self, action):
-        text = action.help or ""
-        if "default" in text or action.default in (None, argparse.SUPPRESS, False) or not action.option_strings:
-            return text
-        return text + " (default: %(default)s)"
 
 
 def is_file_data(data: str) -> bool:

@@ -7,6 +7,7 @@ import argparse
 import os
 
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 
 __all__ = ["add_parser", "run"]
 
@@ -19,6 +20,7 @@ def add_parser(sub) -> None:
         "is applied to the inputs; the output holds one row per input: regression mean, sd, epistemic_sd and "
         "aleatoric_sd in the target's units, or classification prob_<class> for every class, predicted, "
         "entropy and mutual_information.",
+        formatter_class=DefaultsOnce,
     )
     p.add_argument("run_dir", metavar="RUN", help="run folder written by `bnnpp fit --out RUN`")
     src = p.add_mutually_exclusive_group(required=True)

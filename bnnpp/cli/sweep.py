@@ -12,6 +12,7 @@ import time
 import bnnpp
 from bnnpp import reports, runs, sweep
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
 
 
@@ -34,7 +35,7 @@ def add_parser(sub) -> None:
         "with every seed on each dataset and tabulate test accuracy and NLL (mean ± sd over seeds; 'fixed' "
         "shows the best scale of the grid). Configurations that share structure train together in one "
         "vmapped compiled program (methods advi and map); --no-vmap fits them one by one.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); flags typed override it")
     p.add_argument("--data", type=_names, default=["moons", "circles"], help="comma-separated: moons, circles")
