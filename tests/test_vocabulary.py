@@ -75,6 +75,13 @@ def test_num_steps_and_epochs_are_exclusive(method):
         get_method(method).parse({"epochs": 2, "num_steps": 10})
 
 
+def test_sgld_takes_learning_rate_as_its_step_size():
+    opts = get_method("sgld").parse({"learning_rate": 3e-4}).resolve(N)
+    assert opts.step_size == 3e-4 and opts.resolve(N) == opts
+    with pytest.raises(ValueError, match="either learning_rate or step_size"):
+        get_method("sgld").parse({"learning_rate": 3e-4, "step_size": 1e-3})
+
+
 def test_nuts_refuses_epochs_naming_num_warmup():
     with pytest.raises(ValueError, match="num_warmup") as e:
         get_method("nuts").parse({"epochs": 3})

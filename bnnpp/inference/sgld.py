@@ -151,6 +151,7 @@ class SGLDOptions(Options):
 
     variant: str = option("sgld", "stochastic-gradient MCMC variant", choices=VARIANTS)
     step_size: float = option(1e-3, "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh)", check=positive_float)
+    learning_rate: float | None = option(None, "the common name of step_size (replaces it)", check=optional(positive_float), type=float)
     schedule: str = option("constant", "SG-MCMC step-size schedule", choices=SCHEDULES)
     decay_steps: float = option(1000.0, "polynomial schedule: h0 (1 + t/decay_steps)^-gamma", check=positive_float)
     gamma: float = option(0.55, "polynomial schedule exponent, in (0.5, 1]", check=fraction(0.5, 1.0, low_open=True, high_open=False))
@@ -171,14 +172,16 @@ class SGLDOptions(Options):
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     exclusive = (("epochs", "num_steps"), ("num_steps", "burn_in"), ("num_steps", "thinning"),
-                 ("epochs", "burn_in"), ("epochs", "thinning"))
+                 ("epochs", "burn_in"), ("epochs", "thinning"), ("learning_rate", "step_size"))
 
     def resolve(self, n: int) -> SGLDOptions:
         """With ``num_steps`` or ``epochs`` (T steps per chain): ``burn_in = T // 2``, and
         ``num_samples`` (cut to the steps there are; a multiple of ``num_cycles`` when
         cyclical) draws at ``thinning = max(1, steps // num_samples)`` over the rest — where
         "the rest" is the sampling share ``1 − exploration`` of it for the cyclical schedule,
-        so that the run is about T steps long."""
+        so that the run is about T steps long. ``learning_rate``, when given, is the step size."""
+        if self.learning_rate is not None and self.step_size != self.learning_rate:
+            return dataclasses.replace(self, step_size=self.learning_rate).resolve(n)
         if self.num_steps is None and self.epochs is None:
             return self
         total = steps_for(self, n)
