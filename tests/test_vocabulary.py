@@ -27,7 +27,7 @@ def small():
 # per-method settings that only keep the run small (none of them sets the run length)
 SMALL = {"ensemble": {"members": 2}, "multiswag": {"members": 2, "num_samples": 3}, "swag": {"rank": 3, "num_samples": 5},
          "nuts": {"num_chains": 1}, "sgld": {"num_chains": 1}, "advi": {"num_samples": 20}, "bbb": {"num_samples": 20},
-         "laplace": {"num_samples": 20}, "mc_dropout": {"num_samples": 20}}
+         "laplace": {"num_samples": 20}, "mc_dropout": {"num_samples": 20}, "vd": {"num_samples": 20}}
 
 
 # ~10 s a method (compilation): map stays in the fast suite, the others are marked slow
