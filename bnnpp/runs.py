@@ -69,7 +69,10 @@ def dataset_from_record(record: dict) -> data.Dataset:
 
     Uses the keys ``data`` and, for mnist/fashion_mnist, ``data_dir`` (``None``: the default
     search of :func:`bnnpp.data.load`), ``normalize``, ``validation``, ``flatten`` and
-    ``train_subset``; for the generated sets ``data_noise`` and ``seed``.
+    ``train_subset``; for the generated sets ``data_noise`` and ``seed``; for a user's file
+    (``data`` its absolute path) ``sha256``, ``target``, ``task``, ``test_fraction`` and
+    ``seed`` — the file is read again (:func:`bnnpp.data.from_file`) and refused when its
+    SHA-256 differs, so the run folder stays small whatever the data's size.
 
     Returns:
         The :class:`bnnpp.data.Dataset` the run trained and was tested on (training split cut
@@ -93,6 +96,14 @@ def dataset_from_record(record: dict) -> data.Dataset:
     if name in SYNTHETIC:
         noise = record.get("data_noise")
         return data.load_synthetic(name, seed=record.get("seed", 0), **({} if noise is None else {"noise": noise}))
+    if "sha256" in record:  # a user's file: read again, and refused if its bytes changed
+        path = record["data"]
+        if not os.path.isfile(path):
+            raise ValueError(f"the run's data file {path} is gone: put it back (the run recorded its SHA-256)")
+        if data.file_sha256(path) != record["sha256"]:
+            raise ValueError(f"the run's data file {path} changed since the run was fitted (SHA-256 differs): fit again")
+        return data.from_file(path, record.get("target"), task=record.get("task"), test_fraction=record.get("test_fraction", 0.2),
+                              seed=record.get("seed", 0))
     raise ValueError(f"the report names no known dataset (data={name!r}); known: {', '.join([*SYNTHETIC, *IMAGE_SETS])}")
 
 
@@ -199,7 +210,8 @@ def block_rows(posterior, x: np.ndarray, max_values: int = 1 << 22) -> int:
 def metrics_on_test_set(posterior, dataset: data.Dataset) -> dict:
     """Test-set metrics of a posterior from every posterior draw: accuracy, NLL, Brier, ECE, ...
     for a classifier (:meth:`Prediction.scores`; predicted in blocks of :func:`block_rows`
-    rows), RMSE, NLL, 95% coverage and mean epistemic/aleatoric sd for regression; both with
+    rows), RMSE, NLL, 95% coverage and mean epistemic/aleatoric sd for regression (in the
+    targets' original units when the dataset standardised them: ``y_scale``); both with
     ``num_draws``. (``bnnpp fit``'s ``test`` entry of ``metrics.json``.)"""
     y = dataset.y_test
     if dataset.task == "classification":
@@ -207,12 +219,13 @@ def metrics_on_test_set(posterior, dataset: data.Dataset) -> dict:
         pred = Prediction("classification", probs=probs)
         return {**pred.scores(y), "num_draws": int(probs.shape[0])}
     pred = posterior.predict(dataset.x_test)
+    s = float(dataset.y_scale)  # standardised targets: RMSE, sds and NLL in the original units
     return {
-        "rmse": metrics.rmse(pred.mean, y),
-        "nll": metrics.gaussian_nll(pred.draws, pred.noise, y),
+        "rmse": metrics.rmse(pred.mean, y) * s,
+        "nll": metrics.gaussian_nll(pred.draws, pred.noise, y) + float(np.log(s)),
         "coverage_95": metrics.interval_coverage(pred.mean, pred.std, y),
-        "mean_epistemic_std": float(pred.epistemic_std.mean()),
-        "mean_aleatoric_std": float(pred.aleatoric_std.mean()),
+        "mean_epistemic_std": float(pred.epistemic_std.mean()) * s,
+        "mean_aleatoric_std": float(pred.aleatoric_std.mean()) * s,
         "num_draws": int(pred.draws.shape[0]),
     }
 
@@ -240,8 +253,9 @@ def loss_figure(posterior, title: str = ""):
 
 def figure(posterior, dataset: data.Dataset):
     """The figure of a fit run and its file name: the decision map (2-D classification) or the
-    regression bands as ``uncertainty.png``; for images the loss curve as ``loss.png`` (or
-    ``(None, None)`` when the method keeps no loss trace).
+    regression bands (1-D regression) as ``uncertainty.png``; otherwise (images, a user's
+    table) the loss curve as ``loss.png`` (or ``(None, None)`` when the method keeps no loss
+    trace).
 
     Returns:
         ``(figure, file_name)``.
@@ -250,7 +264,7 @@ def figure(posterior, dataset: data.Dataset):
     from bnnpp import plots
 
     title = f"{dataset.name}: {posterior.info['method']}"
-    if dataset.x_train.ndim != 2 or (dataset.task == "classification" and dataset.x_train.shape[1] != 2):
+    if dataset.x_train.ndim != 2 or dataset.x_train.shape[1] != (2 if dataset.task == "classification" else 1):
         return loss_figure(posterior, title), "loss.png"
     if dataset.task == "classification":
         return plots.decision_map(posterior.predict, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
@@ -297,9 +311,11 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
     }
 
 
-def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: dict) -> dict:
+def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: dict,
+                  texts: dict[str, str] | None = None) -> dict:
     """Write a fit run as the folder ``out_dir``: ``posterior.nc``, ``metrics.json``
-    (``report``) and the :func:`figure` when there is one. The folder is written beside the
+    (``report``), the :func:`figure` when there is one, and ``texts`` (file name → contents,
+    e.g. ``bnnpp fit``'s ``config.toml``). The folder is written beside the
     target and published whole (:func:`bnnpp.files.publish_run`): a previous run there is
     replaced, and a failure (a full disk included, checked first) leaves it as it was. Hold
     :func:`bnnpp.files.run_folder_lock` around the command that calls this.
@@ -322,6 +338,10 @@ def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, 
         if fig is not None:
             fig.savefig(os.path.join(tmp, fig_name), dpi=110)
             written.append(fig_name)
+        for name, text in (texts or {}).items():
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write(text)
+            written.append(name)
         report["seconds"]["write"] = time.perf_counter() - t0
         report["files"] = written
         with open(os.path.join(tmp, "metrics.json"), "w") as f:

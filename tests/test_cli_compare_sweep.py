@@ -58,7 +58,7 @@ def test_sweep_end_to_end(tmp_path):
         (["compare", "--methods", "map,hmc"], "unknown method(s) hmc"),
         (["compare", "--methods", ","], "give at least one method"),
         (["compare", "--methods", "map", "--set", "advi.num_steps=5"], "not in --methods"),
-        (["compare", "--methods", "map", "--set", "map.epochs=5"], "map takes"),
+        (["compare", "--methods", "map", "--set", "map.num_warmup=5"], "map takes"),
         (["compare", "--methods", "map", "--set", "map.num_steps=-5"], "num_steps must be"),
         (["sweep", "--priors", "flat", "--hyperpriors", "half-cauchy"], "grid is empty"),
         (["sweep", "--method", "nuts"], "cannot be vmapped"),

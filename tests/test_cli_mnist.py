@@ -49,7 +49,7 @@ def _fails(argv, tmp_path, capsys, compile_counter, match: str):
         (["--data", "mnist", "--train-subset", "0"], "--train-subset must be ≥ 1"),
         (["--data", "mnist", "--validation", "60000"], "validation must be an integer in [0, 59999]"),
         (["--data", "mnist", "--method", "bbb", "--num-samples", "5"], "--num-samples 5 is too few for test metrics on images"),
-        (["--data", "mnist", "--method", "bbb", "--steps", "10"], "--steps does not apply to --method bbb"),
+        (["--data", "mnist", "--method", "bbb", "--num-warmup", "10"], "--num-warmup does not apply to --method bbb"),
     ],
 )
 def test_bad_flags_fail_before_reading_data(argv, match, tmp_path, capsys, compile_counter):

@@ -58,7 +58,8 @@ FAST = {"num_samples": 50, "burn_in": 100, "thinning": 2, "num_chains": 2}
         ({"schedule": "cyclical", "num_samples": 10, "num_cycles": 3}, "must be a multiple of num_cycles"),
         ({"rms_decay": 1.0}, r"rms_decay must be a number in \(0, 1\)"),
         ({"variant": "sghmc", "friction": 2000.0}, "friction × step_size must be < 1"),
-        ({"num_steps": 10}, "does not take option"),
+        ({"members": 10}, "does not take option"),  # num_steps is taken since issue 19 (vocabulary)
+        ({"num_steps": 10, "burn_in": 5}, "pass either num_steps or burn_in"),
     ],
 )
 def test_bad_options_raise_before_compiling(options, match, compile_counter):

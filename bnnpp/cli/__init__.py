@@ -6,9 +6,11 @@ import argparse
 import sys
 import warnings
 
+from bnnpp import config
 from bnnpp.cli import compare as compare_cmd
 from bnnpp.cli import evaluate as evaluate_cmd
 from bnnpp.cli import fit as fit_cmd
+from bnnpp.cli import predict as predict_cmd
 from bnnpp.cli import prune as prune_cmd
 from bnnpp.cli import sweep as sweep_cmd
 from bnnpp.cli._errors import CLIError
@@ -23,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     fit_cmd.add_parser(sub)
+    predict_cmd.add_parser(sub)
     compare_cmd.add_parser(sub)
     sweep_cmd.add_parser(sub)
     evaluate_cmd.add_parser(sub)
@@ -33,8 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bnnpp`` console script; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # to print the command that resumes a fit
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        expanded = config.expand_argv(parser, argv)  # --config FILE: its options, overridden by the flags typed
+    except ValueError as e:
+        print(f"bnnpp {argv[0]}: error: {e}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(expanded)
+    args.argv = argv  # to print the command that resumes a fit
     # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line
     formatwarning = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *rest, **kw: f"bnnpp {args.command}: {category.__name__}: {message}\n"

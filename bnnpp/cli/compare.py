@@ -12,6 +12,7 @@ import time
 import bnnpp
 from bnnpp import priors, reports, runs
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
 
 CLASSIFICATION_SETS = ("moons", "circles")
@@ -53,8 +54,9 @@ def add_parser(sub) -> None:
         "quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; with --reference nuts, "
         "each method's predictive agreement with a long NUTS run) and figures: decision_maps.png and "
         "reliability.png (or bands.png), forest_scales.png, trace_<method>.png (MCMC methods), reference.png.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
+    p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); a [METHOD] table sets that method's options; flags typed override it")
     p.add_argument("--data", default="moons", choices=COMPARE_SETS, help="built-in dataset (sinusoid: 1-D regression)")
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
     p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")

@@ -5,11 +5,11 @@ evaluation.md, evaluation.npz and the figures into DIR (the work is
 
 from __future__ import annotations
 
-import argparse
 import os
 
 from bnnpp import runs
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 from bnnpp.runs import OOD_SETS
 
 __all__ = ["OOD_SETS", "add_parser", "run"]
@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
         "misclassified images the model was surest of and the least confident ones; out-of-distribution "
         "detection on uniform noise and Fashion-MNIST (share rejected by max class probability < tau, AUROC "
         "of predictive entropy and of mutual information). Writes DIR/evaluation.{json,md,npz} and PNG figures.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     p.add_argument("dir", help="run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)")
     p.add_argument("--data-dir", default=None, help="folder with the IDX files or their parent (default: the one in DIR/metrics.json)")

@@ -1,5 +1,10 @@
-"""``bnnpp fit``: fit a network to a dataset and write posterior.nc, metrics.json and a figure
-(uncertainty.png for the built-in 2-D and 1-D sets, loss.png for images) into ``--out``.
+"""``bnnpp fit``: fit a network to a dataset and write posterior.nc, metrics.json, config.toml and
+a figure (uncertainty.png for 2-D classification and 1-D regression, else loss.png) into ``--out``.
+
+``--data`` is a built-in set or a user's ``.csv``/``.npz`` (:func:`bnnpp.data.from_file`): its
+data record holds the file's absolute path and SHA-256 plus ``target``, ``task``,
+``test_fraction`` and ``seed`` (the file is read again to reload the run, and refused if it
+changed), and ``preprocessing`` — the standardisation ``bnnpp predict`` applies to new rows.
 
 For MNIST / Fashion-MNIST (``--data mnist``), ``metrics.json`` records how to reload the same
 data (``data``, ``data_dir``, ``normalize``, ``validation``, ``train_subset``, ``flatten``):
@@ -22,9 +27,10 @@ from typing import Any
 import jax
 
 import bnnpp
-from bnnpp import files, priors, runs
+from bnnpp import config, files, priors, runs
 from bnnpp.cli._errors import CLIError
-from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
+from bnnpp.cli._help import DefaultsOnce
+from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC, TASKS
 from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
@@ -46,6 +52,13 @@ def checkpoint_folder(out: str) -> str:
 IMAGE_NUM_SAMPLES = 100
 MIN_TEST_DRAWS = 10
 
+def _shown_default(option: str, default) -> str:
+    """A method's default in the flag help: ``None`` spelt out where it has a meaning."""
+    if default is None:
+        return {"batch_size": "full batch", "num_steps": "unset", "epochs": "unset", "learning_rate": "step_size"}.get(option, "None")
+    return str(default)
+
+
 def method_flags() -> list[tuple[str, str, dict]]:
     """Every inference flag, generated from the registered methods' options dataclasses:
     ``(dest, option, argparse kwargs)``. Only flags the user gives are passed on; a flag whose
@@ -54,7 +67,7 @@ def method_flags() -> list[tuple[str, str, dict]]:
     out = []
     for cli in command_line_options():
         takers = ", ".join(
-            m if isinstance(d, bool) else f"{m}={'full batch' if d is None and cli.option == 'batch_size' else d}"
+            m if isinstance(d, bool) else f"{m}={_shown_default(cli.option, d)}"
             for m, d in cli.takers.items()
         )
         kwargs: dict = {"help": f"{cli.help} [{takers}]"}
@@ -64,6 +77,7 @@ def method_flags() -> list[tuple[str, str, dict]]:
             kwargs["choices"] = list(cli.choices)
         else:
             kwargs["type"] = cli.type
+        kwargs["aliases"] = cli.aliases
         out.append((cli.dest, cli.option, kwargs))
     return out
 
@@ -96,14 +110,26 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "fit",
         help="fit a Bayesian network and write posterior.nc, metrics.json and a figure",
-        description="Fit a Bayesian network to a built-in dataset or MNIST / Fashion-MNIST; write "
-        "DIR/posterior.nc (ArviZ netCDF), DIR/metrics.json (test metrics, timings and how to reload the data) "
-        "and DIR/uncertainty.png (2-D and 1-D sets) or DIR/loss.png (images). For images the posterior keeps "
+        description="Fit a Bayesian network to a built-in dataset, MNIST / Fashion-MNIST or your own .csv/.npz; write "
+        "DIR/posterior.nc (ArviZ netCDF), DIR/metrics.json (test metrics, timings and how to reload the data), "
+        "DIR/config.toml (the run's settings: --config DIR/config.toml repeats it) "
+        "and DIR/uncertainty.png (2-D classification, 1-D regression) or DIR/loss.png (others). For images the posterior keeps "
         f"the variational parameters and {IMAGE_NUM_SAMPLES} draws by default (--num-samples).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     g = p.add_argument_group("data")
-    g.add_argument("--data", default="moons", choices=[*sorted(SYNTHETIC), *IMAGE_SETS], help="built-in dataset (generated locally) or MNIST / Fashion-MNIST (read from local files)")
+    g.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the names of the flags below, with _; "
+                   "flags typed override it); a run folder's config.toml repeats that run")
+    g.add_argument("--data", default="moons", metavar="{" + ",".join([*sorted(SYNTHETIC), *IMAGE_SETS]) + ",PATH}",
+                   help="built-in dataset (generated locally), MNIST / Fashion-MNIST (read from local files), or your "
+                   "own .csv (header row; --target names the target, every other column is a numeric feature) or .npz "
+                   "(arrays x, y, optional x_test, y_test)")
+    g.add_argument("--target", default=None, help="a .csv's target column")
+    g.add_argument("--task", default=None, choices=list(TASKS), help="your file's task (default: inferred: text or integer "
+                   "labels with at most 10 values are classes, other numbers regression)")
+    g.add_argument("--test-fraction", type=float, default=None, help="your file without x_test: share of rows held out "
+                   "for testing, a random subset drawn with --seed (default 0.2); inputs (and regression targets) are "
+                   "standardised with the training rows' mean and sd, recorded in metrics.json and applied by bnnpp predict")
     g.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: the dataset's: moons 0.3, circles 0.2, sinusoid 1.0)")
     g.add_argument("--data-dir", default=None, help="mnist/fashion_mnist: folder with the four IDX .gz files, or its parent (default: a tensorflow-datasets copy prepared in $TFDS_DATA_DIR or ~/tensorflow_datasets, else $BNNPP_DATA_DIR/<data>)")
     g.add_argument("--normalize", default=None, choices=list(NORMALIZATIONS), help="mnist/fashion_mnist pixels: /255, /126 (Blundell et al.) or standardised with the training mean and sd (default 255)")
@@ -132,7 +158,8 @@ def add_parser(sub) -> None:
     )
     g.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
     for dest, _option, kwargs in method_flags():
-        g.add_argument(_flag(dest), dest=dest, default=argparse.SUPPRESS, **kwargs)
+        kwargs = dict(kwargs)
+        g.add_argument(_flag(dest), *kwargs.pop("aliases"), dest=dest, default=argparse.SUPPRESS, **kwargs)
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=0, help="seed for data generation and inference")
     g.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
@@ -145,8 +172,38 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run)
 
 
+def is_file_data(data: str) -> bool:
+    """Whether ``--data`` names a user's file rather than a built-in set."""
+    return data not in SYNTHETIC and data not in IMAGE_SETS
+
+
+def _file_record(args) -> dict:
+    """The data record of a user's .csv/.npz (see :func:`bnnpp.runs.dataset_from_record`)."""
+    if not args.data.endswith((".csv", ".npz")):
+        raise ValueError(f"--data {args.data}: not a built-in set ({', '.join([*SYNTHETIC, *IMAGE_SETS])}) nor a .csv/.npz file")
+    if not os.path.isfile(args.data):
+        raise ValueError(f"--data {args.data}: no such file")
+    for flag, value in (("--data-noise", args.data_noise), ("--data-dir", args.data_dir), ("--normalize", args.normalize),
+                        ("--validation", args.validation), ("--train-subset", args.train_subset)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to the built-in sets, not to your file {args.data}")
+    if args.model != "mlp":
+        raise ValueError(f"--model {args.model} takes 28×28 images: use --model mlp for a table")
+    if args.data.endswith(".csv") and args.target is None:
+        raise ValueError(f"--data {args.data} needs --target COLUMN: the column to predict")
+    path = os.path.abspath(args.data)
+    return {"data": path, "target": args.target, "task": args.task,
+            "test_fraction": 0.2 if args.test_fraction is None else args.test_fraction, "seed": args.seed,
+            "sha256": bnnpp.data.file_sha256(path)}
+
+
 def _data_record(args) -> dict:
     """How to load (and later reload) this run's data; checks the data flags against --data."""
+    if is_file_data(args.data):
+        return _file_record(args)
+    for flag, value in (("--target", args.target), ("--task", args.task), ("--test-fraction", args.test_fraction)):
+        if value is not None:
+            raise ValueError(f"{flag} applies to your own .csv/.npz file, not to --data {args.data}")
     image_flags = [
         flag
         for flag, value in (("--data-dir", args.data_dir), ("--normalize", args.normalize), ("--validation", args.validation), ("--train-subset", args.train_subset))
@@ -217,6 +274,9 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     backend = get_backend(args.method)
     flags = method_flags()
     given = [(dest, opt) for dest, opt, _ in flags if hasattr(args, dest)]
+    refused = [backend.options.refused[opt] for _, opt in given if opt in backend.options.refused]
+    if refused:  # an option of the common vocabulary the method cannot take, with why
+        raise ValueError(refused[0])
     wrong = [_flag(dest) for dest, opt in given if opt not in backend.defaults]
     if wrong:
         takes = [spec.cli_flag for spec in backend.options.specs() if spec.flag is not None]  # in the method's order
@@ -237,10 +297,14 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
         if record["validation"] and "validation_data" in backend.defaults:
             options["validation_data"] = (dataset.x_val, dataset.y_val)
     else:
-        data_kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
-        dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **data_kwargs)
+        if "sha256" in record:
+            dataset = runs.dataset_from_record(record)
+            record["preprocessing"] = dataset.transform.to_dict()  # what bnnpp predict applies to new rows
+        else:
+            data_kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
+            dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **data_kwargs)
         if dataset.task == "classification" and args.obs_noise is not None:
-            raise ValueError("--obs-noise applies to regression data (sinusoid) only")
+            raise ValueError("--obs-noise applies to regression data only")
         model = _model(args, prior, dataset.task, dataset.num_classes)
     x, y = check_data(dataset, model)
     parsed = backend.parse(options)
@@ -253,6 +317,39 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     per_draw = params + (2 * len(x) if x.size <= MAX_SAVED_DATA else 0)
     files.check_free_space(os.path.dirname(os.path.abspath(args.out)), 4 * draws * per_draw + x.nbytes, "the run folder")
     return dataset, model, options, record
+
+
+#: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
+NOT_CONFIG = frozenset({"out", "quiet", "resume", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
+                        "config", "handler", "argv", "command"})
+
+
+def resolved_config(args, options: dict) -> str:
+    """The run's ``config.toml`` text: every ``bnnpp fit`` setting that shapes the result (data,
+    model, method, seed) and every option of the method as it ran, so that ``bnnpp fit --config
+    RUN/config.toml --out NEW`` repeats the run. Of two exclusive options both set (a run
+    length given as ``epochs`` where ``num_steps`` has a default) the one given is kept."""
+    flags = {dest for dest, _, _ in method_flags()}
+    out: dict[str, Any] = {}
+    for key, value in vars(args).items():
+        if key in NOT_CONFIG or key in flags or value is None:
+            continue
+        out[key] = list(value) if isinstance(value, tuple) else value
+    for key in config.PATH_KEYS:  # absolute: a config file's relative paths are read from its own folder
+        if key == "data" and not is_file_data(args.data):
+            continue
+        if out.get(key) is not None:
+            out[key] = os.path.abspath(out[key])
+    method = get_backend(args.method)
+    defaults = method.defaults
+    taken = {spec.name for spec in method.options.specs() if spec.flag is not None}
+    kept = {k: v for k, v in options.items() if k in taken and v is not None}
+    for a, b in method.exclusive:
+        if a in kept and b in kept:  # the one whose default is None was given
+            kept.pop(b if defaults.get(a) is None else a)
+    out.update(kept)
+    comment = f"bnnpp fit configuration (bnnpp {bnnpp.__version__}); repeat with: bnnpp fit --config config.toml --out NEW"
+    return config.dumps(out, comment)
 
 
 def fit_and_report(args) -> dict:
@@ -300,8 +397,9 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
         "predict": time.perf_counter() - t0,
     }
     report = runs.fit_report(post, model, record, seed=args.seed, test=test, seconds=seconds)
+    texts = {"config.toml": resolved_config(args, post.info["options"])}
     try:
-        written = runs.write_fit_run(args.out, post, dataset, report)
+        written = runs.write_fit_run(args.out, post, dataset, report, texts)
     except (ValueError, OSError) as e:  # a full disk, a folder that went read-only
         raise CLIError(f"could not write the run folder {args.out}: {e}") from None
     remove_checkpoints(checkpoint_dir)  # the run is complete: nothing to resume

@@ -11,6 +11,7 @@ import os
 
 from bnnpp import pruning, reports, runs
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 
 __all__ = ["add_parser", "run"]
 
@@ -39,7 +40,7 @@ def add_parser(sub) -> None:
         "share removed; a --method vd run also gets the log alpha rule (weights with log alpha > 3 dropped, Molchanov et al. "
         "2017): nonzero weights per layer, compression and test error. Writes DIR/prune.json, DIR/prune.md (the table "
         "beside the published ones) and DIR/snr.png.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
     p.add_argument("dir", help="run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)")
     p.add_argument("--rule", type=_rules, default="snr,magnitude", help="comma-separated pruning rules: snr, magnitude")

@@ -12,6 +12,7 @@ import time
 import bnnpp
 from bnnpp import reports, runs, sweep
 from bnnpp.cli._errors import CLIError
+from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
 
 
@@ -34,15 +35,16 @@ def add_parser(sub) -> None:
         "with every seed on each dataset and tabulate test accuracy and NLL (mean ± sd over seeds; 'fixed' "
         "shows the best scale of the grid). Configurations that share structure train together in one "
         "vmapped compiled program (methods advi and map); --no-vmap fits them one by one.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsOnce,
     )
+    p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); flags typed override it")
     p.add_argument("--data", type=_names, default=["moons", "circles"], help="comma-separated: moons, circles")
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: each set's)")
     p.add_argument("--priors", type=_names, default=["normal", "laplace", "cauchy", "flat"], help="weight priors")
     p.add_argument("--hyperpriors", type=_names, default=list(sweep.HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)")
     p.add_argument("--fixed-scales", type=_numbers, default=[0.1, 0.3, 1.0, 3.0, 10.0], help="the fixed scales tried")
     p.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
-    p.add_argument("--steps", type=int, default=None, help="optimisation steps (num_steps; default: the method's)")
+    p.add_argument("--num-steps", "--steps", dest="num_steps", type=int, default=None, help="optimisation steps (default: the method's)")
     p.add_argument("--num-samples", type=int, default=200, help="posterior draws per fit for test prediction")
     p.add_argument("--seeds", type=lambda t: _numbers(t, int), default=[0, 1, 2], help="inference seeds")
     p.add_argument("--hidden", type=lambda t: tuple(_numbers(t, int)), default=(5, 5), help="hidden widths")
@@ -61,9 +63,8 @@ def _build(args):
     configs = sweep.grid(args.priors, args.hyperpriors, args.fixed_scales)
     backend = get_backend(args.method)
     options = {}
-    if args.steps is not None:
-        key = "num_steps" if "num_steps" in backend.defaults else "epochs"
-        options[key] = args.steps
+    if args.num_steps is not None:  # every method's length (see bnnpp.inference.options)
+        options["num_steps"] = args.num_steps
     if "num_samples" in backend.defaults and args.method != "map":
         options["num_samples"] = args.num_samples
     backend.check_options(options)

@@ -11,6 +11,11 @@ NumPyro's ``SVIState`` carries its own PRNG key, split on every update; it is se
 ``init``, so the runner's per-step key is not used. The approximation is a
 :class:`~bnnpp.posterior.MeanFieldGaussian` for ``guide="normal"`` (AutoNormal's loc and
 scale on the unconstrained space) and :class:`~bnnpp.posterior.GuideParameters` otherwise.
+
+With ``batch_size = B < N`` every step sees a minibatch drawn on the device by the runner
+and the observed sites' log-likelihood is scaled by N/B (:class:`ScaleObserved`, the factor
+NumPyro's ``plate(..., subsample_size=B)`` applies), so the ELBO estimate stays unbiased for
+the full data (Hoffman et al. 2013, stochastic variational inference).
 """
 
 from __future__ import annotations
@@ -28,10 +33,20 @@ from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivari
 from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.util import compute_log_probs
 from numpyro.optim import optax_to_numpyro
+from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Keys
-from bnnpp.inference.options import Options, optimizer, optimizer_of, option, optional, positive_float, positive_int
+from bnnpp.inference.options import (
+    Options,
+    optimizer,
+    optimizer_of,
+    option,
+    optional,
+    positive_float,
+    positive_int,
+    steps_for,
+)
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
@@ -42,11 +57,25 @@ __all__ = [
     "GUIDES",
     "ADVIInfo",
     "ADVIOptions",
+    "ScaleObserved",
     "SortedTraceELBO",
     "build",
 ]
 
 GUIDES = {"normal": AutoNormal, "lowrank": AutoLowRankMultivariateNormal, "fullrank": AutoMultivariateNormal}
+
+
+class ScaleObserved(Messenger):
+    """Multiply the log-probability of every observed sample site by ``factor`` (N/B for a
+    minibatch of B of N rows); latent sites (the prior) are left as they are."""
+
+    def __init__(self, fn=None, factor: float = 1.0):
+        self.factor = factor
+        super().__init__(fn)
+
+    def process_message(self, msg):
+        if msg["type"] == "sample" and msg.get("is_observed"):
+            msg["scale"] = self.factor if msg.get("scale") is None else msg["scale"] * self.factor
 
 
 class SortedTraceELBO(Trace_ELBO):
@@ -85,9 +114,11 @@ class SortedTraceELBO(Trace_ELBO):
 class ADVIOptions(Options):
     """Options of ``method="advi"``."""
 
-    exclusive = (("optimizer", "learning_rate"),)
+    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
 
     num_steps: int = option(10_000, "optimisation steps", check=positive_int, flag="steps")
+    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
+    batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
@@ -127,7 +158,11 @@ def build(model, x, y, options: ADVIOptions) -> Algorithm:
     """ADVI as an :class:`Algorithm` over NumPyro's ``SVIState``."""
     opt = optimizer_of(options)
     guide = GUIDES[options.guide](model, init_loc_fn=_init_locations(model, x, y, options), init_scale=options.init_scale)
-    svi = SVI(model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
+    n = int(x.shape[0])
+    batch = options.batch_size or n
+    # the guide is built on the model itself (its sites); the ELBO sees the rescaled likelihood
+    elbo_model = model if batch == n else ScaleObserved(model, factor=n / batch)
+    svi = SVI(elbo_model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
     sites = latent_sites(model, x, y)
     x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
 
@@ -158,7 +193,7 @@ def build(model, x, y, options: ADVIOptions) -> Algorithm:
         return GuideParameters(params)
 
     return Algorithm(
-        init, step, sample, num_steps=options.num_steps, num_samples=options.num_samples, name="advi",
+        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="advi",
         point=point, approximation=approximation, keys=_keys,
         postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"},
     )

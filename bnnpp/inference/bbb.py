@@ -57,6 +57,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    steps_for,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import (  # noqa: F401  (re-exported: bbb's estimators in bnnpp 0.1)
@@ -85,9 +86,10 @@ __all__ = [
 class BBBOptions(Options):
     """Options of ``method="bbb"`` (see :func:`build`)."""
 
-    exclusive = (("optimizer", "learning_rate"),)
+    exclusive = (("optimizer", "learning_rate"), ("num_steps", "epochs"))
 
     epochs: int = option(5000, "passes over the training data", check=positive_int)
+    num_steps: int | None = option(None, "optimisation steps (replaces epochs)", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
@@ -179,7 +181,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
     Options (:class:`BBBOptions`):
         epochs: passes over the data; steps = epochs × M, M = N // batch_size minibatches
             per epoch (the runner reshuffles on the device every epoch and drops the last
-            partial batch).
+            partial batch); or ``num_steps`` steps (a last epoch may be partial).
         batch_size: rows per step (``None``: the full data, M = 1).
         learning_rate / optimizer: Adam's step size, or any optax transformation (not both).
         num_particles: Monte-Carlo samples of the ELBO per step (``vmap``-ed).
@@ -288,7 +290,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample, num_steps=options.epochs * num_batches, num_samples=options.num_samples,
+        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples,
         batch_size=options.batch_size, name="bbb", point=lambda state: state.params["loc"],
         approximation=approximation, extras=extras, postfix=postfix,
     )

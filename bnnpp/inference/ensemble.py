@@ -45,6 +45,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    steps_for,
 )
 from bnnpp.inference.registry import Method, register
 
@@ -59,7 +60,7 @@ class EnsembleOptions(Options):
 
     members: int = option(5, "ensemble members M (independent MAP fits, trained as one vmapped program)", check=positive_int)
     num_steps: int = option(5_000, "optimisation steps of every member", check=positive_int, flag="steps")
-    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x N // batch_size)", check=optional(positive_int), type=int)
+    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
@@ -69,10 +70,8 @@ class EnsembleOptions(Options):
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     def steps_for(self, n: int) -> int:
-        """Steps of the fit on ``n`` training rows."""
-        if self.epochs is None:
-            return self.num_steps
-        return self.epochs * (n // (self.batch_size or n))
+        """Steps of the fit on ``n`` training rows (:func:`~bnnpp.inference.options.steps_for`)."""
+        return steps_for(self, n)
 
 
 class EnsembleInfo(NamedTuple):

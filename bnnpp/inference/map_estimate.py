@@ -24,7 +24,16 @@ import optax
 
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
-from bnnpp.inference.options import Options, optimizer, optimizer_of, option, optional, positive_float, positive_int
+from bnnpp.inference.options import (
+    Options,
+    optimizer,
+    optimizer_of,
+    option,
+    optional,
+    positive_float,
+    positive_int,
+    steps_for,
+)
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites
 
@@ -36,9 +45,10 @@ __all__ = [
 class MAPOptions(Options):
     """Options of ``method="map"``."""
 
-    exclusive = (("optimizer", "learning_rate"),)
+    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
 
     num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
+    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
@@ -96,7 +106,7 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (num_samples, *jnp.shape(v))), values)
 
     return Algorithm(
-        init, step, sample, num_steps=options.num_steps, num_samples=1, batch_size=options.batch_size, name="map",
+        init, step, sample, num_steps=steps_for(options, n), num_samples=1, batch_size=options.batch_size, name="map",
         point=lambda state: state.position, keys=_keys,
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
     )

@@ -59,6 +59,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    steps_for,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import latent_layers
@@ -72,12 +73,13 @@ __all__ = ["MCDropoutInfo", "MCDropoutOptions", "MCDropoutState", "build", "drop
 class MCDropoutOptions(Options):
     """Options of ``method="mc_dropout"``."""
 
-    exclusive = (("optimizer", "learning_rate"),)
+    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
 
     rate: float = option(0.1, "dropout probability p on the inputs of every layer (the start value with concrete)", check=fraction(low_open=True, high_open=True))
     concrete: bool = option(False, "learn p per layer (concrete dropout, Gal et al. 2017)", check=boolean)
     temperature: float = option(0.1, "concrete relaxation temperature", check=positive_float)
     num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
+    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
@@ -201,7 +203,7 @@ def build(model, x, y, options: MCDropoutOptions) -> Algorithm:
 
     names = list(layers)
     return Algorithm(
-        init, step, sample, num_steps=options.num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
+        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size,
         name="concrete dropout" if options.concrete else "mc dropout",
         point=lambda state: state.position,
         extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},

@@ -40,10 +40,12 @@ draw, so it is the gold standard for small networks only: above
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import jax
 import jax.monitoring
@@ -63,7 +65,7 @@ from bnnpp.inference.checkpoints import (
     interruptible,
     remove,
 )
-from bnnpp.inference.options import Options, boolean, non_negative_int, option, positive_float, positive_int
+from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import BATCH_WRAPPERS, latent_sites, num_parameters, unwrap
 from bnnpp.posterior import FitStats, Posterior
@@ -122,12 +124,23 @@ class NUTSOptions(Options):
     num_chains: int = option(4, "independent chains", check=positive_int)
     num_warmup: int = option(1000, "NUTS warm-up (adaptation) iterations per chain", check=non_negative_int)
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    num_steps: int | None = option(None, "NUTS iterations per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
     target_accept_prob: float = option(0.8, "NUTS target acceptance probability", check=_accept_prob)
     max_tree_depth: int = option(10, "NUTS maximum tree depth", check=_tree_depth)
     chain_method: str = option("vectorized", "how NUTS runs its chains", choices=CHAIN_METHODS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     dense_mass: bool = option(False, "NUTS: adapt a dense mass matrix", check=boolean)
     noncentered: bool = option(False, "NUTS: sample location-scale weights as loc + scale * z", check=boolean)
+
+    exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
+    refused: ClassVar[dict[str, str]] = {"epochs": "nuts is not trained in epochs (every iteration uses all the data): pass num_steps "
+               "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
+
+    def resolve(self, n: int) -> NUTSOptions:
+        """With ``num_steps`` T: ``num_warmup = T // 2`` and ``num_samples = T − T // 2``."""
+        if self.num_steps is None:
+            return self
+        return dataclasses.replace(self, num_warmup=self.num_steps // 2, num_samples=self.num_steps - self.num_steps // 2)
 
     def check(self) -> None:
         if self.chain_method == "parallel":
@@ -209,6 +222,7 @@ def fit(
         UserWarning: above :data:`PARAMETER_WARNING` latent parameters (before anything runs).
         RuntimeWarning: when any kept draw diverged.
     """
+    options = options.resolve(int(x.shape[0]))  # num_steps → num_warmup + num_samples (idempotent)
     sites = latent_sites(model, x, y)
     n_params = num_parameters(sites)
     if n_params > PARAMETER_WARNING:

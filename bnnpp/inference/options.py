@@ -6,12 +6,19 @@ A method declares its options as fields made with :func:`option`::
 
     @dataclass(frozen=True)
     class MyOptions(Options):
-        num_steps: int = option(1000, "optimisation steps", check=positive_int, flag="steps")
+        num_steps: int = option(1000, "optimisation steps", check=positive_int)
         guide: str = option("normal", "variational family", choices=("normal", "lowrank"))
 
 Checks are functions ``check(name, value)`` that raise ``ValueError``/``TypeError`` with a
 one-line message; :meth:`Options.check` (override it) adds checks across fields and
 :meth:`Options.check_data` checks that need the training data.
+
+One vocabulary across methods: a method trained in steps names its length ``num_steps`` and,
+where passes over the data make sense, also takes ``epochs`` (exactly one of the two;
+:func:`steps_for` converts with the data size and ``batch_size``); minibatches are
+``batch_size``, draws kept ``num_samples``, the optimiser ``learning_rate`` or ``optimizer``;
+the seed is :func:`bnnpp.fit`'s ``seed``. :meth:`Options.resolve` fixes such derived
+lengths once the number of training rows is known, before the method is built.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ __all__ = [
     "optional",
     "positive_float",
     "positive_int",
+    "steps_for",
 ]
 
 
@@ -154,6 +162,17 @@ def check_validation_data(value, x: np.ndarray) -> None:
         raise ValueError("validation_data is empty: pass at least one row, or None")
 
 
+def steps_for(options, n: int) -> int:
+    """Optimisation steps of options with ``num_steps``, ``epochs`` and (optionally)
+    ``batch_size`` on ``n`` training rows: ``epochs × (n // batch_size)`` (one step per full
+    minibatch; the runner drops the last partial batch of an epoch) when ``epochs`` was given
+    — it is set and either ``num_steps`` is ``None`` or ``epochs`` has no default — else
+    ``num_steps``."""
+    batches = max(1, n // (getattr(options, "batch_size", None) or n))
+    epochs_given = options.epochs is not None and (options.num_steps is None or type(options).defaults()["epochs"] is None)
+    return options.epochs * batches if epochs_given else options.num_steps
+
+
 # --------------------------------------------------------------------------------------
 # Option fields and the Options base
 # --------------------------------------------------------------------------------------
@@ -169,8 +188,10 @@ class OptionSpec:
         help: one line of help text.
         check: ``check(name, value)``, or ``None``.
         choices: the allowed values, or ``None``.
-        flag: the CLI flag without dashes (``"steps"`` → ``--steps``); ``None``: not on the
-            command line (Python objects such as an optax optimizer).
+        flag: the option's CLI flag without dashes — always its name (``num_steps`` →
+            ``--num-steps``); ``None``: not on the command line (Python objects such as an
+            optax optimizer).
+        aliases: older flag names (without dashes) the CLI also accepts (``("steps",)``).
         type: the CLI's value type (``int``, ``float``, ``str``, ``bool`` for a switch).
     """
 
@@ -181,6 +202,7 @@ class OptionSpec:
     choices: tuple | None
     flag: str | None
     type: type
+    aliases: tuple[str, ...] = ()
 
     @property
     def cli_flag(self) -> str | None:
@@ -199,8 +221,10 @@ def option(
 ) -> Any:
     """A dataclass field of an :class:`Options` class (see the module docstring).
 
-    ``flag=True`` (default) names the CLI flag after the option, a string names it, and
-    ``False`` keeps the option off the command line. ``type`` defaults to the default's type.
+    ``flag=True`` (default) puts the option on the command line as ``--option-name``, a
+    string does too and keeps that string as an alias (an older flag name such as ``"steps"``
+    for ``num_steps``), and ``False`` keeps the option off the command line. ``type`` defaults
+    to the default's type.
     """
     meta = {"help": help, "check": check, "choices": None if choices is None else tuple(choices), "flag": flag, "type": type}
     return dataclasses.field(default=default, metadata={"bnnpp": meta})
@@ -213,9 +237,12 @@ class Options:
     Class attributes:
         exclusive: pairs of options that must not be given together (the first replaces
             the second, e.g. ``("optimizer", "learning_rate")``).
+        refused: options of the common vocabulary the method cannot take, with why.
     """
 
     exclusive: ClassVar[tuple[tuple[str, str], ...]] = ()
+    refused: ClassVar[dict[str, str]] = {}
+    """Names of the common vocabulary the method does not take → the one-line reason and fix."""
 
     def __post_init__(self):
         for spec in self.specs():
@@ -242,9 +269,10 @@ class Options:
         for f in dataclasses.fields(cls):
             meta = f.metadata.get("bnnpp", {})
             flag = meta.get("flag", True)
-            flag = f.name if flag is True else (None if flag is False else flag)
+            aliases = (flag,) if isinstance(flag, str) and flag != f.name else ()
             kind = meta.get("type") or (type(f.default) if f.default is not None else str)
-            out.append(OptionSpec(f.name, f.default, meta.get("help", ""), meta.get("check"), meta.get("choices"), flag, kind))
+            out.append(OptionSpec(f.name, f.default, meta.get("help", ""), meta.get("check"), meta.get("choices"),
+                                  None if flag is False else f.name, kind, aliases))
         return tuple(out)
 
     @classmethod
@@ -261,6 +289,9 @@ class Options:
     def parse(cls, method: str, given: dict[str, Any]) -> Options:
         """The options from keyword arguments: unknown names and exclusive pairs are
         rejected, then every value is checked (one-line ValueError/TypeError)."""
+        for name in given:
+            if name in cls.refused:
+                raise ValueError(cls.refused[name])
         unknown = sorted(set(given) - set(cls.names()))
         if unknown:
             raise ValueError(
@@ -270,6 +301,18 @@ class Options:
             if a in given and b in given:
                 raise ValueError(f"pass either {a} or {b}, not both: {a} replaces {b}")
         return cls(**given)
+
+    def resolve(self, n: int) -> Options:
+        """The options with lengths that depend on the data fixed for ``n`` training rows
+        (called before the method is built; the result is what a posterior records; calling
+        it twice changes nothing more). The default sets ``num_steps`` from ``epochs``
+        (:func:`steps_for`) where ``epochs`` is the alternative to a ``num_steps`` default
+        (a method whose own length is ``epochs``, such as bbb, keeps it); methods override it
+        to derive their own lengths (sgld, swag, nuts)."""
+        names = self.names()
+        if {"num_steps", "epochs"} <= set(names) and self.epochs is not None and self.defaults()["epochs"] is None:
+            return dataclasses.replace(self, num_steps=steps_for(self, n))
+        return self
 
     def as_dict(self) -> dict[str, Any]:
         """Option name → value (shallow)."""

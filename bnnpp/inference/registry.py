@@ -77,7 +77,9 @@ class Method:
         self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
         checkpoint: Checkpointing | None = None, resume: bool = False,
     ) -> Posterior:
-        """Fit checked data with checked options (see :func:`bnnpp.fit`)."""
+        """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
+        epochs and the like are fixed first (:meth:`Options.resolve`)."""
+        options = options.resolve(int(x.shape[0]))
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
@@ -144,10 +146,11 @@ class CommandLineOption:
     """One inference flag of ``bnnpp fit``, merged over the methods that take it.
 
     Attributes:
-        flag: ``--steps``; dest: the argparse destination (``steps``); option: the keyword of
-            :func:`bnnpp.fit` (``num_steps``); type: ``int``, ``float``, ``str`` or ``bool``
-            (a switch); choices: the allowed values (union over methods) or ``None``;
-            help: the help text; takers: method → its default, for every method that takes it.
+        flag: ``--num-steps``; dest: the argparse destination (``num_steps``, the option
+            name); option: the keyword of :func:`bnnpp.fit` (``num_steps``); type: ``int``,
+            ``float``, ``str`` or ``bool`` (a switch); choices: the allowed values (union over
+            methods) or ``None``; help: the help text; takers: method → its default, for
+            every method that takes it; aliases: older flags also accepted (``--steps``).
     """
 
     flag: str
@@ -157,6 +160,7 @@ class CommandLineOption:
     choices: tuple | None
     help: str
     takers: dict[str, Any]
+    aliases: tuple[str, ...] = ()
 
 
 def command_line_options() -> list[CommandLineOption]:
@@ -175,7 +179,8 @@ def command_line_options() -> list[CommandLineOption]:
             known = merged.get(spec.flag)
             if known is None:
                 merged[spec.flag] = CommandLineOption(
-                    spec.cli_flag, spec.flag, spec.name, spec.type, spec.choices, spec.help, {name: spec.default}
+                    spec.cli_flag, spec.flag, spec.name, spec.type, spec.choices, spec.help, {name: spec.default},
+                    tuple("--" + a.replace("_", "-") for a in spec.aliases),
                 )
                 continue
             if (known.option, known.type) != (spec.name, spec.type):
@@ -186,7 +191,9 @@ def command_line_options() -> list[CommandLineOption]:
             choices = known.choices
             if spec.choices is not None:
                 choices = tuple(dict.fromkeys((*(choices or ()), *spec.choices)))
+            aliases = tuple(dict.fromkeys((*known.aliases, *("--" + a.replace("_", "-") for a in spec.aliases))))
             merged[spec.flag] = CommandLineOption(
-                known.flag, known.dest, known.option, known.type, choices, known.help, {**known.takers, name: spec.default}
+                known.flag, known.dest, known.option, known.type, choices, known.help, {**known.takers, name: spec.default},
+                aliases,
             )
     return list(merged.values())

@@ -100,6 +100,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -121,6 +122,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    steps_for,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import segments
@@ -149,6 +151,7 @@ class SGLDOptions(Options):
 
     variant: str = option("sgld", "stochastic-gradient MCMC variant", choices=VARIANTS)
     step_size: float = option(1e-3, "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh)", check=positive_float)
+    learning_rate: float | None = option(None, "the common name of step_size (replaces it)", check=optional(positive_float), type=float)
     schedule: str = option("constant", "SG-MCMC step-size schedule", choices=SCHEDULES)
     decay_steps: float = option(1000.0, "polynomial schedule: h0 (1 + t/decay_steps)^-gamma", check=positive_float)
     gamma: float = option(0.55, "polynomial schedule exponent, in (0.5, 1]", check=fraction(0.5, 1.0, low_open=True, high_open=False))
@@ -158,6 +161,8 @@ class SGLDOptions(Options):
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     burn_in: int = option(2000, "SG-MCMC steps discarded before keeping draws", check=non_negative_int)
     thinning: int = option(10, "keep every k-th SG-MCMC step", check=positive_int)
+    num_steps: int | None = option(None, "steps per chain, replacing burn_in and thinning: the first half burn-in, num_samples draws (at most one a step) spread over the rest", check=optional(positive_int), type=int)
+    epochs: int | None = option(None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int)
     num_chains: int = option(4, "independent chains", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     num_integration_steps: int = option(10, "SGHMC steps per transition", check=positive_int)
@@ -165,6 +170,29 @@ class SGLDOptions(Options):
     rms_decay: float = option(0.99, "pSGLD RMSprop decay", check=fraction(low_open=True, high_open=True))
     rms_eps: float = option(1e-5, "pSGLD RMSprop epsilon", check=positive_float)
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    exclusive = (("epochs", "num_steps"), ("num_steps", "burn_in"), ("num_steps", "thinning"),
+                 ("epochs", "burn_in"), ("epochs", "thinning"), ("learning_rate", "step_size"))
+
+    def resolve(self, n: int) -> SGLDOptions:
+        """With ``num_steps`` or ``epochs`` (T steps per chain): ``burn_in = T // 2``, and
+        ``num_samples`` (cut to the steps there are; a multiple of ``num_cycles`` when
+        cyclical) draws at ``thinning = max(1, steps // num_samples)`` over the rest — where
+        "the rest" is the sampling share ``1 − exploration`` of it for the cyclical schedule,
+        so that the run is about T steps long. ``learning_rate``, when given, is the step size."""
+        if self.learning_rate is not None and self.step_size != self.learning_rate:
+            return dataclasses.replace(self, step_size=self.learning_rate).resolve(n)
+        if self.num_steps is None and self.epochs is None:
+            return self
+        total = steps_for(self, n)
+        burn_in = total // 2
+        usable = total - burn_in
+        if self.schedule == "cyclical":
+            usable = max(1, int(usable * (1.0 - self.exploration)))
+        draws = max(1, min(self.num_samples, usable))
+        if self.schedule == "cyclical":
+            draws = max(self.num_cycles, draws - draws % self.num_cycles)
+        return dataclasses.replace(self, burn_in=burn_in, thinning=max(1, usable // draws), num_samples=draws)
 
     def check(self) -> None:
         if self.schedule == "cyclical" and self.num_samples % self.num_cycles:
@@ -367,6 +395,7 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
         and ``sample_stats`` ``step_size`` and ``lp`` ``(num_chains, num_samples)``.
     """
     n = int(x.shape[0])
+    options = options.resolve(int(x.shape[0]))  # num_steps / epochs → burn_in, thinning (idempotent)
     variant, num_chains = options.variant, int(options.num_chains)
     sched = Schedule.from_options(options)
     sites = latent_sites(model, x, y)

@@ -29,6 +29,7 @@ parameters alone, there are no running statistics to recompute after drawing.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -52,6 +53,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    steps_for,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites
@@ -65,10 +67,15 @@ SCHEDULES = ("constant", "cyclical")
 class SWAGOptions(Options):
     """Options of ``method="swag"``."""
 
-    exclusive = (("optimizer", "learning_rate"),)
+    exclusive = (
+        ("optimizer", "learning_rate"), ("epochs", "num_steps"), ("num_steps", "pretrain_steps"),
+        ("num_steps", "swag_epochs"), ("epochs", "pretrain_steps"), ("epochs", "swag_epochs"),
+    )
 
     pretrain_steps: int = option(2_000, "MAP (Adam) steps before SWAG starts", check=non_negative_int)
     swag_epochs: int = option(100, "epochs of SGD during which the iterates are collected", check=positive_int)
+    num_steps: int | None = option(None, "total steps, replacing pretrain_steps and swag_epochs: the first half MAP pretraining, the rest SWAG epochs (at least 2 x collect_every)", check=optional(positive_int), type=int)
+    epochs: int | None = option(None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int)
     batch_size: int | None = option(32, "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "pretraining Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "pretraining optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
@@ -94,6 +101,16 @@ class SWAGOptions(Options):
 
     def check_data(self, x, y) -> None:
         check_batch_size(self.batch_size, x)
+
+    def resolve(self, n: int) -> SWAGOptions:
+        """With ``num_steps`` or ``epochs`` (a total length T): ``pretrain_steps = T // 2`` and
+        ``swag_epochs`` the epochs that fit in the rest (at least ``2 × collect_every``)."""
+        if self.num_steps is None and self.epochs is None:
+            return self
+        total = steps_for(self, n)
+        batches = max(1, n // (self.batch_size or n))
+        swag_epochs = max(2 * self.collect_every, (total - total // 2) // batches)
+        return dataclasses.replace(self, pretrain_steps=total // 2, swag_epochs=swag_epochs)
 
 
 @dataclass(frozen=True)
@@ -169,6 +186,7 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     ``sample`` returns ``{site: (num_samples, *site)}`` for SWAG and
     ``{site: (members, num_samples, *site)}`` for MultiSWAG (``num_chains = members``).
     """
+    options = options.resolve(int(x.shape[0]))  # num_steps / epochs → pretrain_steps, swag_epochs (idempotent)
     members, n = int(options.members), int(x.shape[0])
     batch = options.batch_size or n
     num_batches = n // batch

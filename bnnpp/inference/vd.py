@@ -82,6 +82,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    steps_for,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import conv_preactivations, dense_preactivations, latent_layers
@@ -114,11 +115,12 @@ def _non_negative_int(name: str, value) -> None:
 class VDOptions(Options):
     """Options of ``method="vd"`` (module docstring)."""
 
-    exclusive = (("optimizer", "learning_rate"),)
+    exclusive = (("optimizer", "learning_rate"), ("num_steps", "epochs"))
 
     variant: str = option("sparse", "gaussian_dropout (fixed alpha), variational (alpha per layer, <= 1) or sparse (alpha per weight)", choices=VARIANTS)
     alpha: float = option(0.25, "gaussian_dropout: the fixed noise variance alpha; variational: its start value", check=positive_float)
     epochs: int = option(5000, "passes over the training data", check=positive_int)
+    num_steps: int | None = option(None, "optimisation steps (replaces epochs)", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
@@ -387,7 +389,7 @@ def build(model, x, y, options: VDOptions) -> Algorithm:
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample, num_steps=options.epochs * num_batches, num_samples=options.num_samples,
+        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples,
         batch_size=options.batch_size, name=f"vd ({variant})", point=lambda state: state.position,
         approximation=approximation, extras=extras, postfix=postfix,
     )

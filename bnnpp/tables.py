@@ -1,0 +1,117 @@
+"""Predictions for new rows as a table: ``bnnpp predict RUN --data FILE --out FILE``.
+
+:func:`predict_run` reads a ``bnnpp fit`` run folder, applies the run's recorded input
+standardisation (``metrics.json``'s ``preprocessing``, written for a user's ``.csv``/``.npz``)
+to new rows, and returns one row of predictive summaries per input in the original units:
+
+* regression — ``mean``, ``sd`` (total predictive sd), ``epistemic_sd``, ``aleatoric_sd``;
+* classification — ``prob_<class>`` for every class, ``predicted`` (the class of the largest
+  mean probability, as the training file labelled it), ``entropy`` (predictive entropy, nats)
+  and ``mutual_information`` (between label and weights; the epistemic part).
+
+:func:`write_table` saves such a table as CSV or ``.npz``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import numpy as np
+
+from bnnpp import data, evaluation
+from bnnpp.posterior import Prediction
+
+__all__ = ["predict_run", "prediction_table", "run_transform", "write_table"]
+
+
+def run_transform(report: dict, posterior) -> data.FileTransform:
+    """The :class:`~bnnpp.data.FileTransform` of a run: the recorded one for a user's file, else
+    the identity on the posterior's inputs (built-in sets: new rows are model inputs already)."""
+    if report.get("preprocessing") is not None:
+        return data.FileTransform.from_dict(report["preprocessing"])
+    shape = tuple(posterior.x.shape[1:])
+    task = "classification" if posterior.y.dtype.kind in "iu" else "regression"  # class labels are int32
+    features = tuple(f"x{i}" for i in range(int(np.prod(shape))))
+    return data.FileTransform(features, "y", task, np.zeros(shape), np.ones(shape))  # classes: 0..C-1
+
+
+def prediction_table(prediction: Prediction, transform: data.FileTransform, classes: tuple | None = None) -> dict[str, np.ndarray]:
+    """Column name → ``(n,)`` array of the per-row summaries (module docstring) of
+    ``prediction``, regression values mapped back to the original units with ``transform``'s
+    ``y_shift``/``y_scale``; ``classes``: the labels of the class indices (default
+    ``transform.classes``, else 0..C−1)."""
+    if prediction.task == "regression":
+        s = transform.y_scale
+        return {
+            "mean": prediction.mean * s + transform.y_shift,
+            "sd": prediction.std * s,
+            "epistemic_sd": prediction.epistemic_std * s,
+            "aleatoric_sd": prediction.aleatoric_std * s,
+        }
+    mean = prediction.mean
+    labels = classes or transform.classes or tuple(range(mean.shape[1]))
+    if len(labels) != mean.shape[1]:
+        raise ValueError(f"the run predicts {mean.shape[1]} classes but records {len(labels)} labels: fit it again")
+    table = {f"prob_{c}": mean[:, i] for i, c in enumerate(labels)}
+    table["predicted"] = np.asarray(labels)[np.argmax(mean, axis=1)]
+    table["entropy"] = prediction.entropy
+    table["mutual_information"] = prediction.mutual_information
+    return table
+
+
+def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name: bool = True,
+                num_samples: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+    """Predict every row of a file with a ``bnnpp fit`` run.
+
+    Args:
+        run_dir: the run folder (``posterior.nc``, ``metrics.json``).
+        path: the new rows: with ``by_name`` a CSV with a header naming the training features
+            (any order; a target column or others are ignored) or an ``.npz`` with ``x``;
+            without, a header-less CSV of feature values in training order (or ``.npy``/``.npz``).
+        num_samples: posterior draws to use (default: all).
+        seed: key of any randomness in the model.
+
+    Returns:
+        The :func:`prediction_table` of the rows, in file order. One-line ValueError for a run
+        folder that is not one, or a file whose columns do not match the run's features.
+    """
+    from bnnpp.inference import load  # the inference stack (JAX) loads only when predicting
+    from bnnpp.runs import block_rows
+
+    run_dir = os.fspath(run_dir)
+    for name in ("posterior.nc", "metrics.json"):
+        if not os.path.isfile(os.path.join(run_dir, name)):
+            raise ValueError(f"{run_dir} holds no {name}: pass a folder written by `bnnpp fit --out DIR`")
+    with open(os.path.join(run_dir, "metrics.json")) as f:
+        report = json.load(f)
+    posterior = load(os.path.join(run_dir, "posterior.nc"))
+    transform = run_transform(report, posterior)
+    x = transform.inputs(data.read_inputs(path, transform, by_name=by_name))
+    if transform.task == "classification":
+        probs = evaluation.predict_probs(posterior, x, num_samples=num_samples, seed=seed, batch_size=block_rows(posterior, x))
+        prediction = Prediction("classification", probs=probs)
+    else:
+        b = block_rows(posterior, x)
+        parts = [posterior.predict(x[i : i + b], num_samples=num_samples, seed=seed) for i in range(0, len(x), b)]
+        prediction = Prediction("regression", draws=np.concatenate([p.draws for p in parts], axis=1),
+                                noise=np.concatenate([p.noise for p in parts], axis=1))
+    return prediction_table(prediction, transform)
+
+
+def write_table(path: str | os.PathLike, table: dict[str, np.ndarray]) -> None:
+    """Write a table (column → ``(n,)`` array) as ``.csv`` (a header row, then one row per
+    input; floats with 6 significant digits) or ``.npz`` (one array per column)."""
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        np.savez(path, **{k: np.asarray(v) for k, v in table.items()})
+        return
+    if not path.endswith(".csv"):
+        raise ValueError(f"--out {path}: write a .csv or .npz file")
+    columns = list(table)
+    cells = [[f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v) for v in table[c].tolist()] for c in columns]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerows(zip(*cells, strict=True))
