@@ -566,6 +566,11 @@ def reference(post, reference_post, x: np.ndarray, *, check: dict | None = None,
         out.update({"agreement": float(agree.mean()), "total_variation": float(tv.mean()),
                     "per_point": {"agreement": agree.tolist(), "total_variation": tv.tolist()}})
         return out
+    if p.likelihood != "gaussian" or q.likelihood != "gaussian" or p.draws.ndim != 2:
+        raise ValueError(
+            f"reference compares 1-D Gaussian predictives; got {p.likelihood} and {q.likelihood} with targets "
+            f"{p.draws.shape[1:]}: compare test scores (Prediction.scores) instead"
+        )
     w2 = metrics.wasserstein2(metrics.predictive_quantiles(p.draws, p.noise), metrics.predictive_quantiles(q.draws, q.noise))
     ratio = p.std / q.std
     epi = p.epistemic_std / np.maximum(q.epistemic_std, 1e-12)

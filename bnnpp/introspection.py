@@ -148,7 +148,7 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
         found = _abstract_trace(model, x, y)
     except (ValueError, TypeError, NotImplementedError, AssertionError) as e:
         raise ValueError(
-            f"the model fails on the training data ({type(e).__name__}: {e}); bnnpp calls it as model(x, y) with x "
+            f"the model fails on the training data ({_one_line(e)}); bnnpp calls it as model(x, y) with x "
             f"{tuple(np.shape(x))}, y {tuple(np.shape(y))}"
         ) from None
     sites = _latent(found)
@@ -169,12 +169,20 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     return sites
 
 
+def _one_line(e: BaseException) -> str:
+    """``"Type: first line of the message"`` (an assert's message can span lines)."""
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
 def _check_observed(found: dict, y_shape: tuple[int, ...], name: str) -> None:
     """The observed site ``"y"`` (``name`` in the user's model) exists and has one
     log-density per row of ``y``: its distribution's shape is ``y``'s shape and its batch
     shape is ``(n,)`` (a ``(n, K)`` target is one event, ``.to_event(1)``)."""
     observed = [k for k, site in found.items() if site["is_observed"]]
     if OBSERVED not in found or not found[OBSERVED]["is_observed"]:
+        if observed and name != OBSERVED:
+            raise ValueError(f"the model has no observed site named {name!r}; its observed site is {observed[0]!r}: pass observed={observed[0]!r}")
         if observed:
             raise ValueError(
                 f"the model's observed site is {observed[0]!r}, not 'y': pass observed={observed[0]!r} to bnnpp.fit "
@@ -212,7 +220,7 @@ def check_sites(model: Callable, sites: dict[str, SiteInfo], x, what: str) -> No
     try:
         mine = {k: v for k, v in latent_sites(model, x, None).items() if k != OBSERVED}  # y=None samples "y"
     except (ValueError, TypeError, NotImplementedError, AssertionError) as e:
-        raise ValueError(f"the model fails on {what}'s inputs ({type(e).__name__}: {e}): pass the model it was fitted with") from None
+        raise ValueError(f"the model fails on {what}'s inputs ({_one_line(e)}): pass the model it was fitted with") from None
     if set(mine) != set(sites):
         missing, extra = sorted(set(sites) - set(mine)), sorted(set(mine) - set(sites))
         raise ValueError(

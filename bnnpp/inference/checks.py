@@ -61,6 +61,8 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
                 "re-code the labels or set num_classes"
             )
         return x, y.astype(np.int32)
-    if likelihood == "gaussian":
+    if likelihood == "poisson" and (np.any(y < 0) or np.any(y != np.round(y))):
+        raise ValueError("likelihood='poisson' models counts: y must hold non-negative integers")
+    if likelihood in ("gaussian", "student_t", "heteroscedastic", "poisson"):
         return x, y.astype(np.float32)
     return x, (y.astype(np.int32) if y.dtype.kind in "biu" else y.astype(np.float32))
