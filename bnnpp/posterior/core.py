@@ -161,7 +161,11 @@ class Posterior:
         flat = self.flat_draws(num_samples)
         s = next(iter(flat.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(seed), s)
-        out = jax.device_get(self._observe("predict")(flat, keys, x))
+        return self._prediction(jax.device_get(self._observe("predict")(flat, keys, x)))
+
+    @staticmethod
+    def _prediction(out: dict) -> Prediction:
+        """A :class:`Prediction` from the draw-vmapped output of :func:`observation`."""
         if "probs" in out:
             return Prediction("classification", probs=np.asarray(out["probs"]))
         if "rate" in out:
@@ -189,7 +193,12 @@ class Posterior:
         likelihood (:meth:`Prediction.sample`)."""
         if not self.has_data:
             raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
-        rep = self.predict(self.x, seed=seed).sample(np.random.default_rng(seed))
+        if self.approximation is not None and self.approximation.predict is not None:
+            pred = self.predict(self.x, seed=seed)  # the approximation's own predictive (Laplace's GLM)
+        else:  # the log-likelihood's program also returns the likelihood's parameters: no second compile
+            keys = jax.random.split(jax.random.PRNGKey(seed), self.num_chains * self.num_draws)
+            pred = self._prediction(jax.device_get(self._observe("loglik")(self.flat_draws(None), keys, self.x, self.y)))
+        rep = pred.sample(np.random.default_rng(seed))
         return rep.reshape(self.num_chains, self.num_draws, *np.shape(self.y))
 
     def to_arviz(self, include_data: bool | None = None):

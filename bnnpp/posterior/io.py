@@ -123,10 +123,6 @@ def to_arviz(posterior, include_data: bool | None = None):
             "observed_data": {obs: np.asarray(posterior.y)},
             "constant_data": {"x": np.asarray(posterior.x)},
         }
-    if point:
-        # PSIS-LOO needs draws to reweight: with one (MAP) az.loo fails on an index error, so
-        # the group it reads is left out and the attribute says why
-        attrs = {**attrs, "bnnpp_no_log_likelihood": POINT_ESTIMATE_NOTE}
     idata = az.from_dict(
         posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
         dims={**dims, obs: y_dims, "x": x_dims},
@@ -172,6 +168,10 @@ def to_arviz(posterior, include_data: bool | None = None):
             }
         )
     idata.posterior.attrs["bnnpp"] = meta_json(posterior)
+    if point:
+        # PSIS-LOO needs draws to reweight: with one (MAP) az.loo fails on an index error, so
+        # the group it reads is left out and this attribute says why
+        idata.posterior.attrs["bnnpp_no_log_likelihood"] = POINT_ESTIMATE_NOTE
     return idata
 
 
