@@ -47,7 +47,7 @@ def time_help(repeats: int) -> dict:
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "bnnpp", "--help"], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "bnnpp", "--help"], capture_output=True, text=True, check=False)
         times.append(time.perf_counter() - t0)
         if proc.returncode != 0 or "fit" not in proc.stdout:
             raise SystemExit(f"bnnpp --help failed:\n{proc.stderr}")
@@ -95,11 +95,15 @@ def main(argv=None) -> dict:
             "",
             f"Command: `{result['command']}` (run by `{result['produced_by']}`), {result['date']}, {result['machine']}.",
             f"Target: {result['target']}.",
-            f"Load average (1 min) of the machine: {load_before:.1f} before, {result['load_average_1min']['after']:.1f} after "
-            f"(on {os.cpu_count()} cores; above that number every wall time stretches).",
+            (
+                f"Load average (1 min) of the machine: {load_before:.1f} before, {result['load_average_1min']['after']:.1f} "
+                f"after (on {os.cpu_count()} cores; above that number every wall time stretches)."
+            ),
             "",
-            f"`bnnpp --help`: median {help_time['median_seconds']:.2f} s, max {help_time['max_seconds']:.2f} s over "
-            f"{help_time['repeats']} fresh processes.",
+            (
+                f"`bnnpp --help`: median {help_time['median_seconds']:.2f} s, max {help_time['max_seconds']:.2f} s over "
+                f"{help_time['repeats']} fresh processes."
+            ),
             "",
             *rows,
             "",

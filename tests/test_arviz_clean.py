@@ -18,7 +18,7 @@ import bnnpp
 from bnnpp import diagnostics
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt  # after choosing the backend
 
 _FITS: dict = {}
 
