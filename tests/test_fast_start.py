@@ -23,10 +23,14 @@ def _modules_after(code: str) -> dict:
     "code",
     [
         "import bnnpp",
-        "import contextlib, io, bnnpp.cli\nwith contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
-        "    bnnpp.cli.main(['--help'])",
-        "import contextlib, io, bnnpp.cli\nwith contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):\n"
-        "    bnnpp.cli.main(['no-such-command'])",
+        (
+            "import contextlib, io, bnnpp.cli\nwith contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    bnnpp.cli.main(['--help'])"
+        ),
+        (
+            "import contextlib, io, bnnpp.cli\nwith contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):\n"
+            "    bnnpp.cli.main(['no-such-command'])"
+        ),
     ],
 )
 def test_start_up_loads_nothing_heavy(code):
