@@ -144,7 +144,10 @@ class Prediction:
         if self.task == "regression":
             return {
                 "rmse": metrics.rmse(self.mean, y),
-                "nll": metrics.predictive_nll(self.log_density(y)),
+                "nll": (
+                    metrics.gaussian_nll(self.draws, self.noise, y) if self.likelihood == "gaussian" and self.draws.ndim == 2
+                    else metrics.predictive_nll(self.log_density(y))
+                ),
                 "coverage_95": metrics.interval_coverage(self.mean, self.std, y, 0.95),
                 "mean_sd": float(self.std.mean()),
                 "mean_epistemic_sd": float(self.epistemic_std.mean()),
