@@ -11,5 +11,6 @@ SMALL_OPTIONS = {
     "nuts": {"num_chains": 1, "num_warmup": 50, "num_samples": 40},
     "sgld": {"num_chains": 2, "burn_in": 100, "num_samples": 20, "thinning": 1},
     "swag": {"pretrain_steps": 100, "swag_epochs": 4, "batch_size": 10, "rank": 2, "num_samples": 20},
+    "vd": {"epochs": 200, "num_samples": 40, "kl_warmup_epochs": 0},
     "multiswag": {"pretrain_steps": 100, "swag_epochs": 4, "batch_size": 10, "rank": 2, "num_samples": 10, "members": 2},
 }

@@ -78,16 +78,16 @@ class Method:
         checkpoint: Checkpointing | None = None, resume: bool = False,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`)."""
-        if self.fit is not None:  # a loop of its own: it takes the checkpoint arguments itself
-            extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
-            return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
-        algorithm = self.build(model, x, y, options)
         validation = getattr(options, "validation_data", None)
-        if validation is not None:  # shapes checked by Options.check_data; labels against the model here
+        if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
                 validation = check_data(tuple(validation), model)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"validation_data: {e}") from None
+        if self.fit is not None:  # a loop of its own: it takes the checkpoint arguments itself
+            extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
+            return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
+        algorithm = self.build(model, x, y, options)
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
             chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,

@@ -83,7 +83,7 @@ def to_arviz(posterior, include_data: bool | None = None):
         posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
             and integer coordinates (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in,
             dense_0.out``);
-        log_likelihood: ``y`` ``(chain, draw, obs)``, one value per row, so
+        log_likelihood: ``y`` ``(chain, draw, obs)``, one value per row in float64, so
             ``az.loo``/``az.waic``/``az.compare`` work; left out for a one-draw posterior
             (MAP), where PSIS-LOO is undefined (attribute ``bnnpp_no_log_likelihood`` says so);
         posterior_predictive: ``y`` ``(chain, draw, obs, …)``, one replicated data set per draw;
@@ -130,7 +130,9 @@ def to_arviz(posterior, include_data: bool | None = None):
         **kwargs,
     )
     if with_data and not point:  # one log-density per row (an event's elements summed): its own dims
-        ll = posterior.log_likelihood()
+        # float64: PSIS exponentiates log-likelihood differences, which in float32 underflow
+        # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
+        ll = np.asarray(posterior.log_likelihood(), np.float64)
         idata.add_groups({"log_likelihood": xr.Dataset(
             {obs: (("chain", "draw", "obs"), ll)},
             coords={"chain": np.arange(ll.shape[0]), "draw": np.arange(ll.shape[1]), "obs": np.arange(ll.shape[2])},

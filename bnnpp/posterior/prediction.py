@@ -58,6 +58,17 @@ class Prediction:
         or of the mean function ``(n, ...)`` (regression, = ``epistemic_std**2``)."""
         return (self.probs if self.task == "classification" else self.draws).var(axis=0)
 
+    def pointwise_log_likelihood(self, y) -> np.ndarray:
+        """log p(y_i | draw s) ``(S, n)`` in float64: the log probability of each label
+        (classification), or each row's log-density under the draw's likelihood (regression,
+        :meth:`log_density` summed over a row's targets)."""
+        y = np.asarray(y)
+        if self.task == "classification":
+            p = np.take_along_axis(np.asarray(self.probs, np.float64), y.astype(np.int64)[None, :, None], axis=-1)[..., 0]
+            return np.log(np.maximum(p, np.finfo(np.float64).tiny))
+        logp = self.log_density(y)
+        return logp.reshape(logp.shape[0], logp.shape[1], -1).sum(-1)
+
     @property
     def epistemic_std(self) -> np.ndarray:
         """Regression: sd of the mean function over draws ``(n, ...)``."""
