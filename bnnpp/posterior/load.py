@@ -59,6 +59,7 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     approximation = from_guide_params(params, list(sites), meta.get("approximation"))
     data = meta.get("data") or {}
     observed = data.get("observed", "y")
+    given = model is not None  # a model passed in is checked against the file; one rebuilt from its spec matches it
     if model is None and meta["model"] is not None:
         try:
             model = models.from_spec(meta["model"])
@@ -72,7 +73,7 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     else:  # saved without its training data
         x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
         y = np.zeros((0, *data.get("y_shape", ())), data.get("y_dtype", "int32"))
-    if model is not None:
+    if given:
         probe = x[:1] if x.shape[0] else np.zeros((1, *x.shape[1:]), np.float32)
         check_sites(model, sites, probe, path)
     if "constant_data" in idata.groups() and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(meta["data"]["feature_shape"])):
