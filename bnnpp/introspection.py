@@ -208,9 +208,13 @@ def _check_observed(found: dict, y_shape: tuple[int, ...], name: str) -> None:
             f"{tuple(y_shape)}: {hint}"
         )
     if batch != tuple(y_shape[:1]):
+        fix = (
+            "sample it inside numpyro.plate('data', n) without .to_event" if len(y_shape) == 1
+            else f"e.g. dist.Normal(mean, sd).to_event({len(y_shape) - 1})"
+        )
         raise ValueError(
-            f"the observed site {name!r} has batch shape {batch} for y of shape {tuple(y_shape)}: a row of y must be "
-            f"one event, e.g. dist.Normal(mean, sd).to_event({len(y_shape) - 1})"
+            f"the observed site {name!r} has batch shape {batch} for y of shape {tuple(y_shape)}: bnnpp needs one "
+            f"log-density per row of y, so a row must be one event: {fix}"
         )
 
 

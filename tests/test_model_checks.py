@@ -80,6 +80,12 @@ def no_event(x, y=None):
     numpyro.sample("y", dist.Normal(x @ w, 0.1), obs=y)
 
 
+def whole_vector(x, y=None):
+    """All n targets as one event: a single log-density for the data set, none per row (LOO needs them)."""
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([x.shape[1]]).to_event(1))
+    numpyro.sample("y", dist.Normal(x @ w, 0.1).to_event(1), obs=y)
+
+
 # -- refused before compiling, in one line --------------------------------------------------
 
 
@@ -89,6 +95,7 @@ def no_event(x, y=None):
         (functools.partial(model, D_H=3), (40, 1), "y", r"observed site is 'Y', not 'y': pass observed='Y'"),
         (broadcast_mistake, (40,), "y", r"broadcasts to \(n, n\)"),
         (no_event, (40, 2), "y", r"to_event\(1\)"),
+        (whole_vector, (40,), "y", r"one log-density per row of y.*inside numpyro.plate"),
         (functools.partial(model, D_H=3), (40,), "Y", r"fails on the training data"),  # its own assert: z3.shape == Y.shape
         (functools.partial(model, D_H=3), (40, 1), "Z", r"no observed site named 'Z'"),
     ],
