@@ -145,7 +145,8 @@ class Posterior:
 
         Returns:
             A :class:`Prediction`: ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
-            ``noise`` ``(S, n)`` for regression.
+            ``noise`` ``(S, n)`` (``(S, n, K)`` for targets ``(n, K)``) for regression, with its
+            ``likelihood`` (gaussian, student_t, poisson).
         """
         x = np.asarray(x, dtype=np.float32)
         if x.shape[1:] != self.x.shape[1:]:
