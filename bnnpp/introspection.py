@@ -179,7 +179,8 @@ def _check_observed(found: dict, y_shape: tuple[int, ...], name: str) -> None:
     """The observed site ``"y"`` (``name`` in the user's model) exists and has one
     log-density per row of ``y``: its distribution's shape is ``y``'s shape and its batch
     shape is ``(n,)`` (a ``(n, K)`` target is one event, ``.to_event(1)``)."""
-    observed = [k for k, site in found.items() if site["is_observed"]]
+    # numpyro.factor terms are observed sites of the Unit distribution: part of the joint, not data
+    observed = [k for k, site in found.items() if site["is_observed"] and not isinstance(site["fn"], dist.Unit)]
     if OBSERVED not in found or not found[OBSERVED]["is_observed"]:
         if observed and name != OBSERVED:
             raise ValueError(f"the model has no observed site named {name!r}; its observed site is {observed[0]!r}: pass observed={observed[0]!r}")

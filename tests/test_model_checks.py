@@ -20,6 +20,7 @@ from small_options import SMALL_OPTIONS
 
 import bnnpp
 from bnnpp.inference import get_method
+from bnnpp.introspection import check_model
 
 
 def nonlin(x):
@@ -197,3 +198,14 @@ def test_every_registered_method_has_small_options():
     assert set(SMALL_OPTIONS) == set(bnnpp.registered())
     for m, opts in SMALL_OPTIONS.items():
         get_method(m).parse(opts)  # valid option names and values
+
+
+def test_a_factor_term_is_not_a_second_observed_site():
+    def with_factor(x, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 1.0))
+        numpyro.factor("penalty", -(w**2))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(w * x[:, 0], 0.5), obs=y)
+
+    x, y = _data()
+    assert set(check_model(with_factor, x, y[:, 0])) == {"w"}
