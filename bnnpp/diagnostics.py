@@ -19,9 +19,12 @@ fits are read the same way:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import warnings
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import arviz as az
 import numpy as np
@@ -30,9 +33,13 @@ from matplotlib.figure import Figure
 from bnnpp import metrics
 from bnnpp.inference.joint import gaussian_log_weights
 from bnnpp.posterior import MeanFieldGaussian
-from bnnpp.posterior.io import read_netcdf, to_arviz
+from bnnpp.posterior.io import POINT_ESTIMATE_NOTE, read_netcdf, to_arviz
 
 __all__ = [
+    "ElboConvergence",
+    "KhatSummary",
+    "Loo",
+    "PsisKhat",
     "compare",
     "elbo_convergence",
     "forest_plot",
@@ -65,6 +72,30 @@ def _quiet_arviz():
             yield
     finally:
         logger.setLevel(level)
+
+
+class _Result(Mapping):
+    """A small frozen result: attributes, plus read-only dict access (``r["elpd"]``,
+    ``dict(r)``) over its fields and :attr:`_aliases` (keys that are not identifiers), as
+    bnnpp 0.1's dicts were read."""
+
+    _aliases: ClassVar[dict[str, str]] = {}
+
+    def _keys(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self)] + list(self._aliases)
+
+    def __getitem__(self, key: str):
+        if key in self._aliases:
+            return getattr(self, self._aliases[key])
+        if key not in {f.name for f in dataclasses.fields(self)}:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self):
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
 
 
 # --------------------------------------------------------------------------------------
@@ -187,15 +218,34 @@ def _negative_elbo_trace(posterior) -> np.ndarray:
     return np.asarray(trace, np.float64)
 
 
-def elbo_convergence(posterior, window: float = 0.1, tol: float = 0.01) -> dict:
+@dataclass(frozen=True, repr=False)
+class ElboConvergence(_Result):
+    """:func:`elbo_convergence`'s answer (also readable as a dict)."""
+
+    relative_change: float
+    final_elbo: float
+    window_steps: int
+    converged: bool
+    tol: float
+
+    def __repr__(self) -> str:
+        verdict = "converged" if self.converged else "not converged"
+        return (
+            f"ElboConvergence({verdict}: ELBO {self.final_elbo:.4g}, relative change {self.relative_change:.2%} over the "
+            f"last {self.window_steps} steps, tol {self.tol:.0%})"
+        )
+
+
+def elbo_convergence(posterior, window: float = 0.1, tol: float = 0.01) -> ElboConvergence:
     """Has the ELBO stopped improving? Compares the mean negative ELBO over the two halves
     of the last ``window`` share of the steps.
 
     Returns:
-        ``{"relative_change": |m₂ − m₁| / |m|, "final_elbo": −m₂, "window_steps": k,
-        "converged": relative_change < tol, "tol": tol}`` with m₁, m₂ the means of the two
-        halves and m the mean of the whole window. Monte-Carlo noise in the ELBO averages
-        out over the window; a trace still falling by more than ``tol`` (1%) is not done.
+        An :class:`ElboConvergence`: ``relative_change`` |m₂ − m₁| / |m|, ``final_elbo`` −m₂,
+        ``window_steps`` k, ``converged`` (relative_change < tol) and ``tol``, with m₁, m₂
+        the means of the two halves and m the mean of the whole window (also readable as a
+        dict, ``r["converged"]``). Monte-Carlo noise in the ELBO averages out over the
+        window; a trace still falling by more than ``tol`` (1%) is not done.
     """
     if not 0 < window <= 1:
         raise ValueError(f"window must be a share of the steps in (0, 1], got {window!r}")
@@ -207,7 +257,7 @@ def elbo_convergence(posterior, window: float = 0.1, tol: float = 0.01) -> dict:
     last = loss[-k:]
     m1, m2 = last[: k // 2].mean(), last[k // 2 :].mean()
     rel = float(abs(m2 - m1) / max(abs(last.mean()), 1e-12))
-    return {"relative_change": rel, "final_elbo": float(-m2), "window_steps": int(k), "converged": rel < tol, "tol": tol}
+    return ElboConvergence(rel, float(-m2), int(k), bool(rel < tol), float(tol))
 
 
 def khat_reading(k: float | None) -> str:
@@ -233,14 +283,27 @@ def _gaussian_factors(posterior) -> tuple[dict, dict]:
     return ({n: np.asarray(q.loc[n], np.float32) for n in names}, {n: np.asarray(q.scale[n], np.float32) for n in names})
 
 
-def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
+@dataclass(frozen=True, repr=False)
+class PsisKhat(_Result):
+    """:func:`psis_khat`'s answer (also readable as a dict)."""
+
+    khat: float
+    reading: str
+    num_draws: int
+
+    def __repr__(self) -> str:
+        return f"PsisKhat(k̂ = {self.khat:.3f}, {self.reading}, from {self.num_draws} draws of q)"
+
+
+def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> PsisKhat:
     """Pareto-smoothed importance sampling diagnostic of a variational approximation
     (Yao, Vehtari, Simpson & Gelman 2018, §3): the shape k̂ of the generalised Pareto fit to
     the tail of the importance ratios p(θ, y) / q(θ) over ``num_draws`` draws from q.
 
     Returns:
-        ``{"khat", "reading", "num_draws"}``: k̂ < 0.5 good, 0.5–0.7 usable, > 0.7 the
-        approximation is not trustworthy (importance weights with infinite variance).
+        A :class:`PsisKhat` with ``khat``, ``reading`` and ``num_draws`` (also readable as a
+        dict): k̂ < 0.5 good, 0.5–0.7 usable, > 0.7 the approximation is not trustworthy
+        (importance weights with infinite variance).
     """
     if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 100:
         raise ValueError(f"num_draws must be an integer ≥ 100 (the Pareto fit needs a tail), got {num_draws!r}")
@@ -250,10 +313,10 @@ def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
     model = posterior.model_or_raise()
     lw = gaussian_log_weights(model, loc, scale, posterior.x, posterior.y, num_draws, seed)
     if not np.all(np.isfinite(lw)):
-        return {"khat": float("inf"), "reading": khat_reading(float("inf")), "num_draws": num_draws}
+        return PsisKhat(float("inf"), khat_reading(float("inf")), num_draws)
     _, k = az.psislw(lw)
     k = float(np.asarray(k))
-    return {"khat": k, "reading": khat_reading(k), "num_draws": num_draws}
+    return PsisKhat(k, khat_reading(k), num_draws)
 
 
 def vi_check(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
@@ -270,42 +333,98 @@ def _idata(obj) -> az.InferenceData:
     return obj if isinstance(obj, az.InferenceData) else obj.to_arviz()
 
 
-def loo(posterior) -> dict:
+@dataclass(frozen=True, repr=False)
+class KhatSummary:
+    """The Pareto k̂ of every observation of a LOO estimate, counted in the bins of Vehtari et
+    al. (2024): ``good`` k ≤ 0.5, ``ok`` 0.5 < k ≤ 0.7, ``bad`` 0.7 < k ≤ 1, ``very_bad``
+    k > 1 (the LOO estimate of those observations is unreliable above 0.7)."""
+
+    max: float
+    good: int
+    ok: int
+    bad: int
+    very_bad: int
+
+    @classmethod
+    def of(cls, k: np.ndarray) -> KhatSummary:
+        """The summary of the k̂ values ``k`` ``(n,)``."""
+        k = np.asarray(k, np.float64)
+        counts = np.histogram(k, bins=[-np.inf, 0.5, 0.7, 1.0, np.inf])[0]
+        return cls(float(np.max(k)), *(int(c) for c in counts))
+
+    def __repr__(self) -> str:
+        return f"k̂ max {self.max:.2f}: {self.good} good (≤ 0.5), {self.ok} ok (≤ 0.7), {self.bad} bad (≤ 1), {self.very_bad} very bad"
+
+
+@dataclass(frozen=True, repr=False)
+class Loo(_Result):
+    """A PSIS-LOO estimate (:func:`loo`). Attributes: ``elpd`` (expected log pointwise
+    predictive density), its standard error ``se``, the effective number of parameters
+    ``p_loo``, the number of observations ``n``, every observation's Pareto k̂
+    ``pareto_k`` ``(n,)`` and ArviZ's ``warning`` flag; :attr:`khat` counts the k̂ values
+    and its repr is one line. Also readable as a dict (``r["elpd"]``,
+    ``r["share_khat_above_0.7"]``)."""
+
+    elpd: float
+    se: float
+    p_loo: float
+    n: int
+    pareto_k: np.ndarray
+    warning: bool
+
+    _aliases: ClassVar[dict[str, str]] = {"max_khat": "max_khat", "share_khat_above_0.7": "share_khat_above"}
+
+    @property
+    def khat(self) -> KhatSummary:
+        """The k̂ values counted in Vehtari et al.'s bins, with their maximum."""
+        return KhatSummary.of(self.pareto_k)
+
+    @property
+    def max_khat(self) -> float:
+        """The largest Pareto k̂."""
+        return float(np.max(self.pareto_k))
+
+    @property
+    def share_khat_above(self) -> float:
+        """The share of observations with k̂ > 0.7."""
+        return float(np.mean(np.asarray(self.pareto_k) > 0.7))
+
+    def __repr__(self) -> str:
+        return f"Loo(elpd {self.elpd:.2f} ± {self.se:.2f} (se), p_loo {self.p_loo:.2f}, n {self.n}; {self.khat!r})"
+
+
+def loo(posterior) -> Loo:
     """PSIS leave-one-out cross-validation (Vehtari, Gelman & Gabry 2017).
 
     Args:
         posterior: a :class:`~bnnpp.Posterior` or an ``InferenceData`` with a
-            ``log_likelihood`` group.
+            ``log_likelihood`` group, with at least two draws.
 
     Returns:
-        ``{"elpd", "se", "p_loo", "n", "pareto_k", "max_khat", "share_khat_above_0.7",
-        "warning"}``: the expected log pointwise predictive density and its standard error,
-        the effective number of parameters, and the Pareto k̂ of every observation
-        (``pareto_k``, a numpy array ``(n,)``; above 0.7 an observation's LOO estimate is
-        unreliable) with its maximum and the share above 0.7.
+        A :class:`Loo`: ``elpd`` and its ``se``, ``p_loo``, ``n``, the Pareto k̂ of every
+        observation (``pareto_k``, ``(n,)``; above 0.7 an observation's LOO estimate is
+        unreliable) summarised by ``khat``; a one-line repr.
+
+    Raises:
+        ValueError: one line, for a point estimate (MAP: one draw) or a fit without its data.
     """
-    if not isinstance(posterior, az.InferenceData) and not posterior.has_data:
-        raise ValueError("loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True")
+    if not isinstance(posterior, az.InferenceData):
+        if not posterior.has_data:
+            raise ValueError("loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True")
+        if posterior.num_chains * posterior.num_draws < 2:
+            raise ValueError(f"loo of method {posterior.method!r}: {POINT_ESTIMATE_NOTE}")
     idata = _idata(posterior)
     if "log_likelihood" not in idata.groups():
-        raise ValueError("loo needs a log_likelihood group: build it with Posterior.to_arviz() (training data included)")
+        note = idata.posterior.attrs.get("bnnpp_no_log_likelihood")
+        raise ValueError(f"loo: {note}" if note else "loo needs a log_likelihood group: build it with Posterior.to_arviz() (training data included)")
     ll = idata.log_likelihood
     draws = ll.sizes.get("chain", 1) * ll.sizes.get("draw", 1)
     if draws < 2:
-        raise ValueError("loo needs several posterior draws; a point estimate (map) has one: use advi, bbb, nuts or sgld")
+        raise ValueError(f"loo: {POINT_ESTIMATE_NOTE}")
     with _quiet_arviz():  # one chain (VI): ArviZ logs a shape warning computing the relative ESS
         res = az.loo(idata, pointwise=True)
     k = np.asarray(res.pareto_k)
-    return {
-        "elpd": float(res.elpd_loo),
-        "se": float(res.se),
-        "p_loo": float(res.p_loo),
-        "n": int(k.size),
-        "pareto_k": k,
-        "max_khat": float(np.max(k)),
-        "share_khat_above_0.7": float(np.mean(k > 0.7)),
-        "warning": bool(res.warning),
-    }
+    return Loo(float(res.elpd_loo), float(res.se), float(res.p_loo), int(k.size), k, bool(res.warning))
 
 
 def compare(posteriors: dict[str, Any]):
@@ -321,6 +440,10 @@ def compare(posteriors: dict[str, Any]):
     """
     if len(posteriors) < 2:
         raise ValueError(f"compare needs at least two fits with several draws each, got {len(posteriors)}")
+    point = [k for k, v in posteriors.items() if not isinstance(v, az.InferenceData) and v.num_chains * v.num_draws < 2]
+    point += [k for k, v in posteriors.items() if isinstance(v, az.InferenceData) and "log_likelihood" not in v.groups()]
+    if point:
+        raise ValueError(f"compare: {', '.join(map(str, point))} has no log-likelihood draws ({POINT_ESTIMATE_NOTE})")
     with _quiet_arviz():
         return az.compare({k: _idata(v) for k, v in posteriors.items()}, ic="loo")
 
@@ -443,6 +566,11 @@ def reference(post, reference_post, x: np.ndarray, *, check: dict | None = None,
         out.update({"agreement": float(agree.mean()), "total_variation": float(tv.mean()),
                     "per_point": {"agreement": agree.tolist(), "total_variation": tv.tolist()}})
         return out
+    if p.likelihood != "gaussian" or q.likelihood != "gaussian" or p.draws.ndim != 2:
+        raise ValueError(
+            f"reference compares 1-D Gaussian predictives; got {p.likelihood} and {q.likelihood} with targets "
+            f"{p.draws.shape[1:]}: compare test scores (Prediction.scores) instead"
+        )
     w2 = metrics.wasserstein2(metrics.predictive_quantiles(p.draws, p.noise), metrics.predictive_quantiles(q.draws, q.noise))
     ratio = p.std / q.std
     epi = p.epistemic_std / np.maximum(q.epistemic_std, 1e-12)

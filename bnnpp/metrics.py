@@ -24,6 +24,7 @@ __all__ = [
     "mutual_information",
     "nll",
     "predictive_entropy",
+    "predictive_nll",
     "predictive_quantiles",
     "rejection_rate",
     "rmse",
@@ -110,6 +111,17 @@ def gaussian_nll(loc: np.ndarray, scale: np.ndarray, y: np.ndarray) -> float:
     z = (np.asarray(y)[None] - loc) / scale
     logp = -0.5 * z**2 - np.log(scale) - 0.5 * np.log(2 * np.pi)
     return float(-np.mean(logsumexp(logp, axis=0) - np.log(loc.shape[0])))
+
+
+def predictive_nll(log_density: np.ndarray) -> float:
+    """Mean NLL of a posterior predictive that is a mixture over S draws, from the per-draw
+    log-densities ``(S, n, *event)`` of the targets: an event's elements are summed (they are
+    independent given a draw), then −(1/n) Σᵢ log (1/S) Σ_s exp(ℓ_sᵢ). Any likelihood."""
+    logp = np.asarray(log_density, np.float64)
+    if logp.ndim < 2:
+        raise ValueError(f"log_density must have shape (S, n, ...) (draws, points), got {logp.shape}")
+    per_row = logp.reshape(logp.shape[0], logp.shape[1], -1).sum(-1)
+    return float(-np.mean(logsumexp(per_row, axis=0) - np.log(logp.shape[0])))
 
 
 def interval_coverage(mean: np.ndarray, std: np.ndarray, y: np.ndarray, level: float = 0.95) -> float:

@@ -56,7 +56,10 @@ def decision_map(
     pred = predict(grid)
     p1 = pred.probs[..., 1]
     panels = [(p1.mean(0), "predictive p(class 1)", "RdBu_r", (0, 1)), (p1.std(0), "sd of p(class 1) over draws", "viridis", None)]
-    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    # fixed margins, not layout="constrained": its layout pass was half of drawing this figure
+    # (a run folder's write time, benchmarks/quickstart.py), and two panels need no solver
+    fig = Figure(figsize=(10, 4.2))
+    fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.84 if title else 0.9, wspace=0.25)
     axes = fig.subplots(1, 2)
     for ax, (z, label, cmap, lim) in zip(axes, panels):
         kw = {"vmin": lim[0], "vmax": lim[1]} if lim else {}

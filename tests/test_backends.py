@@ -133,8 +133,11 @@ def test_conjugate_linear_regression(method, extra, tmp_path):
     # the same Posterior contract from every backend: ArviZ groups, stats, save/load
     idata = post.to_arviz()
     assert EXPECTED_STATS.get(method, set()) <= set(idata.sample_stats.data_vars)
-    assert idata.log_likelihood["y"].shape == (post.num_chains, post.num_draws, len(y))
-    assert {"posterior", "log_likelihood", "posterior_predictive", "observed_data", "constant_data"} <= set(idata.groups())
+    draws = post.num_chains * post.num_draws  # one draw (map): no log_likelihood group, PSIS-LOO needs draws
+    assert ("log_likelihood" in idata.groups()) == (draws > 1)
+    if draws > 1:
+        assert idata.log_likelihood["y"].shape == (post.num_chains, post.num_draws, len(y))
+    assert {"posterior", "posterior_predictive", "observed_data", "constant_data"} <= set(idata.groups())
     assert idata.posterior_predictive["y"].dims == ("chain", "draw", "obs")
     assert idata.posterior["w"].dims == ("chain", "draw", "w_dim_0")
     assert idata.constant_data["x"].dims == ("obs", "feature")
@@ -215,4 +218,5 @@ def test_moons_accuracy(method, moons):
     pred = post.predict(moons.x_test)
     assert metrics.accuracy(pred.mean, moons.y_test) >= 0.85
     idata = post.to_arviz()
-    assert {"posterior", "log_likelihood", "observed_data", "constant_data"} <= set(idata.groups())
+    assert {"posterior", "observed_data", "constant_data"} <= set(idata.groups())
+    assert ("log_likelihood" in idata.groups()) == (post.num_chains * post.num_draws > 1)  # none for map

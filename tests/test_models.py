@@ -85,7 +85,7 @@ def test_dense_network_scope_needs_shared_scale():
     [
         (dict(num_classes=None), "num_classes"),
         (dict(num_classes=2, activation="swish2"), "activation"),
-        (dict(likelihood="poisson"), "likelihood"),
+        (dict(likelihood="laplace"), "likelihood"),  # poisson is one now (issue 19)
         (dict(likelihood="gaussian", noise=-1.0), "noise"),
         (dict(num_classes=2, noise=1.0), "gaussian"),
         (dict(num_classes=2, hidden=(5, 0)), "≥ 1"),

@@ -1,49 +1,82 @@
-"""The ``bnnpp`` command line: one file per command, each a thin wrapper over library code."""
+"""The ``bnnpp`` command line: one file per command, each a thin wrapper over library code.
+
+A command's module (and with it JAX, NumPyro and the method registry) is imported only when
+that command runs or its own ``--help`` is asked for: ``bnnpp --help`` lists the commands
+from :data:`COMMANDS` without importing any of them, in well under a second. This is lazy
+loading for start-up time, not a way around an import cycle.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+import time
 import warnings
 
 from bnnpp import config
-from bnnpp.cli import compare as compare_cmd
-from bnnpp.cli import evaluate as evaluate_cmd
-from bnnpp.cli import fit as fit_cmd
-from bnnpp.cli import predict as predict_cmd
-from bnnpp.cli import prune as prune_cmd
-from bnnpp.cli import sweep as sweep_cmd
 from bnnpp.cli._errors import CLIError
 
-__all__ = ["CLIError", "main"]
+__all__ = ["COMMANDS", "CLIError", "build_parser", "main"]
+
+COMMANDS: dict[str, str] = {
+    "fit": "fit a Bayesian network and write posterior.nc, metrics.json and a figure",
+    "predict": "predictions of a run at new inputs (CSV/npz): mean and sd, or class probabilities and uncertainty",
+    "compare": "fit several methods on the same data and seed; write compare.md/json and figures",
+    "sweep": "fit a weight-prior x hyperprior grid on moons/circles; write sweep.md/json",
+    "evaluate": "test error, calibration, per-image uncertainty and OOD detection of an image run",
+    "prune": "test error after pruning weights by signal-to-noise ratio or magnitude",
+}
+"""Command name → one-line help (each command's module ``bnnpp.cli.<name>`` has ``add_parser``)."""
+
+DESCRIPTION = "Bayesian neural networks on JAX/NumPyro: fit, predict, analyse."
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="bnnpp",
-        description="Bayesian neural networks on JAX/NumPyro: fit, predict, analyse.",
-    )
+def _parser(commands) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
+    parser = argparse.ArgumentParser(prog="bnnpp", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    fit_cmd.add_parser(sub)
-    predict_cmd.add_parser(sub)
-    compare_cmd.add_parser(sub)
-    sweep_cmd.add_parser(sub)
-    evaluate_cmd.add_parser(sub)
-    prune_cmd.add_parser(sub)
+    for name in commands:
+        importlib.import_module(f"bnnpp.cli.{name}").add_parser(sub)
+    return parser, sub
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The full parser (every command's flags), or, with ``only``, one with that command's
+    flags and the others listed by name (so only ``bnnpp.cli.<only>`` is imported)."""
+    if only is None:
+        return _parser(COMMANDS)[0]
+    parser, sub = _parser([only])
+    for name, text in COMMANDS.items():
+        if name != only:
+            sub.add_parser(name, help=text)
+    return parser
+
+
+def _light_parser() -> argparse.ArgumentParser:
+    """The command list alone, for ``bnnpp``, ``bnnpp --help`` and a mistyped command."""
+    parser = argparse.ArgumentParser(prog="bnnpp", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, text in COMMANDS.items():
+        sub.add_parser(name, help=text)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``bnnpp`` console script; returns the exit status."""
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command not in COMMANDS:
+        _light_parser().parse_args(argv)  # prints the help or the error, and exits
+        return 2  # not reached: argparse exits on a missing or unknown command
+    parser = build_parser(only=command)
     try:
         expanded = config.expand_argv(parser, argv)  # --config FILE: its options, overridden by the flags typed
     except ValueError as e:
-        print(f"bnnpp {argv[0]}: error: {e}", file=sys.stderr)
+        print(f"bnnpp {command}: error: {e}", file=sys.stderr)
         return 2
     args = parser.parse_args(expanded)
     args.argv = argv  # to print the command that resumes a fit
+    args.import_seconds = time.perf_counter() - sys.modules["bnnpp"]._IMPORT_START
     # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line
     formatwarning = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *rest, **kw: f"bnnpp {args.command}: {category.__name__}: {message}\n"

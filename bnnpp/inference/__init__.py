@@ -22,7 +22,7 @@ from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
-from bnnpp.introspection import check_model, refuse_flax_module
+from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
 from bnnpp.posterior import Posterior, Prediction, load
 
 __all__ = [
@@ -60,13 +60,17 @@ def fit(
     checkpoint_every: int | None = None,
     checkpoint_minutes: float | None = 10.0,
     resume: bool = False,
+    observed: str = "y",
     **options,
 ) -> Posterior:
     """Fit a NumPyro model ``model(x, y=None)`` to data with the chosen inference method.
 
     Args:
-        model: a NumPyro model with signature ``model(x, y=None)`` whose observations are the
-            site ``"y"`` (every :mod:`bnnpp.models` network qualifies).
+        model: a NumPyro model called as ``model(x, y)`` (positionally; ``y=None`` when
+            predicting) whose observations are the site ``observed`` (every
+            :mod:`bnnpp.models` network qualifies). Other arguments are bound beforehand,
+            e.g. ``functools.partial(model, D_H=5)``. The targets may be ``(n,)`` or, for a
+            likelihood with one event per row (``.to_event(1)``), ``(n, K)``.
         data: ``(x, y)`` arrays or a :class:`bnnpp.data.Dataset` (its training split is used).
         method: a registered method name (see :func:`registered`).
         seed: integer seed for everything random in the fit.
@@ -76,6 +80,8 @@ def fit(
             ``None``), and when SIGINT/SIGTERM stops training after the current chunk.
         resume: continue from the newest checkpoint in ``checkpoint_dir``; the result is
             bit-identical to an uninterrupted fit with the same arguments on the same machine.
+        observed: the name of the model's observed site, e.g. ``"Y"`` for NumPyro's
+            ``examples/bnn.py``; the posterior's ArviZ groups use this name.
         **options: the method's options (its options dataclass, e.g.
             ``bnnpp.inference.get_method("bbb").options``; defaults in ``.defaults``).
 
@@ -96,6 +102,7 @@ def fit(
     refuse_flax_module(model)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
+    model = rename_observed(model, observed)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
     checkpoint = None

@@ -18,7 +18,9 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
             ``input_rank`` sharpen the checks.
 
     Returns:
-        ``x`` as float32 ``(n, ...)`` and ``y`` as int32 (classification) or float32 ``(n,)``.
+        ``x`` as float32 ``(n, ...)`` and ``y`` as int32 (classification) or float32 ``(n,)``;
+        a model of its own may take targets ``(n, K)`` (one event per row, checked against the
+        model by :func:`bnnpp.introspection.check_model`).
     """
     if hasattr(data, "x_train") and hasattr(data, "y_train"):
         x, y = data.x_train, data.y_train
@@ -40,15 +42,15 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
         hint = "; reshape a single feature with x.reshape(-1, 1)" if x.ndim == 1 and rank == 2 else ""
         layout = "(n, features)" if rank == 2 else "(n, height, width, channels)" if rank == 4 else f"rank {rank}"
         raise ValueError(f"x must have rank {rank} {layout}, got shape {x.shape}{hint}")
-    if y.ndim != 1:
-        raise ValueError(f"y must be 1-D with one target per row of x, got shape {y.shape}")
+    likelihood = getattr(model, "likelihood", None)
+    if y.ndim == 0 or (y.ndim != 1 and likelihood in ("categorical", "bernoulli")):
+        raise ValueError(f"y must be 1-D with one label per row of x, got shape {y.shape}")
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}: pass one target per row")
     if not np.all(np.isfinite(x)):
         raise ValueError("x contains NaN or inf: drop or impute those rows before fitting")
     if not np.all(np.isfinite(y.astype(np.float64))):
         raise ValueError("y contains NaN or inf: drop or impute those rows before fitting")
-    likelihood = getattr(model, "likelihood", None)
     if likelihood in ("categorical", "bernoulli"):
         k = int(getattr(model, "num_classes", 2) or 2)
         if np.any(y != np.round(y)):
@@ -59,6 +61,8 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
                 "re-code the labels or set num_classes"
             )
         return x, y.astype(np.int32)
-    if likelihood == "gaussian":
+    if likelihood == "poisson" and (np.any(y < 0) or np.any(y != np.round(y))):
+        raise ValueError("likelihood='poisson' models counts: y must hold non-negative integers")
+    if likelihood in ("gaussian", "student_t", "heteroscedastic", "poisson"):
         return x, y.astype(np.float32)
     return x, (y.astype(np.int32) if y.dtype.kind in "biu" else y.astype(np.float32))

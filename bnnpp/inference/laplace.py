@@ -292,7 +292,8 @@ _KEY = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed posit
 
 def _observation(trace) -> tuple[str, jax.Array, jax.Array | None]:
     """``(likelihood, f, sd)`` of the site ``"y"``: ``"categorical"`` logits ``(n, C)``,
-    ``"bernoulli"`` logits ``(n,)`` or ``"gaussian"`` mean ``(n,)`` with its sd ``(n,)``."""
+    ``"bernoulli"`` logits ``(n,)`` or ``"gaussian"`` mean with its sd, both of the targets'
+    shape ``(n,)`` or ``(n, K)`` (a ``.to_event(1)`` site)."""
     fn = unwrap(trace["y"]["fn"])
     n = jnp.shape(trace["y"]["value"])[0]
     if isinstance(fn, dist.CategoricalLogits):
@@ -300,7 +301,8 @@ def _observation(trace) -> tuple[str, jax.Array, jax.Array | None]:
     if isinstance(fn, dist.BernoulliLogits):
         return "bernoulli", jnp.broadcast_to(fn.logits, (n,)), None
     if isinstance(fn, dist.Normal):
-        return "gaussian", jnp.broadcast_to(fn.loc, (n,)), jnp.broadcast_to(fn.scale, (n,))
+        shape = jnp.shape(trace["y"]["value"])
+        return "gaussian", jnp.broadcast_to(fn.loc, shape), jnp.broadcast_to(fn.scale, shape)
     raise ValueError(
         f"laplace's GGN and linearised predictive need a Categorical(logits=...), Bernoulli(logits=...) or Normal "
         f"observation site 'y', got {type(fn).__name__}: parameterise it by logits, or use hessian='full' with predictive='mc'"

@@ -12,7 +12,7 @@ import numpyro.distributions as dist
 from bnnpp.models.layers import dense
 from bnnpp.priors import Prior, normal, prior_from_spec
 
-__all__ = ["ACTIVATIONS", "LIKELIHOODS", "MLP", "check_observation", "mlp", "observe"]
+__all__ = ["ACTIVATIONS", "DEFAULT_DF", "LIKELIHOODS", "MLP", "check_observation", "mlp", "observe"]
 
 ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     "tanh": jnp.tanh,
@@ -23,17 +23,26 @@ ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     "softplus": jax.nn.softplus,
     "identity": lambda h: h,
 }
-LIKELIHOODS = ("categorical", "bernoulli", "gaussian")
+LIKELIHOODS = ("categorical", "bernoulli", "gaussian", "student_t", "poisson", "heteroscedastic")
+CLASSIFICATION = ("categorical", "bernoulli")
+BASIC_LIKELIHOODS = ("categorical", "bernoulli", "gaussian")
+"""What :func:`check_observation` accepts unless told otherwise (``from_flax`` networks)."""
+LEARNED_NOISE = ("gaussian", "student_t")
+"""Likelihoods with one scale for all rows: fixed by ``noise=`` or learned as the site ``noise``."""
+DEFAULT_DF = 4.0
 
 
 class MLP:
     """A Bayesian MLP; call it as a NumPyro model ``model(x, y=None, *, subsample_size=None)``.
 
     Sites (see :mod:`bnnpp.models.layers` for the per-layer scheme): layers ``dense_0`` …
-    ``dense_L`` (the last is the output layer); ``noise`` (Gaussian likelihood with learned σ,
-    HalfNormal(``noise_scale``)); deterministic ``logits`` ``(n, C)`` (categorical), ``logits``
-    ``(n,)`` (bernoulli) or ``mean`` ``(n,)`` (gaussian); observed ``y`` ``(n,)`` inside
-    ``numpyro.plate("data", n, subsample_size=subsample_size)``.
+    ``dense_L`` (the last is the output layer); ``noise`` (gaussian / student_t likelihood
+    with a learned scale, HalfNormal(``noise_scale``)); deterministic ``logits`` ``(n, C)``
+    (categorical), ``logits`` ``(n,)`` (bernoulli), ``mean`` (gaussian, student_t,
+    heteroscedastic, which adds ``log_sd``) or ``rate`` (poisson), each ``(n,)`` or ``(n, K)``
+    with ``outputs=K``; observed ``y`` inside ``numpyro.plate("data", n,
+    subsample_size=subsample_size)``, ``(n,)`` or, with ``outputs=K``, ``(n, K)`` as one event
+    per row.
 
     Use :func:`mlp` to build one; instances are immutable and describe themselves through
     :meth:`spec` so a saved posterior can rebuild its model.
@@ -50,6 +59,8 @@ class MLP:
         noise: float | None,
         prior: Prior,
         noise_scale: float,
+        df: float | None = None,
+        outputs: int | None = None,
     ):
         self.hidden = hidden
         self.activation = activation
@@ -58,17 +69,22 @@ class MLP:
         self.noise = noise
         self.prior = prior
         self.noise_scale = noise_scale
+        self.df = df
+        self.outputs = outputs
         self._act = ACTIVATIONS[activation]
 
     @property
     def task(self) -> str:
         """``"classification"`` or ``"regression"``."""
-        return "regression" if self.likelihood == "gaussian" else "classification"
+        return "classification" if self.likelihood in CLASSIFICATION else "regression"
 
     @property
     def num_outputs(self) -> int:
-        """Width of the output layer."""
-        return self.num_classes if self.likelihood == "categorical" else 1
+        """Width of the output layer (a heteroscedastic net has a second head for the log sd)."""
+        if self.likelihood == "categorical":
+            return self.num_classes
+        k = self.outputs or 1
+        return 2 * k if self.likelihood == "heteroscedastic" else k
 
     def __call__(self, x: jnp.ndarray, y: jnp.ndarray | None = None, *, subsample_size: int | None = None):
         n = x.shape[0]
@@ -81,7 +97,7 @@ class MLP:
             h = dense(f"dense_{i}", h, units, self.prior, scale=shared)
             if i < len(widths) - 1:
                 h = self._act(h)
-        observe(data, h, y, self.likelihood, self.noise, self.noise_scale)
+        observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs)
 
     def spec(self) -> dict:
         """JSON-serialisable description; :func:`bnnpp.models.from_spec` rebuilds the model."""
@@ -94,45 +110,77 @@ class MLP:
             "noise": self.noise,
             "prior": self.prior.spec(),
             "noise_scale": self.noise_scale,
+            "df": self.df,
+            "outputs": self.outputs,
         }
 
     def __repr__(self) -> str:
+        extra = "".join(f", {k}={v}" for k, v in (("df", self.df), ("outputs", self.outputs)) if v is not None)
         return (
             f"mlp(hidden={self.hidden}, activation={self.activation!r}, likelihood={self.likelihood!r}, "
-            f"num_classes={self.num_classes}, noise={self.noise}, prior={self.prior})"
+            f"num_classes={self.num_classes}, noise={self.noise}, prior={self.prior}{extra})"
         )
 
 
-def observe(data, h: jnp.ndarray, y, likelihood: str, noise: float | None, noise_scale: float) -> None:
-    """The observation sites of a network with outputs ``h`` ``(n, C)`` (``(n, 1)`` for
-    bernoulli and gaussian): ``noise`` ~ HalfNormal(``noise_scale``) when a Gaussian noise sd
-    is learned (``noise=None``), deterministic ``logits`` / ``mean`` and the observed ``y``
-    inside the ``data`` plate (subsampled with it)."""
-    if likelihood == "gaussian":
+def observe(
+    data, h: jnp.ndarray, y, likelihood: str, noise: float | None, noise_scale: float, *, df: float | None = None,
+    outputs: int | None = None,
+) -> None:
+    """The observation sites of a network with outputs ``h`` ``(n, width)``: ``noise`` ~
+    HalfNormal(``noise_scale``) when a gaussian / student_t scale is learned (``noise=None``),
+    deterministic ``logits`` / ``mean`` (+ ``log_sd``) / ``rate`` and the observed ``y``
+    inside the ``data`` plate (subsampled with it).
+
+    Likelihoods (K = ``outputs`` targets per row, or one with ``outputs=None`` and ``y``
+    ``(n,)``): categorical ``h`` ``(n, C)``; bernoulli ``h[:, 0]`` logits; gaussian
+    N(mean, σ²); student_t StudentT(df, mean, σ) (robust to outliers); poisson
+    Poisson(exp(h)) (``h`` the log rate, counts ``y``); heteroscedastic N(mean, exp(log_sd)²)
+    with ``mean = h[:, :K]`` and ``log_sd = h[:, K:]`` (Nix & Weigend 1994: the network also
+    predicts its noise). With ``outputs=K`` a row of ``y`` ``(n, K)`` is one event
+    (``.to_event(1)``), so the log-likelihood has one value per row.
+    """
+    if likelihood in LEARNED_NOISE:
         sigma = noise if noise is not None else numpyro.sample("noise", dist.HalfNormal(noise_scale))
+    event = 0 if outputs is None else 1
     with data:
-        yb = numpyro.subsample(y, event_dim=0) if y is not None else None
+        yb = numpyro.subsample(y, event_dim=event) if y is not None else None
         if likelihood == "categorical":
             logits = numpyro.deterministic("logits", h)
             numpyro.sample("y", dist.Categorical(logits=logits), obs=yb)
-        elif likelihood == "bernoulli":
+            return
+        if likelihood == "bernoulli":
             logits = numpyro.deterministic("logits", h[..., 0])
             numpyro.sample("y", dist.Bernoulli(logits=logits), obs=yb)
+            return
+        k = outputs or 1
+        head = (lambda a: a) if outputs is not None else (lambda a: a[..., 0])  # (n, K) or (n,)
+        if likelihood == "poisson":
+            rate = numpyro.deterministic("rate", jnp.exp(head(h[..., :k])))
+            fn = dist.Poisson(rate)
         else:
-            mean = numpyro.deterministic("mean", h[..., 0])
-            numpyro.sample("y", dist.Normal(mean, sigma), obs=yb)
+            mean = numpyro.deterministic("mean", head(h[..., :k]))
+            if likelihood == "heteroscedastic":
+                fn = dist.Normal(mean, jnp.exp(numpyro.deterministic("log_sd", head(h[..., k:]))))
+            elif likelihood == "student_t":
+                fn = dist.StudentT(df, mean, sigma)
+            else:
+                fn = dist.Normal(mean, sigma)
+        numpyro.sample("y", fn.to_event(event) if event else fn, obs=yb)
 
 
-def check_observation(likelihood: str, num_classes, noise, noise_scale, who: str = "mlp") -> tuple[int | None, float | None, float]:
+def check_observation(
+    likelihood: str, num_classes, noise, noise_scale, who: str = "mlp", likelihoods: tuple[str, ...] = BASIC_LIKELIHOODS,
+) -> tuple[int | None, float | None, float]:
     """Validate a network's observation settings (``likelihood``, ``num_classes``, ``noise``,
-    ``noise_scale`` as :func:`mlp` documents them); ``who`` names the builder in messages.
+    ``noise_scale`` as :func:`mlp` documents them); ``who`` names the builder in messages and
+    ``likelihoods`` are the ones it builds.
 
     Returns:
         ``(num_classes, noise, noise_scale)``: ``num_classes`` an int (2 for bernoulli) or
-        ``None`` for gaussian, ``noise`` a float or ``None``, ``noise_scale`` a float.
+        ``None`` for regression, ``noise`` a float or ``None``, ``noise_scale`` a float.
     """
-    if likelihood not in LIKELIHOODS:
-        raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {', '.join(LIKELIHOODS)}")
+    if likelihood not in likelihoods:
+        raise ValueError(f"unknown likelihood {likelihood!r}; choose one of {', '.join(likelihoods)}")
     if likelihood == "categorical":
         if num_classes is None:
             raise ValueError(f"likelihood='categorical' needs num_classes, e.g. {who}(..., num_classes=2)")
@@ -144,16 +192,32 @@ def check_observation(likelihood: str, num_classes, noise, noise_scale, who: str
             raise ValueError("likelihood='bernoulli' is binary: leave num_classes unset (it is 2)")
         num_classes = 2
     elif num_classes is not None:
-        raise ValueError("likelihood='gaussian' is regression: leave num_classes unset")
+        raise ValueError(f"likelihood={likelihood!r} is regression: leave num_classes unset")
     if noise is not None:
-        if likelihood != "gaussian":
-            raise ValueError("noise= applies only to likelihood='gaussian'")
+        if likelihood not in LEARNED_NOISE:
+            raise ValueError(f"noise= applies only to likelihood='gaussian' or 'student_t', not {likelihood!r}")
         noise = float(noise)
         if not noise > 0 or noise == float("inf"):
             raise ValueError(f"noise must be a positive number (or None to learn it), got {noise}")
     if not float(noise_scale) > 0:
         raise ValueError(f"noise_scale must be positive, got {noise_scale}")
     return num_classes, noise, float(noise_scale)
+
+
+def _check_targets(likelihood: str, df, outputs) -> tuple[float | None, int | None]:
+    """``df`` (student_t only; default :data:`DEFAULT_DF`) and ``outputs`` (regression only)."""
+    if likelihood == "student_t":
+        df = DEFAULT_DF if df is None else float(df)
+        if not 0 < df < float("inf"):
+            raise ValueError(f"df must be a positive number of degrees of freedom, got {df}")
+    elif df is not None:
+        raise ValueError(f"df= applies only to likelihood='student_t', not {likelihood!r}")
+    if outputs is not None:
+        if likelihood in CLASSIFICATION:
+            raise ValueError(f"outputs= is the number of regression targets per row; likelihood={likelihood!r} takes 1-D labels")
+        if isinstance(outputs, bool) or not isinstance(outputs, int) or outputs < 1:
+            raise ValueError(f"outputs must be an integer ≥ 1 (targets per row, y of shape (n, outputs)), got {outputs!r}")
+    return df, outputs
 
 
 def mlp(
@@ -165,19 +229,27 @@ def mlp(
     noise: float | None = None,
     prior: Prior | None = None,
     noise_scale: float = 1.0,
+    df: float | None = None,
+    outputs: int | None = None,
 ) -> MLP:
     """A fully connected Bayesian network as a NumPyro model ``model(x, y=None)``.
 
     Args:
         hidden: widths of the hidden layers, e.g. ``(5, 5)``; ``()`` gives a linear model.
         activation: one of ``tanh``, ``relu``, ``sigmoid``, ``elu``, ``gelu``, ``softplus``, ``identity``.
-        likelihood: ``"categorical"`` (labels ``0..num_classes-1``), ``"bernoulli"`` (labels 0/1)
-            or ``"gaussian"`` (real targets, shape ``(n,)``).
+        likelihood: ``"categorical"`` (labels ``0..num_classes-1``), ``"bernoulli"`` (labels 0/1),
+            or for real targets ``"gaussian"``, ``"student_t"`` (heavy tails, ``df`` degrees
+            of freedom), ``"heteroscedastic"`` (Gaussian whose sd the network predicts with a
+            second output head, ``exp(log_sd)``), or ``"poisson"`` (counts; the output is the
+            log rate). See :func:`observe`.
         num_classes: number of classes; required for ``"categorical"``.
-        noise: Gaussian likelihood only: a float fixes the observation sd σ; ``None`` learns it
-            (site ``noise`` ~ HalfNormal(``noise_scale``)) — the aleatoric part of the uncertainty.
+        noise: gaussian / student_t only: a float fixes the observation scale σ; ``None`` learns
+            it (site ``noise`` ~ HalfNormal(``noise_scale``)) — the aleatoric part of the uncertainty.
         prior: weight prior for every layer (default ``priors.normal(1.0)``).
         noise_scale: scale of the HalfNormal prior on a learned noise sd.
+        df: student_t only: degrees of freedom (default 4).
+        outputs: regression only: K targets per row, ``y`` of shape ``(n, K)`` (one event per
+            row, K independent outputs given the weights); ``None`` (default) for ``y`` ``(n,)``.
 
     Returns:
         An :class:`MLP`, callable as ``model(x, y=None, *, subsample_size=None)`` with
@@ -191,12 +263,13 @@ def mlp(
         raise ValueError(f"hidden layer widths must be ≥ 1, got {hidden_t}")
     if activation not in ACTIVATIONS:
         raise ValueError(f"unknown activation {activation!r}; choose one of {', '.join(ACTIVATIONS)}")
-    num_classes, noise, noise_scale = check_observation(likelihood, num_classes, noise, noise_scale)
+    num_classes, noise, noise_scale = check_observation(likelihood, num_classes, noise, noise_scale, likelihoods=LIKELIHOODS)
+    df, outputs = _check_targets(likelihood, df, outputs)
     if prior is None:
         prior = normal(1.0)
     if not isinstance(prior, Prior):
         raise TypeError(f"prior must be a bnnpp.priors.Prior such as priors.normal(1.0), got {prior!r}")
-    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale)
+    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale, df, outputs)
 
 
 def mlp_from_spec(spec: dict) -> MLP:
@@ -209,4 +282,6 @@ def mlp_from_spec(spec: dict) -> MLP:
         noise=spec["noise"],
         prior=prior_from_spec(spec["prior"]),
         noise_scale=spec["noise_scale"],
+        df=spec.get("df"),  # files of bnnpp 0.1 have neither
+        outputs=spec.get("outputs"),
     )

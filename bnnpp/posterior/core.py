@@ -145,7 +145,8 @@ class Posterior:
 
         Returns:
             A :class:`Prediction`: ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
-            ``noise`` ``(S, n)`` for regression.
+            ``noise`` ``(S, n)`` (``(S, n, K)`` for targets ``(n, K)``) for regression, with its
+            ``likelihood`` (gaussian, student_t, poisson).
         """
         x = np.asarray(x, dtype=np.float32)
         if x.shape[1:] != self.x.shape[1:]:
@@ -161,9 +162,17 @@ class Posterior:
         flat = self.flat_draws(num_samples)
         s = next(iter(flat.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(seed), s)
-        out = jax.device_get(self._observe("predict")(flat, keys, x))
+        return self._prediction(jax.device_get(self._observe("predict")(flat, keys, x)))
+
+    @staticmethod
+    def _prediction(out: dict) -> Prediction:
+        """A :class:`Prediction` from the draw-vmapped output of :func:`observation`."""
         if "probs" in out:
             return Prediction("classification", probs=np.asarray(out["probs"]))
+        if "rate" in out:
+            return Prediction("regression", draws=np.asarray(out["rate"]), likelihood="poisson")
+        if "df" in out:
+            return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]), likelihood="student_t", df=np.asarray(out["df"]))
         return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]))
 
     def log_likelihood(self) -> np.ndarray:
@@ -187,19 +196,18 @@ class Posterior:
         return np.asarray(ll).reshape(self.num_chains, self.num_draws, -1)
 
     def posterior_predictive(self, seed: int = 0) -> np.ndarray:
-        """One replicated data set per draw at the training inputs, ``(chain, draw, n)``:
-        labels sampled from each draw's class probabilities, or targets from N(mean, noise²)."""
+        """One replicated data set per draw at the training inputs, ``(chain, draw, *y.shape)``:
+        labels sampled from each draw's class probabilities, or targets from each draw's
+        likelihood (:meth:`Prediction.sample`)."""
         if not self.has_data:
             raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
-        pred = self.predict(self.x, seed=seed)
-        rng = np.random.default_rng(seed)
-        if pred.task == "classification":
-            cum = np.cumsum(pred.probs, axis=-1)
-            u = rng.random(cum.shape[:-1] + (1,))
-            rep = np.minimum((u > cum).sum(-1), cum.shape[-1] - 1).astype(np.int32)
-        else:
-            rep = (pred.draws + pred.noise * rng.standard_normal(pred.draws.shape)).astype(np.float32)
-        return rep.reshape(self.num_chains, self.num_draws, -1)
+        if self.approximation is not None and self.approximation.predict is not None:
+            pred = self.predict(self.x, seed=seed)  # the approximation's own predictive (Laplace's GLM)
+        else:  # the log-likelihood's program also returns the likelihood's parameters: no second compile
+            keys = jax.random.split(jax.random.PRNGKey(seed), self.num_chains * self.num_draws)
+            pred = self._prediction(jax.device_get(self._observe("loglik")(self.flat_draws(None), keys, self.x, self.y)))
+        rep = pred.sample(np.random.default_rng(seed))
+        return rep.reshape(self.num_chains, self.num_draws, *np.shape(self.y))
 
     def to_arviz(self, include_data: bool | None = None):
         """An ``arviz.InferenceData`` with groups posterior (named dims), log_likelihood,

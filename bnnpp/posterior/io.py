@@ -12,6 +12,7 @@ import json
 import os
 import re
 import sys
+import warnings
 from importlib import metadata
 from typing import Any
 
@@ -20,7 +21,20 @@ import numpy as np
 
 from bnnpp.files import atomic_path
 
-__all__ = ["meta_json", "read_netcdf", "save", "to_arviz"]
+__all__ = ["POINT_ESTIMATE_NOTE", "meta_json", "observed_name", "read_netcdf", "save", "to_arviz"]
+
+POINT_ESTIMATE_NOTE = (
+    "a point estimate (one draw) has no log_likelihood group: PSIS-LOO (az.loo, az.compare) needs several posterior draws; "
+    "use a method with draws (advi, bbb, laplace, ensemble, swag, sgld, nuts)"
+)
+"""Why a one-draw posterior's InferenceData has no ``log_likelihood`` group (its attribute
+``bnnpp_no_log_likelihood``); :func:`bnnpp.diagnostics.loo` refuses such a fit with it."""
+
+
+def observed_name(posterior) -> str:
+    """The name of the model's observed site as the user wrote it (``"y"`` unless the fit was
+    given ``observed=...``): the variable name of the ArviZ data groups."""
+    return getattr(posterior.model, "observed", None) or getattr(posterior, "observed", None) or "y"
 
 #: options that are Python objects, not settings to record
 UNRECORDED_OPTIONS = ("optimizer", "validation_data")
@@ -70,9 +84,13 @@ def to_arviz(posterior, include_data: bool | None = None):
         posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
             and integer coordinates (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in,
             dense_0.out``);
-        log_likelihood: ``y`` ``(chain, draw, obs)`` in float64, so ``az.loo``/``az.waic`` work;
-        posterior_predictive: ``y`` ``(chain, draw, obs)``, one replicated data set per draw;
-        observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
+        log_likelihood: ``y`` ``(chain, draw, obs)``, one value per row in float64, so
+            ``az.loo``/``az.waic``/``az.compare`` work; left out for a one-draw posterior
+            (MAP), where PSIS-LOO is undefined (attribute ``bnnpp_no_log_likelihood`` says so);
+        posterior_predictive: ``y`` ``(chain, draw, obs, …)``, one replicated data set per draw;
+        observed_data: ``y`` ``(obs, …)``; constant_data: ``x`` ``(obs, feature…)``.
+            ``y`` is the observed site's name (``observed=`` of :func:`bnnpp.fit`), and
+            targets ``(n, K)`` get a dim ``y_dim_0``;
         sample_stats: the fit's per-step traces (``stats.traces``: ``loss``, ``nll``, ``kl``,
             ``negative_elbo`` …) ``(chain, step)`` and per-draw sampler statistics
             ``(chain, draw)`` (``stats.sample_stats``: NUTS ``diverging``,
@@ -95,23 +113,36 @@ def to_arviz(posterior, include_data: bool | None = None):
     with_data = posterior.include_data(include_data)
     dims = {name: list(site.dims) for name, site in posterior.sites.items()}
     x_dims = ["obs"] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
+    obs = observed_name(posterior)
+    y_dims = ["obs"] + [f"{obs}_dim_{i}" for i in range(np.ndim(posterior.y) - 1)]
     attrs = _attrs(posterior)
     kwargs: dict[str, Any] = {}
+    point = posterior.num_chains * posterior.num_draws < 2
     if with_data:
         kwargs = {
-            # float64: PSIS exponentiates log-likelihood differences, which in float32 underflow
-            # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
-            "log_likelihood": {"y": np.asarray(posterior.log_likelihood(), np.float64)},
-            "posterior_predictive": {"y": posterior.posterior_predictive()},
-            "observed_data": {"y": np.asarray(posterior.y)},
+            "posterior_predictive": {obs: posterior.posterior_predictive()},
+            "observed_data": {obs: np.asarray(posterior.y)},
             "constant_data": {"x": np.asarray(posterior.x)},
         }
-    idata = az.from_dict(
-        posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
-        dims={**dims, "y": ["obs"], "x": x_dims},
-        attrs=attrs,
-        **kwargs,
-    )
+    with warnings.catch_warnings():
+        # an ensemble is M chains of one draw each: ArviZ guesses the axes were swapped and
+        # warns, but (chain, draw) is exactly what these arrays are
+        warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
+        idata = az.from_dict(
+            posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
+            dims={**dims, obs: y_dims, "x": x_dims},
+            attrs=attrs,
+            **kwargs,
+        )
+    if with_data and not point:  # one log-density per row (an event's elements summed): its own dims
+        # float64: PSIS exponentiates log-likelihood differences, which in float32 underflow
+        # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
+        ll = np.asarray(posterior.log_likelihood(), np.float64)
+        idata.add_groups({"log_likelihood": xr.Dataset(
+            {obs: (("chain", "draw", "obs"), ll)},
+            coords={"chain": np.arange(ll.shape[0]), "draw": np.arange(ll.shape[1]), "obs": np.arange(ll.shape[2])},
+            attrs=attrs,
+        )})
     traces = {k: np.asarray(v) for k, v in posterior.stats.traces.items() if np.ndim(v) >= 1}
     per_draw = posterior.stats.sample_stats
     if traces or per_draw:
@@ -144,6 +175,10 @@ def to_arviz(posterior, include_data: bool | None = None):
             }
         )
     idata.posterior.attrs["bnnpp"] = meta_json(posterior)
+    if point:
+        # PSIS-LOO needs draws to reweight: with one (MAP) az.loo fails on an index error, so
+        # the group it reads is left out and this attribute says why
+        idata.posterior.attrs["bnnpp_no_log_likelihood"] = POINT_ESTIMATE_NOTE
     return idata
 
 
@@ -151,11 +186,15 @@ def meta_json(posterior) -> str:
     """The JSON stored in a saved file's ``bnnpp`` attribute: ``info`` (the statistics
     without arrays: method, seed, options, seconds, extras), ``approximation`` (the family's
     name or ``None``), ``model`` (the spec of a bnnpp network, else ``None``), ``sites``
-    (shape and dims) and ``data`` (feature shape, rows, target dtype)."""
+    (shape and dims) and ``data`` (feature shape, rows, target dtype, a target row's shape,
+    the observed site's name)."""
     info = {k: v for k, v in posterior.stats.as_info().items() if not isinstance(v, (np.ndarray, jax.Array)) and k != "sample_stats"}
     spec = posterior.model.spec() if hasattr(posterior.model, "spec") else None
     sites = {k: {"shape": list(v.shape), "dims": list(v.dims)} for k, v in posterior.sites.items()}
-    data = {"feature_shape": list(posterior.x.shape[1:]), "n": int(posterior.x.shape[0]), "y_dtype": str(posterior.y.dtype)}
+    data = {
+        "feature_shape": list(posterior.x.shape[1:]), "n": int(posterior.x.shape[0]), "y_dtype": str(posterior.y.dtype),
+        "y_shape": list(np.shape(posterior.y)[1:]), "observed": observed_name(posterior),
+    }
     approximation = None if posterior.approximation is None else posterior.approximation.kind
     return json.dumps(json_safe({"info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data}))
 

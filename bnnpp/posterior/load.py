@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bnnpp import models
-from bnnpp.introspection import SiteInfo, refuse_flax_module
+from bnnpp.introspection import SiteInfo, check_sites, refuse_flax_module, rename_observed
 from bnnpp.posterior.approximation import FitStats, from_guide_params
 from bnnpp.posterior.core import Posterior
 from bnnpp.posterior.io import read_netcdf
@@ -25,10 +25,16 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     Args:
         path: the ``.nc`` file.
         model: the NumPyro model, needed only when the file came from a custom model (a
-            ``bnnpp.models`` network is rebuilt from the spec stored in the file).
+            ``bnnpp.models`` network is rebuilt from the spec stored in the file). Its latent
+            sites are checked against the file's (names and shapes, by one abstract trace);
+            a fit given ``observed="Y"`` is read back with the same observed site.
 
     Returns:
         A :class:`Posterior` whose ``predict`` and ``to_arviz`` work as before saving.
+
+    Raises:
+        ValueError: one line, for a file that is not a bnnpp posterior, or a ``model`` whose
+            sites differ from the file's.
     """
     path = os.fspath(path)
     refuse_flax_module(model)  # a bare Flax module is not a model: wrap it with from_flax
@@ -51,18 +57,25 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     if "variational_params" in idata.groups():
         params = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
     approximation = from_guide_params(params, list(sites), meta.get("approximation"))
+    data = meta.get("data") or {}
+    observed = data.get("observed", "y")
+    given = model is not None  # a model passed in is checked against the file; one rebuilt from its spec matches it
     if model is None and meta["model"] is not None:
         try:
             model = models.from_spec(meta["model"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"{path}: its model spec cannot be rebuilt ({type(e).__name__}: {e})") from None
+    elif model is not None:
+        model = rename_observed(model, observed)
     if "constant_data" in idata.groups():
         x = np.asarray(idata.constant_data["x"].values)
-        y = np.asarray(idata.observed_data["y"].values)
+        y = np.asarray(idata.observed_data[observed].values)
     else:  # saved without its training data
-        data = meta.get("data") or {}
         x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
-        y = np.zeros((0,), data.get("y_dtype", "int32"))
+        y = np.zeros((0, *data.get("y_shape", ())), data.get("y_dtype", "int32"))
+    if given:
+        probe = x[:1] if x.shape[0] else np.zeros((1, *x.shape[1:]), np.float32)
+        check_sites(model, sites, probe, path)
     if "constant_data" in idata.groups() and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(meta["data"]["feature_shape"])):
         raise ValueError(f"{path}: its training data has shapes x {x.shape}, y {y.shape} that contradict its metadata")
     return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation)

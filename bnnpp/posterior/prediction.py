@@ -12,28 +12,42 @@ from bnnpp import metrics
 __all__ = ["Prediction"]
 
 
+REGRESSION_LIKELIHOODS = ("gaussian", "student_t", "poisson")
+
+
 @dataclass(frozen=True)
 class Prediction:
     """Posterior-predictive output at ``n`` inputs from ``S`` posterior draws.
 
-    Classification: ``probs`` ``(S, n, C)``. Regression: ``draws`` ``(S, n)`` (the network's
-    mean function per draw) and ``noise`` ``(S, n)`` (the observation sd per draw).
+    Classification: ``probs`` ``(S, n, C)``. Regression, with targets of shape ``(n,)`` or
+    ``(n, K)`` (written ``(n, ...)`` below): ``draws`` ``(S, n, ...)``, the mean function per
+    draw (the Normal or StudentT location, the Poisson rate), and ``noise`` ``(S, n, ...)``,
+    the likelihood's scale per draw (the Normal sd, the StudentT scale; ``None`` for Poisson);
+    ``df`` ``(S, n, ...)`` holds the StudentT degrees of freedom. ``likelihood`` is
+    ``"gaussian"``, ``"student_t"`` or ``"poisson"``.
     """
 
     task: str
     probs: np.ndarray | None = None
     draws: np.ndarray | None = None
     noise: np.ndarray | None = None
+    likelihood: str = "gaussian"
+    df: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.task == "regression" and self.likelihood not in REGRESSION_LIKELIHOODS:
+            raise ValueError(f"likelihood must be one of {', '.join(REGRESSION_LIKELIHOODS)}, got {self.likelihood!r}")
 
     @property
     def mean(self) -> np.ndarray:
-        """Predictive mean: class probabilities ``(n, C)``, or regression mean ``(n,)``."""
+        """Predictive mean: class probabilities ``(n, C)``, or regression mean ``(n, ...)``
+        (a StudentT with df ≤ 1 has no mean: its location is used)."""
         return (self.probs if self.task == "classification" else self.draws).mean(axis=0)
 
     @property
     def std(self) -> np.ndarray:
         """Classification: sd of the class probabilities over draws ``(n, C)``.
-        Regression: total predictive sd ``(n,)`` = sqrt(epistemic² + aleatoric²)."""
+        Regression: total predictive sd ``(n, ...)`` = sqrt(epistemic² + aleatoric²)."""
         if self.task == "classification":
             return self.probs.std(axis=0)
         return np.sqrt(self.epistemic_std**2 + self.aleatoric_std**2)
@@ -41,30 +55,66 @@ class Prediction:
     @property
     def variance(self) -> np.ndarray:
         """Variance over posterior draws: of the class probabilities ``(n, C)`` (classification),
-        or of the mean function ``(n,)`` (regression, = ``epistemic_std**2``)."""
+        or of the mean function ``(n, ...)`` (regression, = ``epistemic_std**2``)."""
         return (self.probs if self.task == "classification" else self.draws).var(axis=0)
 
     def pointwise_log_likelihood(self, y) -> np.ndarray:
         """log p(y_i | draw s) ``(S, n)`` in float64: the log probability of each label
-        (classification), or the Normal(draw, noise²) log-density of each target (regression)."""
+        (classification), or each row's log-density under the draw's likelihood (regression,
+        :meth:`log_density` summed over a row's targets)."""
         y = np.asarray(y)
         if self.task == "classification":
             p = np.take_along_axis(np.asarray(self.probs, np.float64), y.astype(np.int64)[None, :, None], axis=-1)[..., 0]
             return np.log(np.maximum(p, np.finfo(np.float64).tiny))
-        mu, sd = np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64)
-        return -0.5 * np.log(2 * np.pi * sd**2) - 0.5 * ((y[None, :] - mu) / sd) ** 2
+        logp = self.log_density(y)
+        return logp.reshape(logp.shape[0], logp.shape[1], -1).sum(-1)
 
     @property
     def epistemic_std(self) -> np.ndarray:
-        """Regression: sd of the mean function over draws ``(n,)``."""
+        """Regression: sd of the mean function over draws ``(n, ...)``."""
         self._need("regression")
         return self.draws.std(axis=0)
 
     @property
     def aleatoric_std(self) -> np.ndarray:
-        """Regression: root mean observation variance over draws ``(n,)``."""
+        """Regression: root mean observation variance over draws ``(n, ...)``: the mean of
+        σ² (Normal), of σ²·df/(df − 2) (StudentT; infinite where df ≤ 2) or of the rate
+        (Poisson, whose variance is its mean)."""
         self._need("regression")
-        return np.sqrt(np.mean(self.noise**2, axis=0))
+        if self.likelihood == "poisson":
+            variance = self.draws
+        elif self.likelihood == "student_t":
+            df = np.asarray(self.df, np.float64)
+            variance = np.where(df > 2, self.noise**2 * df / np.where(df > 2, df - 2, 1.0), np.inf)
+        else:
+            variance = self.noise**2
+        return np.sqrt(np.mean(variance, axis=0))
+
+    def log_density(self, y) -> np.ndarray:
+        """Regression: each draw's log-density of the targets ``y`` ``(n, ...)``, elementwise,
+        ``(S, n, ...)`` (scipy's ``norm.logpdf``, ``t.logpdf`` or ``poisson.logpmf``)."""
+        self._need("regression")
+        from scipy import stats
+
+        y = np.asarray(y, np.float64)[None]
+        if self.likelihood == "poisson":
+            return stats.poisson.logpmf(y, np.asarray(self.draws, np.float64))
+        if self.likelihood == "student_t":
+            return stats.t.logpdf(y, np.asarray(self.df, np.float64), np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64))
+        return stats.norm.logpdf(y, np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64))
+
+    def sample(self, rng: np.random.Generator) -> np.ndarray:
+        """One replicated target per draw and input: labels ``(S, n)`` sampled from each
+        draw's class probabilities, or regression targets ``(S, n, ...)`` from each draw's
+        likelihood."""
+        if self.task == "classification":
+            cum = np.cumsum(self.probs, axis=-1)
+            u = rng.random(cum.shape[:-1] + (1,))
+            return np.minimum((u > cum).sum(-1), cum.shape[-1] - 1).astype(np.int32)
+        if self.likelihood == "poisson":
+            return rng.poisson(np.asarray(self.draws, np.float64)).astype(np.float32)
+        noise = rng.standard_t(self.df) if self.likelihood == "student_t" else rng.standard_normal(self.draws.shape)
+        return (self.draws + self.noise * noise).astype(np.float32)
 
     @property
     def entropy(self) -> np.ndarray:
@@ -95,14 +145,20 @@ class Prediction:
 
         Classification (labels): accuracy, NLL, Brier, ECE (of the mean prediction) and the
         means of entropy, mutual information and expected error rate over the points.
-        Regression (targets): ``rmse`` of the predictive mean, ``nll`` of the predictive
-        mixture (:func:`bnnpp.metrics.gaussian_nll`), ``coverage_95`` of mean ± 1.96·sd, and
-        the means over points of the total and epistemic predictive sd.
+        Regression (targets ``(n, ...)``): ``rmse`` of the predictive mean over every
+        element, ``nll`` per row of the predictive mixture (:func:`bnnpp.metrics.predictive_nll`
+        of :meth:`log_density`; for 1-D Gaussian targets equal to
+        :func:`bnnpp.metrics.gaussian_nll`), ``coverage_95`` of mean ± 1.96·sd (the Gaussian
+        interval, also for StudentT and Poisson), and the means over points of the total and
+        epistemic predictive sd.
         """
         if self.task == "regression":
             return {
                 "rmse": metrics.rmse(self.mean, y),
-                "nll": metrics.gaussian_nll(self.draws, self.noise, y),
+                "nll": (
+                    metrics.gaussian_nll(self.draws, self.noise, y) if self.likelihood == "gaussian" and self.draws.ndim == 2
+                    else metrics.predictive_nll(self.log_density(y))
+                ),
                 "coverage_95": metrics.interval_coverage(self.mean, self.std, y, 0.95),
                 "mean_sd": float(self.std.mean()),
                 "mean_epistemic_sd": float(self.epistemic_std.mean()),
