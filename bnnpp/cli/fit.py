@@ -321,7 +321,7 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
 
 #: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
 NOT_CONFIG = frozenset({"out", "quiet", "resume", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
-                        "config", "handler", "argv", "command"})
+                        "config", "handler", "argv", "command", "import_seconds"})
 
 
 def resolved_config(args, options: dict) -> str:
