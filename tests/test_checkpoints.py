@@ -104,6 +104,7 @@ def test_checkpoint_arguments_are_checked_before_compiling(moons, net, tmp_path,
     assert compile_counter() == before
 
 
+@pytest.mark.slow  # ~60 s: three NUTS runs with their compiles
 def test_nuts_checkpoints_after_warmup_and_every_block_and_resumes(moons, net, tmp_path, monkeypatch):
     from numpyro.infer import MCMC
 

@@ -59,7 +59,9 @@ CLI_SMALL = {
 }
 
 
-@pytest.mark.parametrize("method", sorted(CLI_SMALL))
+# map runs in the fast set; every other method's CLI run is slow (the registry's contract tests
+# cover each method in the fast set, and test_fit_end_to_end is CI's end-to-end CLI run)
+@pytest.mark.parametrize("method", [m if m == "map" else pytest.param(m, marks=pytest.mark.slow) for m in sorted(CLI_SMALL)])
 def test_fit_every_method(method, tmp_path):
     out = tmp_path / method
     code = main(["fit", "--data", "moons", "--method", method, *CLI_SMALL[method], "--out", str(out), "--quiet", "--no-cache"])

@@ -226,6 +226,7 @@ def test_dropout_on_a_cnn_drops_input_channels():
     assert post.predict(x[:4]).probs.shape == (50, 4, 3)
 
 
+@pytest.mark.slow  # ~15 s: two concrete-dropout fits on growing data
 def test_concrete_rate_falls_as_the_data_grow():
     """Gal et al. 2017 §3: the learnt rate balances the entropy term K·H(p) (fixed) against
     the likelihood (grows with N), so more data give a smaller rate."""

@@ -264,7 +264,7 @@ FLAX_OPTIONS = {
 }
 
 
-FAST = ("map", "bbb")  # the rest take 10–40 s each on 2 shared cores: slow (CI runs -m "not slow")
+FAST = ("map",)  # bbb through Flax layers is also in test_layer_outputs_are_flax_outputs_and_bbb_sees_the_layers; the rest take 10–40 s each on 2 shared cores: slow (CI runs -m "not slow")
 
 
 def _registry():
