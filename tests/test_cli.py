@@ -22,7 +22,7 @@ def test_fit_end_to_end(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "test accuracy" in proc.stdout
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.json", "posterior.nc", "uncertainty.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "metrics.json", "posterior.nc", "uncertainty.png"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bnnpp-")]  # temp folder removed
     idata = az.from_netcdf(out / "posterior.nc")
     assert {"chain", "draw"} <= set(idata.posterior.dims)

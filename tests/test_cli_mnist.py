@@ -118,7 +118,7 @@ def test_fit_mnist_mlp_end_to_end(tmp_path, monkeypatch):
                  "--method", "bbb", "--prior", "scale-mixture", "--hyperprior", "fixed", "--epochs", "1",
                  "--batch-size", "100", "--train-subset", "1000", "--validation", "0", "--out", str(out), "--quiet"])
     assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["loss.png", "metrics.json", "posterior.nc"]
+    assert sorted(p.name for p in out.iterdir()) == ["config.toml", "loss.png", "metrics.json", "posterior.nc"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bnnpp-")]
     report = json.loads((out / "metrics.json").read_text())
     assert {k: report[k] for k in ("data", "data_dir", "normalize", "validation", "train_subset", "flatten")} == {

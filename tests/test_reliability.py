@@ -347,7 +347,7 @@ def test_kill_9_during_training_leaves_the_previous_run_and_resume_finishes(tmp_
             proc.wait()
         now = {p.name: p.read_bytes() for p in out.iterdir()}
         if now != before:  # published before the kill (or finished): it must be a complete new run
-            assert sorted(now) == ["metrics.json", "posterior.nc", "uncertainty.png"]
+            assert sorted(now) == ["config.toml", "metrics.json", "posterior.nc", "uncertainty.png"]
             assert json.loads(now["metrics.json"])["files"][0] == "posterior.nc"
             bnnpp.load(out / "posterior.nc")
             before = now
