@@ -22,6 +22,7 @@ from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
+from bnnpp.inference.sharding import check_request
 from bnnpp.introspection import check_model, refuse_flax_module
 from bnnpp.posterior import Posterior, Prediction, load
 
@@ -60,6 +61,8 @@ def fit(
     checkpoint_every: int | None = None,
     checkpoint_minutes: float | None = 10.0,
     resume: bool = False,
+    devices: int | None = None,
+    mesh: str | dict | None = None,
     **options,
 ) -> Posterior:
     """Fit a NumPyro model ``model(x, y=None)`` to data with the chosen inference method.
@@ -76,6 +79,12 @@ def fit(
             ``None``), and when SIGINT/SIGTERM stops training after the current chunk.
         resume: continue from the newest checkpoint in ``checkpoint_dir``; the result is
             bit-identical to an uninterrupted fit with the same arguments on the same machine.
+        devices: run on the first ``devices`` of ``jax.devices()`` (every process's, after
+            :func:`bnnpp.distributed.initialize`): chains/members one block per device when
+            they divide evenly, else the minibatch split over them (data parallel).
+        mesh: the mesh's axis sizes, ``"data=2,members=2"`` or a dict: ``data`` splits every
+            minibatch, ``members`` (alias ``chains``) the ensemble members / chains
+            (:mod:`bnnpp.inference.sharding`). ``None`` for both: one device, unsharded.
         **options: the method's options (its options dataclass, e.g.
             ``bnnpp.inference.get_method("bbb").options``; defaults in ``.defaults``).
 
@@ -96,6 +105,9 @@ def fit(
     refuse_flax_module(model)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
+    check_request(devices, mesh)
+    if (devices is not None or mesh is not None) and not chosen.takes_mesh:
+        raise ValueError(f"method {method!r} runs on one device: leave devices and mesh unset")
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
     checkpoint = None
@@ -104,7 +116,8 @@ def fit(
     x, y = check_data(data, model)
     parsed.check_data(x, y)
     check_model(model, x, y)
-    return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume)
+    return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
+                      devices=devices, mesh=mesh)
 
 
 def __getattr__(name: str):
