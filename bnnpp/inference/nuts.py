@@ -283,7 +283,7 @@ def fit(
         mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=tuple(_FIELDS))
         draws = mcmc.get_samples(group_by_chain=True)
         if place is not None:
-            placed = {**place.facts(len(x)), "draws_sharding": str(draws[next(iter(sites))].sharding.spec)}
+            placed = {**place.facts(len(x)), "draws_sharding": [None if a is None else str(a) for a in draws[next(iter(sites))].sharding.spec]}
         fields = mcmc.get_extra_fields(group_by_chain=True)
     else:
         draws, fields = _run_in_blocks(mcmc, kernel, sites, options, seed, x, y, xj, yj, checkpoint, resume)
