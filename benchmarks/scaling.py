@@ -21,6 +21,7 @@ compute, so the table shows correctness and overhead, not speed-up. On a GPU mac
 devices the same script measures the speed-up (``--counts`` up to the devices there).
 
     python benchmarks/scaling.py --steps 512 --repeats 3   # the committed table (~15 minutes on 2 shared cores)
+    python benchmarks/scaling.py --quick          # 1 and 2 devices, 64 steps on 2,048 images (~4 minutes)
     python benchmarks/scaling.py --counts 1,2 --steps 64
 
 Writes ``--results``/scaling.{json,md}. MNIST from ``--data-dir`` or ``$BNNPP_DATA_DIR``.
@@ -85,7 +86,10 @@ def worker(args) -> None:
     import bnnpp
 
     n = jax.device_count()
-    full = bnnpp.data.load("mnist", args.data_dir, normalize="255", validation=0, flatten=True)
+    try:
+        full = bnnpp.data.load("mnist", args.data_dir, normalize="255", validation=0, flatten=True)
+    except ValueError as e:
+        raise SystemExit(f"scaling: {e}") from None
     data = bnnpp.data.Dataset(full.x_train[: args.rows], full.y_train[: args.rows], full.x_test[: args.test],
                               full.y_test[: args.test], full.task, full.num_classes, full.name)
     out = {"devices": n, "rows": {}}
@@ -110,6 +114,7 @@ def worker(args) -> None:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="1 and 2 devices, 64 steps on 2,048 images, 200 test images, 1 repeat")
     ap.add_argument("--counts", default="1,2,4,8", help="device counts, comma-separated (1 first: the reference)")
     ap.add_argument("--steps", type=int, default=256, help="steps of every fit")
     ap.add_argument("--rows", type=int, default=8192, help="MNIST training rows (a multiple of 8 x 128)")
@@ -121,6 +126,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.data_dir = args.data_dir or default_data_dir()
+    if args.quick:
+        args.counts, args.steps, args.rows, args.test, args.repeats = "1,2", 64, 2048, 200, 1
     if args.worker:
         worker(args)
         return {}

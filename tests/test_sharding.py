@@ -271,3 +271,21 @@ def test_two_processes_write_the_single_process_run(tmp_path, data):
         assert b["val_error"] == pytest.approx(a["val_error"], rel=1e-5)
     skip = ("test", "seconds", "placement", "files", "val_error")
     assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+
+
+@pytest.mark.slow
+def test_scaling_benchmark_quick(tmp_path):
+    """benchmarks/scaling.py --quick: 1 and 2 devices give the same predictive probabilities
+    (float32 reassociation, module docstring) and the tables are written."""
+    if not (DATA_DIR / "mnist").is_dir():
+        pytest.skip(f"no MNIST files in {DATA_DIR}")
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "scaling.py"), "--quick", "--results", str(tmp_path),
+                           "--data-dir", str(DATA_DIR)], env=_env(1), capture_output=True, text=True, timeout=1200, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "scaling.json").read_text())
+    assert result["counts"] == [1, 2]
+    for name, row in result["results"]["2"]["rows"].items():
+        assert row["max_prob_diff"] < ATOL, name
+        assert row["placement"]["devices"] == 2
+    assert set(result["overhead"]) == {"bbb", "ensemble", "sgld"}
+    assert "not a speed-up" in (tmp_path / "scaling.md").read_text()
