@@ -33,6 +33,7 @@ QUICK = {
     "swag": {"pretrain_steps": 1000, "swag_epochs": 20, "rank": 10},
     "multiswag": {"pretrain_steps": 1000, "swag_epochs": 20, "rank": 10, "num_samples": 10},
     "mc_dropout": {"num_steps": 1000, "num_samples": 50},
+    "vd": {"epochs": 1000, "num_samples": 50},
 }
 
 

@@ -96,6 +96,14 @@ def _mnist(quick: bool, data_dir: str):
     return (x[:2000], y[:2000], xt[:500], yt[:500], xo[:500]) if quick else (x, y, xt[:5000], yt[:5000], xo[:5000])
 
 
+def _mnist_validation(quick: bool, data_dir: str):
+    """The 10,000 held-out training images (the first 2,000 are scored: laplace.VALIDATION_ROWS)."""
+    import bnnpp
+
+    mnist = bnnpp.data.load("mnist", data_dir=data_dir, flatten=True)
+    return (mnist.x_val[:500], mnist.y_val[:500]) if quick else (mnist.x_val, mnist.y_val)
+
+
 def _rows(epochs: int, num_batches: int) -> dict:
     map_opts = {"num_steps": epochs * num_batches, "batch_size": BATCH, "learning_rate": 1e-3, "init_radius": 0.07}
     return {
@@ -103,6 +111,8 @@ def _rows(epochs: int, num_batches: int) -> dict:
         "laplace last-layer (kron)": ("laplace", {**map_opts, "subset": "last_layer", "num_samples": 20}),
         "laplace all layers (kron)": ("laplace", {**map_opts, "num_samples": 20}),
         "laplace all layers (kron, layerwise δ)": ("laplace", {**map_opts, "prior_structure": "layerwise", "num_samples": 20}),
+        "laplace all layers (kron, δ by validation)": ("laplace", {**map_opts, "prior_precision": "validation", "num_samples": 20}),
+        "laplace last-layer (kron, probit link)": ("laplace", {**map_opts, "subset": "last_layer", "link": "probit", "num_samples": 20}),
         "bbb": ("bbb", {"epochs": epochs, "batch_size": BATCH, "learning_rate": 1e-3, "num_samples": 20}),
         "lenet5 last-layer (kron), 1 MAP epoch": ("laplace", {**map_opts, "num_steps": num_batches, "subset": "last_layer", "num_samples": 20}),
     }
@@ -115,6 +125,8 @@ def mnist_row(label: str, quick: bool, data_dir: str, epochs: int) -> dict:
 
     x, y, xt, yt, xo = _mnist(quick, data_dir)
     method, opts = _rows(epochs, len(x) // BATCH)[label]
+    if opts.get("prior_precision") == "validation":
+        opts = {**opts, "validation_data": _mnist_validation(quick, data_dir)}
     if label.startswith("lenet5"):
         model = bnnpp.models.lenet5(num_classes=10, prior=priors.normal(1.0))
         x, xt, xo = (a.reshape(-1, 28, 28, 1) for a in (x, xt, xo))

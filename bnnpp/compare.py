@@ -38,6 +38,7 @@ QUICK_OPTIONS: dict[str, dict] = {
     "swag": {"pretrain_steps": 100, "swag_epochs": 4, "rank": 3, "num_samples": 20},
     "multiswag": {"pretrain_steps": 100, "swag_epochs": 4, "rank": 3, "num_samples": 10, "members": 2},
     "mc_dropout": {"num_steps": 100, "num_samples": 30},
+    "vd": {"epochs": 200, "num_samples": 30},
 }
 
 

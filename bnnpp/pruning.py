@@ -9,6 +9,10 @@ entries is set to zero in every posterior draw.
 μ and σ come from the posterior's approximation where it is a mean-field Gaussian
 (``Posterior.approximation``: ``bbb`` and mean-field ``advi``), otherwise from the mean and
 standard deviation of the draws (MCMC, low-rank/full-rank ADVI, MAP).
+
+A variational-dropout posterior (``method="vd"``) carries its own rule instead of a share to
+remove: :func:`log_alpha_table` drops every weight with log α above the fit's threshold
+(Molchanov et al. 2017) and reports the compression per layer and in total.
 """
 
 from __future__ import annotations
@@ -20,10 +24,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from bnnpp.evaluation import predict_probs
+from bnnpp.inference.vd import VariationalDropout
 from bnnpp.posterior import MeanFieldGaussian, Posterior
 from bnnpp.reports import pruning_table_markdown
 
-__all__ = ["RULES", "check_fraction", "check_rule", "magnitude", "prune", "pruning_table", "snr", "table_markdown", "weight_sites"]
+__all__ = ["RULES", "check_fraction", "check_rule", "log_alpha_table", "magnitude", "prune", "pruning_table", "snr", "table_markdown", "weight_sites"]
 
 RULES = ("snr", "magnitude")
 
@@ -196,3 +201,74 @@ def pruning_table(
 
 table_markdown = pruning_table_markdown
 """The rows of :func:`pruning_table` as Blundell et al. (2015) Table 2 (see :func:`bnnpp.reports.pruning_table_markdown`)."""
+
+
+def log_alpha_table(
+    posterior: Posterior, x_test: np.ndarray, y_test: np.ndarray, *, num_samples: int = 10, seed: int = 0, batch_size: int | None = None
+) -> dict:
+    """The compression table of a variational-dropout posterior (Molchanov et al. 2017, Table 1):
+    weights with log α > threshold are dropped.
+
+    Args:
+        posterior: a ``method="vd"`` classifier posterior (approximation
+            :class:`~bnnpp.inference.vd.VariationalDropout`).
+        x_test, y_test: test inputs ``(n, ...)`` and integer labels ``(n,)``.
+        num_samples: posterior draws averaged for ``test_error_draws``.
+        seed, batch_size: passed to :func:`bnnpp.evaluation.predict_probs`.
+
+    Returns:
+        ``{"threshold", "layers": [{"site", "weights", "nonzero", "compression"}, ...],
+        "weights", "nonzero", "compression"`` (all weights / kept weights), ``"test_error"``
+        (the network at θ with the dropped weights zeroed, the paper's test-time rule),
+        ``"test_error_draws"`` (the mean prediction over ``num_samples`` draws of q, dropped
+        weights zero)``}``.
+
+    Raises:
+        TypeError: the posterior is not from ``method="vd"``. ValueError: bad labels.
+    """
+    q = posterior.approximation
+    if not isinstance(q, VariationalDropout):
+        raise TypeError(
+            f"the log alpha rule needs a variational-dropout posterior (method='vd'), this one is from {posterior.method!r}: "
+            "use prune(posterior, fraction, rule='snr') instead"
+        )
+    y_test = np.asarray(y_test)
+    if y_test.ndim != 1 or len(y_test) != len(x_test):
+        raise ValueError(f"y_test must be (n,) labels for the {len(x_test)} test inputs, got shape {y_test.shape}")
+    keep = q.keep()
+    layers = [
+        {"site": s, "weights": int(m.size), "nonzero": int(m.sum()), "compression": float(m.size / max(1, int(m.sum())))}
+        for s, m in keep.items()
+    ]
+    total, nonzero = sum(r["weights"] for r in layers), sum(r["nonzero"] for r in layers)
+    point = {k: np.asarray(v)[:1, :1] for k, v in posterior.samples.items()}  # the point sites repeat their value
+    for s, m in keep.items():
+        point[s] = np.where(m, np.asarray(q.loc[s]), 0).astype(posterior.samples[s].dtype)[None, None]
+    at_mean = dataclasses.replace(posterior, samples=point, _jitted={})
+    errors = {}
+    for name, post, s in (("test_error", at_mean, 1), ("test_error_draws", posterior, num_samples)):
+        probs = predict_probs(post, x_test, num_samples=s, seed=seed, batch_size=batch_size)
+        errors[name] = float(np.mean(probs.mean(axis=0).argmax(axis=-1) != y_test))
+    return {
+        "threshold": float(q.threshold), "layers": layers, "weights": total, "nonzero": nonzero,
+        "compression": float(total / max(1, nonzero)), **errors,
+    }
+
+
+def log_alpha_markdown(table: dict) -> str:
+    """The :func:`log_alpha_table` as Markdown in the layout of Molchanov et al. (2017) Table 1:
+    one row per layer (weights, nonzero, compression ×) and a total row with the test errors.
+
+    Returns:
+        The table, ending in a newline.
+    """
+    lines = [
+        f"log alpha rule: weights with log alpha > {table['threshold']:g} dropped", "",
+        "| layer | # weights | # nonzero | compression |", "|---|---|---|---|",
+    ]
+    for r in table["layers"]:
+        lines.append(f"| {r['site']} | {r['weights']:,} | {r['nonzero']:,} | {r['compression']:.1f}× |")
+    lines.append(f"| **total** | {table['weights']:,} | {table['nonzero']:,} | **{table['compression']:.1f}×** |")
+    errors = f"test error at θ (dropped weights zero): {table['test_error']:.2%}; mean over draws of q: {table['test_error_draws']:.2%}"
+    lines += ["", errors, ""]
+    return "\n".join(lines)

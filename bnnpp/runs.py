@@ -33,6 +33,7 @@ import numpy as np
 from bnnpp import data, evaluation, files, metrics, pruning, reports
 from bnnpp.data import IMAGE_SETS, SYNTHETIC
 from bnnpp.inference import Prediction, load
+from bnnpp.inference.vd import VariationalDropout
 
 __all__ = [
     "DEFAULT_FRACTIONS",
@@ -430,7 +431,9 @@ def prune_run(
         The report in ``prune.json``: ``rows`` (one per rule and fraction: ``rule``,
         ``fraction``, ``removed``, ``remaining``, ``test_error``), ``num_weights``,
         ``snr_cutoffs`` (label → SNR threshold, when SNR exists), ``run_dir``, ``data``,
-        ``method``, ``num_samples``, ``seconds``; plus ``files``, the names written.
+        ``method``, ``num_samples``, ``seconds``; for a ``method="vd"`` run also ``log_alpha``,
+        the compression table of :func:`bnnpp.pruning.log_alpha_table`; plus ``files``, the
+        names written.
     """
     rules = tuple(rules)
     fractions = tuple(fractions)
@@ -461,8 +464,10 @@ def prune_run(
         "num_weights": rows[0]["removed"] + rows[0]["remaining"],
         "rows": rows,
         "snr_cutoffs": _cutoffs(snr_values, fractions) if snr_values is not None else None,
-        "seconds": {"total": time.perf_counter() - t0},
     }
+    if isinstance(posterior.approximation, VariationalDropout):  # vd: its own log α rule (Molchanov et al. 2017)
+        report["log_alpha"] = pruning.log_alpha_table(posterior, dataset.x_test, dataset.y_test, num_samples=num_samples, seed=seed, batch_size=batch_size)
+    report["seconds"] = {"total": time.perf_counter() - t0}
     names = ["prune.json", "prune.md"]
     with files.publish_folder(run_dir, prefix=".prune-") as tmp:
         if snr_values is not None:
@@ -475,7 +480,7 @@ def prune_run(
         with open(os.path.join(tmp, "prune.json"), "w") as f:
             json.dump(report, f, indent=2)
         with open(os.path.join(tmp, "prune.md"), "w") as f:
-            f.write(reports.prune_markdown(report, no_snr))
+            f.write(reports.prune_markdown(report, no_snr) + (f"\n{pruning.log_alpha_markdown(report['log_alpha'])}" if "log_alpha" in report else ""))
     report["files"] = names
     return report
 

@@ -125,7 +125,7 @@ def test_conjugate_linear_regression(method, extra, tmp_path):
     x, y = _data()
     mean, sd = _closed_form(x, y)
     options = {**CONJUGATE_OPTIONS.get(method, {}), **extra}
-    if method == "mc_dropout":  # dropout lives on bnnpp layers; this model has none
+    if method in ("mc_dropout", "vd"):  # dropout lives on bnnpp layers; this model has none
         with pytest.raises(ValueError, match="found none"):
             bnnpp.fit(linreg, (x, y), method=method, seed=1, progress=False, **options)
         return
@@ -185,7 +185,7 @@ def test_conjugate_variance(method, extra):
         # on log v the per-example gradient −½ + y²/(2v) has variance ½ (y²/v ~ χ²₁), curvature ≈ a'
         lr = _swag_learning_rate(n, 10, 0.5, a)
         options = {**options, "batch_size": 10, "swag_learning_rate": lr}
-    if method == "mc_dropout":
+    if method in ("mc_dropout", "vd"):
         with pytest.raises(ValueError, match="found none"):
             bnnpp.fit(variance_model, (x, y), method=method, seed=2, progress=False, **options)
         return

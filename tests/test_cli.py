@@ -55,6 +55,7 @@ CLI_SMALL = {
     "swag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "10"],
     "multiswag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "5", "--members", "2"],
     "mc_dropout": ["--steps", "300", "--num-samples", "20", "--concrete"],
+    "vd": ["--epochs", "300", "--num-samples", "20", "--variant", "sparse"],
 }
 
 

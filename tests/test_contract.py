@@ -151,6 +151,7 @@ QUICK = {
     "swag": {"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10},
     "multiswag": {"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2},
     "mc_dropout": {"num_steps": 60, "num_samples": 20},
+    "vd": {"epochs": 60, "num_samples": 20},
 }
 
 

@@ -260,6 +260,7 @@ FLAX_OPTIONS = {
     "laplace": {"num_steps": 300, "hessian": "full", "prior_precision": "model", "num_samples": 50},
     "ensemble": {"num_steps": 300, "members": 3},
     "mc_dropout": {"num_steps": 300, "num_samples": 50},
+    "vd": {"epochs": 300, "num_samples": 50},
 }
 
 

@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import bnnpp
-from bnnpp import priors
+from bnnpp import diagnostics, priors
 from bnnpp.cli import main
 from bnnpp.inference.laplace import MAX_FULL_PARAMETERS
 from bnnpp.models.layers import conv2d, dense
@@ -205,7 +205,7 @@ def _linreg(x, y=None):
         ("mlp", {"hessian": "diag", "prior_precision": "model"}, "needs hessian='full'"),
         ("hier", {"hessian": "full"}, "use prior_precision='model'"),
         ("probs", {"hessian": "full"}, "Categorical\\(logits"),
-        ("mlp", {"prior_precision": "often"}, "must be 'evidence', 'model' or a positive number"),
+        ("mlp", {"prior_precision": "often"}, "must be 'evidence', 'model', 'validation' or a positive number"),
         ("mlp", {"hessian": "lbfgs"}, "hessian must be one of"),
         ("mlp", {"hessian": "full", "prior_structure": "layerwise"}, "layerwise' needs hessian='diag' or 'kron'"),
     ],
@@ -238,3 +238,77 @@ def test_cli_method_laplace_with_its_flags(tmp_path):
     back = bnnpp.load(out / "posterior.nc")
     assert back.stats.options["hessian"] == "diag" and back.info["prior_precision"] == pytest.approx(2.5)
     assert back.approximation.structure == "diag"
+
+
+def test_linearised_links_and_loo_read_the_glm_predictive(moons):
+    """Both links predict from the same linearised Gaussian: the probit repeats one deterministic
+    approximation for every draw (mutual information 0), link="mc" gives each draw its own
+    softmax (mutual information > 0). Their means differ by up to ~0.1 here: the per-class
+    probit ignores the covariance between the two logits, which the MC link keeps, so only the
+    predicted classes are compared. LOO scores that predictive, not the
+    network at weight-space draws (which gave elpd −7,192 on moons' 700 points)."""
+    model = bnnpp.models.mlp((5,), num_classes=2, prior=priors.normal(1.0))
+    common = {"hessian": "kron", "num_steps": 800, "num_samples": 200, "progress": False}
+    probit = bnnpp.fit(model, moons, method="laplace", link="probit", **common)
+    mc = bnnpp.fit(model, moons, method="laplace", link="mc", **common)
+    p_probit, p_mc = probit.predict(moons.x_test), mc.predict(moons.x_test)
+    assert np.all(p_probit.mutual_information < 1e-5)  # float32 rounding of identical draws and p_mc.mutual_information.mean() > 1e-4
+    assert np.mean(p_mc.mean.argmax(-1) == p_probit.mean.argmax(-1)) > 0.97
+    ll = mc.log_likelihood()
+    assert ll.shape == (1, 200, len(moons.y_train)) and ll.dtype == np.float64
+    np.testing.assert_allclose(ll[0], mc.predict(moons.x_train).pointwise_log_likelihood(moons.y_train))
+    loo = diagnostics.loo(mc)
+    n = len(moons.y_train)
+    # the training NLL of this fit is ~0.25-0.3 per point; LOO can only be a little worse
+    assert -0.5 * n < loo["elpd"] < -0.1 * n
+
+
+def test_pointwise_log_likelihood_matches_scipy():
+    from scipy import stats
+
+    from bnnpp.posterior.prediction import Prediction
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(3), size=(4, 5))
+    y = rng.integers(0, 3, 5)
+    got = Prediction("classification", probs=probs).pointwise_log_likelihood(y)
+    np.testing.assert_allclose(got, np.log(probs[:, np.arange(5), y]), rtol=1e-12)
+    mu, sd, t = rng.normal(size=(4, 5)), rng.uniform(0.5, 2, (4, 5)), rng.normal(size=5)
+    got = Prediction("regression", draws=mu, noise=sd).pointwise_log_likelihood(t)
+    np.testing.assert_allclose(got, stats.norm.logpdf(t, mu, sd), rtol=1e-10)
+
+
+@pytest.mark.parametrize("hessian", ["kron", "diag"])
+def test_validation_prior_precision_is_the_grid_argmax_and_equals_a_fixed_fit(moons, hessian):
+    """prior_precision="validation" rescales the evidence's δ by the factor whose linearised
+    predictive scores best on held-out data; its approximation must then be the one a fit with
+    that δ given as a number computes (same MAP, same curvature: float32 rtol 1e-4)."""
+    val = bnnpp.data.moons(seed=1)
+    model = bnnpp.models.mlp((5,), num_classes=2, prior=priors.normal(1.0))
+    common = {"hessian": hessian, "num_steps": 600, "num_samples": 20, "progress": False}
+    post = bnnpp.fit(model, moons, method="laplace", prior_precision="validation", validation_data=(val.x_test, val.y_test), **common)
+    info = post.info
+    best = int(np.argmax(info["validation_log_density"]))
+    assert info["prior_precision"] == pytest.approx(info["evidence_prior_precision"] * info["validation_factors"][best], rel=1e-5)
+    fixed = bnnpp.fit(model, moons, method="laplace", prior_precision=info["prior_precision"], **common)
+    for k, v in fixed.approximation.params.items():
+        if k != "log_marginal_likelihood":
+            np.testing.assert_allclose(post.approximation.params[k], v, rtol=1e-4, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"prior_precision": "validation"}, "needs validation_data"),
+        ({"prior_precision": "validation", "validation_data": (np.zeros((3, 2)), np.zeros(3)), "hessian": "full"}, "diag' or 'kron"),
+        ({"prior_precision": "validation", "validation_data": (np.zeros((3, 2)), np.zeros(3)), "predictive": "mc"}, "linearised"),
+        ({"prior_precision": "validation", "validation_data": (np.zeros((3, 5)), np.zeros(3))}, "shape"),
+        ({"prior_precision": "validation", "validation_data": (np.zeros((3, 2)), np.full(3, 7))}, r"validation_data: labels must lie in \[0, 2\)"),
+    ],
+)
+def test_validation_prior_precision_errors(moons, options, match, compile_counter):
+    model = bnnpp.models.mlp((5,), num_classes=2, prior=priors.normal(1.0))
+    before = compile_counter()
+    with pytest.raises(ValueError, match=match):
+        bnnpp.fit(model, moons, method="laplace", progress=False, **options)
+    assert compile_counter() == before

@@ -1,14 +1,15 @@
 """``bnnpp prune DIR``: test error after removing the weights with the lowest signal-to-noise
 ratio |μ|/σ or the lowest magnitude |μ| (Blundell et al. 2015, Table 2); writes prune.json,
 prune.md and snr.png (the SNR histogram and CDF with the cut-offs) into DIR (the work is
-:func:`bnnpp.runs.prune_run`)."""
+:func:`bnnpp.runs.prune_run`). A ``method="vd"`` run also gets the log α rule's compression
+table (:func:`bnnpp.pruning.log_alpha_table`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from bnnpp import reports, runs
+from bnnpp import pruning, reports, runs
 from bnnpp.cli._errors import CLIError
 
 __all__ = ["add_parser", "run"]
@@ -35,7 +36,9 @@ def add_parser(sub) -> None:
         help="test error after pruning weights by signal-to-noise ratio or magnitude",
         description="Zero the weights of an MNIST / Fashion-MNIST run with the lowest signal-to-noise ratio |mu|/sigma "
         "or the lowest |mu| (pooled over layers, as Blundell et al. 2015, Table 2) and report the test error per "
-        "share removed. Writes DIR/prune.json, DIR/prune.md (the table beside the published ones) and DIR/snr.png.",
+        "share removed; a --method vd run also gets the log alpha rule (weights with log alpha > 3 dropped, Molchanov et al. "
+        "2017): nonzero weights per layer, compression and test error. Writes DIR/prune.json, DIR/prune.md (the table "
+        "beside the published ones) and DIR/snr.png.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("dir", help="run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)")
@@ -55,6 +58,8 @@ def run(args) -> int:
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
     print(reports.pruning_table_markdown(report["rows"]), end="")
+    if "log_alpha" in report:  # a vd run: per-layer nonzero weights, compression ×, test error
+        print("\n" + pruning.log_alpha_markdown(report["log_alpha"]), end="")
     print(f"wrote {', '.join(os.path.join(args.dir, n) for n in report['files'])}")
     return 0
 

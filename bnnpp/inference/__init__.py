@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag  # noqa: F401  (importing registers each method)
+from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data

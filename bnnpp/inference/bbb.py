@@ -47,6 +47,8 @@ from bnnpp.inference.options import (
     Options,
     boolean,
     check_batch_size,
+    check_validation_data,
+    check_validation_pair,
     optimizer,
     optimizer_of,
     option,
@@ -100,26 +102,13 @@ class BBBOptions(Options):
     validation_data: Any = option(None, "(x_val, y_val) scored at the variational means after every chunk", flag=False)
 
     def check(self) -> None:
-        v = self.validation_data
-        if v is not None and (not isinstance(v, (tuple, list)) or len(v) != 2):
-            raise TypeError(f"validation_data must be a pair (x_val, y_val) or None, got {type(v).__name__}")
+        check_validation_pair(self.validation_data)
 
     def check_data(self, x: np.ndarray, y: np.ndarray) -> None:
         """``batch_size`` at most the number of rows, and validation inputs with the training
         inputs' shape per row (labels are checked against the model in :func:`build`)."""
         check_batch_size(self.batch_size, x)
-        if self.validation_data is None:
-            return
-        xv, yv = (np.asarray(a) for a in self.validation_data)
-        if xv.ndim == 0 or xv.shape[1:] != x.shape[1:]:
-            raise ValueError(
-                f"validation_data inputs must have shape (n_val, {', '.join(map(str, x.shape[1:]))}) like the "
-                f"training inputs, got {xv.shape}"
-            )
-        if yv.shape != (xv.shape[0],):
-            raise ValueError(f"validation_data targets must have shape ({xv.shape[0]},), one per input, got {yv.shape}")
-        if xv.shape[0] == 0:
-            raise ValueError("validation_data is empty: pass at least one row, or None")
+        check_validation_data(self.validation_data, x)
 
 
 DEFAULTS = BBBOptions.defaults()

@@ -61,7 +61,7 @@ from bnnpp.inference.options import (
     positive_int,
 )
 from bnnpp.inference.registry import Method, register
-from bnnpp.inference.variational_layers import find_layers
+from bnnpp.inference.variational_layers import latent_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.models.layers import LAYER_EFFECT
 
@@ -110,20 +110,8 @@ def dropout_layers(model, x, y) -> dict[str, dict]:
         ValueError: the model has no bnnpp layer, or a layer's weights are not its latent
             site ``<name>.w``.
     """
-    layers = find_layers(model, x, y)
-    if not layers:
-        raise ValueError(
-            "mc_dropout drops the inputs of bnnpp layers and found none: build the model with "
-            "bnnpp.models.layers.dense / conv2d (or use mlp, cnn, lenet5)"
-        )
-    sites = latent_sites(model, x, y)
-    out = {}
-    for i, (name, layer) in enumerate(layers.items()):
-        weight = layer["sites"][0]  # <name>.w, or a Flax layer's own (e.g. layers.0.kernel)
-        if weight not in sites:
-            raise ValueError(f"mc_dropout: layer {name!r} has no latent weight site {weight}; let the layer sample its own weights")
-        out[name] = {**layer, "index": i, "site": weight, "axis": 0 if layer["kind"] == "dense" else 2}
-    return out
+    layers = latent_layers(model, x, y, "mc_dropout", "drops the inputs of bnnpp layers")
+    return {name: {**layer, "site": layer["sites"][0], "axis": 0 if layer["kind"] == "dense" else 2} for name, layer in layers.items()}
 
 
 class _InputDropout(Messenger):

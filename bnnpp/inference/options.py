@@ -131,6 +131,29 @@ def check_batch_size(batch_size: int | None, x: np.ndarray) -> None:
         )
 
 
+def check_validation_pair(value) -> None:
+    """Raise TypeError unless ``value`` is ``None`` or a pair ``(x_val, y_val)``."""
+    if value is not None and (not isinstance(value, (tuple, list)) or len(value) != 2):
+        raise TypeError(f"validation_data must be a pair (x_val, y_val) or None, got {type(value).__name__}")
+
+
+def check_validation_data(value, x: np.ndarray) -> None:
+    """Raise unless the pair ``value`` (or ``None``) has inputs shaped like the training inputs
+    ``x`` per row, one target per input and at least one row."""
+    if value is None:
+        return
+    xv, yv = (np.asarray(a) for a in value)
+    if xv.ndim == 0 or xv.shape[1:] != x.shape[1:]:
+        raise ValueError(
+            f"validation_data inputs must have shape (n_val, {', '.join(map(str, x.shape[1:]))}) like the "
+            f"training inputs, got {xv.shape}"
+        )
+    if yv.shape != (xv.shape[0],):
+        raise ValueError(f"validation_data targets must have shape ({xv.shape[0]},), one per input, got {yv.shape}")
+    if xv.shape[0] == 0:
+        raise ValueError("validation_data is empty: pass at least one row, or None")
+
+
 # --------------------------------------------------------------------------------------
 # Option fields and the Options base
 # --------------------------------------------------------------------------------------

@@ -80,6 +80,12 @@ class Method:
         mesh: str | dict | None = None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`)."""
+        validation = getattr(options, "validation_data", None)
+        if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
+            try:
+                validation = check_data(tuple(validation), model)
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"validation_data: {e}") from None
         if self.fit is not None:  # a loop of its own: it takes the checkpoint and mesh arguments itself
             extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
             if devices is not None or mesh is not None:
@@ -88,12 +94,6 @@ class Method:
                 extra.update(devices=devices, mesh=mesh)
             return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
         algorithm = self.build(model, x, y, options)
-        validation = getattr(options, "validation_data", None)
-        if validation is not None:  # shapes checked by Options.check_data; labels against the model here
-            try:
-                validation = check_data(tuple(validation), model)
-            except (TypeError, ValueError) as e:
-                raise type(e)(f"validation_data: {e}") from None
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
             chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,

@@ -29,11 +29,13 @@ parameters alone, there are no running statistics to recompute after drawing.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
@@ -70,7 +72,7 @@ class SWAGOptions(Options):
     batch_size: int | None = option(32, "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "pretraining Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "pretraining optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
-    swag_learning_rate: float = option(0.05, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float)
+    swag_learning_rate: float = option(0.01, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float)
     schedule: str = option("constant", "SWAG-phase learning rate: constant, or cyclical (cosine from the rate to 0 over each collection period)", choices=SCHEDULES)
     rank: int = option(20, "K: deviations kept for the low-rank part of the covariance", check=positive_int)
     collect_every: int = option(1, "collect the iterate every this many epochs", check=positive_int)
@@ -119,12 +121,16 @@ class SWAGMoments(NamedTuple):
 class SWAGState(NamedTuple):
     """t: steps done (shared); pre: :class:`MAPState` of the pretraining (Adam) phase, leading
     member axis; sgd: the SWAG-phase optimizer state (member axis); moments: :class:`SWAGMoments`
-    (member axis)."""
+    (member axis); pretrain_loss: each member's loss at the last pretraining step ``(M,)``
+    (NaN without pretraining); swag_loss: the running mean of its SWAG-phase losses ``(M,)``
+    — together they tell a SWAG phase that left the mode (rate too high) from one around it."""
 
     t: jax.Array
     pre: MAPState
     sgd: Any
     moments: SWAGMoments
+    pretrain_loss: jax.Array
+    swag_loss: jax.Array
 
 
 class SWAGInfo(NamedTuple):
@@ -189,11 +195,12 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
             jnp.zeros((members, dim)), jnp.zeros((members, dim)), jnp.zeros((members, options.rank, dim)),
             jnp.zeros((members,), jnp.int32),
         )
-        return SWAGState(jnp.zeros((), jnp.int32), pre, jax.vmap(sgd.init)(pre.position), moments)
+        nan = jnp.full((members,), jnp.nan)
+        return SWAGState(jnp.zeros((), jnp.int32), pre, jax.vmap(sgd.init)(pre.position), moments, nan, jnp.zeros((members,)))
 
     def pretrain_step(key, state, batch_data):
         pre, loss = step_pre(key, state.pre, batch_data)
-        return SWAGState(state.t + 1, pre, state.sgd, state.moments), SWAGInfo(loss, jnp.array(False))
+        return state._replace(t=state.t + 1, pre=pre, pretrain_loss=loss), SWAGInfo(loss, jnp.array(False))
 
     def swag_step(key, state, batch_data):
         def one_member(position, sgd_state, moments):
@@ -210,7 +217,9 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
             lambda: state.moments,
         )
         pre = MAPState(position, state.pre.opt_state)
-        return SWAGState(state.t + 1, pre, sgd_state, moments), SWAGInfo(loss, due)
+        done = (state.t - pretrain).astype(loss.dtype)  # SWAG steps before this one
+        swag_loss = (done * state.swag_loss + loss) / (done + 1)
+        return SWAGState(state.t + 1, pre, sgd_state, moments, state.pretrain_loss, swag_loss), SWAGInfo(loss, due)
 
     def one_loss(u, batch_data):
         log_prior, log_lik, _ = joint_terms(model, u, *batch_data, key_model)
@@ -231,9 +240,31 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     return Algorithm(
         init, step, sample, num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
         name="swag" if members == 1 else f"multiswag ({members})", num_chains=members,
-        extras=lambda state: {"members": members, "collected": int(state.moments.count.min()), "rank": options.rank},
+        extras=lambda state: _extras(state, members, options, n),
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
     )
+
+
+def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int) -> dict:
+    """Host facts of a finished fit; warns when a member's SWAG phase left its mode."""
+    pretrain_loss, swag_loss = np.asarray(state.pretrain_loss, np.float64), np.asarray(state.swag_loss, np.float64)
+    # Around a mode, constant-rate SGD raises the mean loss by about lr·tr(H·C)/4 (Mandt et al.
+    # 2017, §3), small against the loss itself; a mean above 1.5× the pretrained loss (plus
+    # 0.5 nat per example) means the iterates diverged or wandered off, and the Gaussian they
+    # give is far wider than the posterior (the sinusoid at rate 0.05 reached weights of 650).
+    left = swag_loss > pretrain_loss + 0.5 * np.abs(pretrain_loss) + 0.5 * n
+    if np.any(left):
+        warnings.warn(
+            f"{int(left.sum())} of {members} SWAG run(s) left the pretrained mode (mean SWAG-phase loss "
+            f"{swag_loss[left].max():.4g} against {pretrain_loss[left].max():.4g} after pretraining): "
+            f"lower swag_learning_rate (now {options.swag_learning_rate:g}) or raise pretrain_steps",
+            RuntimeWarning, stacklevel=2,
+        )
+    return {
+        "members": members, "collected": int(state.moments.count.min()), "rank": options.rank,
+        "pretrain_loss": [float(v) if np.isfinite(v) else None for v in pretrain_loss],
+        "swag_mean_loss": [float(v) if np.isfinite(v) else None for v in swag_loss],
+    }
 
 
 register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)"))

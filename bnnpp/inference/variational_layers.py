@@ -37,11 +37,14 @@ from numpyro import handlers
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.joint import latent_trace, log_likelihood, site_log_prior
-from bnnpp.introspection import BATCH_WRAPPERS, improper_as_zeros, unwrap
+from bnnpp.introspection import BATCH_WRAPPERS, improper_as_zeros, latent_sites, unwrap
 from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
 from bnnpp.priors import Prior, ScaleMixtureNormal
 
-__all__ = ["ESTIMATORS", "LAYER_KINDS", "conv_preactivations", "dense_preactivations", "find_layers", "gaussian_kl", "negative_elbo_terms"]
+__all__ = [
+    "ESTIMATORS", "LAYER_KINDS", "conv_preactivations", "dense_preactivations", "find_layers", "gaussian_kl", "latent_layers",
+    "negative_elbo_terms",
+]
 
 ESTIMATORS = ("reparam", "local", "flipout")
 LAYER_KINDS = ("dense", "conv2d")  # the bnnpp layer messages answered here
@@ -214,6 +217,30 @@ def find_layers(model: Callable, x, y) -> dict[str, dict]:
 
     jax.eval_shape(run, jax.ShapeDtypeStruct((2,), jnp.uint32))  # abstract: no program compiled
     return {k: v for k, v in rec.layers.items() if v["kind"] in LAYER_KINDS}
+
+
+def latent_layers(model: Callable, x, y, method: str, purpose: str) -> dict[str, dict]:
+    """:func:`find_layers`' records plus ``index`` (the layer's position), for a method that
+    needs bnnpp layers whose weights are latent sites (e.g. ``mc_dropout``, ``vd``).
+
+    Raises:
+        ValueError: ``"<method> <purpose> and found none: ..."`` when the model has no bnnpp
+            layer, or a layer's weights are not a latent site.
+    """
+    layers = find_layers(model, x, y)
+    if not layers:
+        raise ValueError(
+            f"{method} {purpose} and found none: build the model with "
+            "bnnpp.models.layers.dense / conv2d (or use mlp, cnn, lenet5)"
+        )
+    sites = latent_sites(model, x, y)
+    out = {}
+    for i, (name, layer) in enumerate(layers.items()):
+        weight = layer["sites"][0]  # <name>.w, or a Flax layer's own (e.g. layers.0.kernel)
+        if weight not in sites:
+            raise ValueError(f"{method}: layer {name!r} has no latent weight site {weight}; let the layer sample its own weights")
+        out[name] = {**layer, "index": i}
+    return out
 
 
 def _generic_kl(trace, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) -> jnp.ndarray:

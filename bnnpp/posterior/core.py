@@ -173,6 +173,13 @@ class Posterior:
                 "this posterior was saved without its training data, so it has no log-likelihood; "
                 "save with include_data=True to keep it"
             )
+        if self.approximation is not None and self.approximation.predict is not None:
+            # a family that predicts with its own predictive (the linearised Laplace) is scored by
+            # it, so that LOO/WAIC read the distribution the method predicts with, not the
+            # network evaluated at weight-space draws it never predicts through
+            own = self.approximation.predict(self, self.x, None, 0)
+            if own is not None:
+                return own.pointwise_log_likelihood(self.y).reshape(self.num_chains, self.num_draws, -1)
         flat = self.flat_draws(None)
         s = self.num_chains * self.num_draws
         keys = jax.random.split(jax.random.PRNGKey(0), s)

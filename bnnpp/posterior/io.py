@@ -70,7 +70,7 @@ def to_arviz(posterior, include_data: bool | None = None):
         posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
             and integer coordinates (e.g. ``dense_0.w`` has dims ``chain, draw, dense_0.in,
             dense_0.out``);
-        log_likelihood: ``y`` ``(chain, draw, obs)``, so ``az.loo``/``az.waic`` work;
+        log_likelihood: ``y`` ``(chain, draw, obs)`` in float64, so ``az.loo``/``az.waic`` work;
         posterior_predictive: ``y`` ``(chain, draw, obs)``, one replicated data set per draw;
         observed_data: ``y`` ``(obs,)``; constant_data: ``x`` ``(obs, feature…)``;
         sample_stats: the fit's per-step traces (``stats.traces``: ``loss``, ``nll``, ``kl``,
@@ -99,7 +99,9 @@ def to_arviz(posterior, include_data: bool | None = None):
     kwargs: dict[str, Any] = {}
     if with_data:
         kwargs = {
-            "log_likelihood": {"y": posterior.log_likelihood()},
+            # float64: PSIS exponentiates log-likelihood differences, which in float32 underflow
+            # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
+            "log_likelihood": {"y": np.asarray(posterior.log_likelihood(), np.float64)},
             "posterior_predictive": {"y": posterior.posterior_predictive()},
             "observed_data": {"y": np.asarray(posterior.y)},
             "constant_data": {"x": np.asarray(posterior.x)},

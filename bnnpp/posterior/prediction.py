@@ -44,6 +44,16 @@ class Prediction:
         or of the mean function ``(n,)`` (regression, = ``epistemic_std**2``)."""
         return (self.probs if self.task == "classification" else self.draws).var(axis=0)
 
+    def pointwise_log_likelihood(self, y) -> np.ndarray:
+        """log p(y_i | draw s) ``(S, n)`` in float64: the log probability of each label
+        (classification), or the Normal(draw, noise²) log-density of each target (regression)."""
+        y = np.asarray(y)
+        if self.task == "classification":
+            p = np.take_along_axis(np.asarray(self.probs, np.float64), y.astype(np.int64)[None, :, None], axis=-1)[..., 0]
+            return np.log(np.maximum(p, np.finfo(np.float64).tiny))
+        mu, sd = np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64)
+        return -0.5 * np.log(2 * np.pi * sd**2) - 0.5 * ((y[None, :] - mu) / sd) ** 2
+
     @property
     def epistemic_std(self) -> np.ndarray:
         """Regression: sd of the mean function over draws ``(n,)``."""
