@@ -187,6 +187,33 @@ def test_four_devices_bbb_ensemble_sgld_and_2d_mesh():
 
 
 @pytest.mark.slow
+def test_every_runner_method_on_two_devices():
+    """Every registered method the runner drives, with the options of test_contract's quick
+    fits, on ``devices=2`` (members when they divide, else the data) gives the one-device draws.
+    SWAG's draws scale a square root of ``mean(θ²) − mean(θ)²``, a cancelling difference that
+    magnifies the float32 reassociation (measured 1.4e-4): 1e-3 there, ATOL elsewhere."""
+    out = _script("""
+    import sys
+    sys.path.insert(0, "tests")
+    from test_contract import QUICK
+    from bnnpp.inference import get_method
+    net = bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
+    res = {}
+    for m in bnnpp.registered():
+        if m == "nuts" or get_method(m).fit is not None:  # nuts: its own test; laplace: one device
+            continue
+        a = bnnpp.fit(net, ds, method=m, seed=3, progress=False, **QUICK.get(m, {}))
+        b = bnnpp.fit(net, ds, method=m, seed=3, progress=False, devices=2, **QUICK.get(m, {}))
+        res[m] = [diff(a, b), b.info["placement"]["devices"]]
+    print(json.dumps(res))
+    """, devices=2)
+    assert {"advi", "bbb", "map", "ensemble", "sgld"} <= set(out)
+    for method, (d, devices) in out.items():
+        assert devices == 2, method
+        assert d < (1e-3 if "swag" in method else ATOL), (method, d)
+
+
+@pytest.mark.slow
 def test_nuts_chains_on_named_sharding():
     """chain_method="parallel" and devices=N put NUTS's chain axis on a mesh (the draws come
     back split over ``members``); the same keys as "vectorized" give the same draws on a short

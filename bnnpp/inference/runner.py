@@ -418,11 +418,12 @@ def run(
         lowered_init = jax.jit(lambda d: _init(plan, d)).lower(data)
         rs_shape = lowered_init.out_info
     else:  # the state's layout: chains/members split over their axis, everything else replicated
+        # (init is lowered first, as above: some methods set up objects on their first trace)
         rep = place.replicated
-        rs_shape = jax.eval_shape(lambda d: _init(plan, d), data)
+        lowered_init = jax.jit(lambda d: _init(plan, d), in_shardings=((place.rows, place.rows),), out_shardings=rep).lower(data)
+        rs_shape = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), lowered_init.out_info)
         rs_sh = RunState(place.state(rs_shape.state), rep, rep)
         shardings = (rs_sh, (place.rows, place.rows), rep)
-        lowered_init = jax.jit(lambda d: _init(plan, d), in_shardings=(shardings[1],), out_shardings=rs_sh).lower(data)
         lower = partial(_lower_on, place, rs_sh.state)
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss", shardings)}
     approximate = algorithm.approximation or (lambda state: None)
@@ -446,6 +447,8 @@ def run(
     val_log: list[tuple[int, float]] = []
     checkpointer = None
     rs0, start_unit, pieces = programs["init"](data), 0, []
+    if place is not None:  # from init's replicated output to the state's layout
+        rs0 = jax.device_put(rs0, shardings[0])
     if checkpoint is not None:
         if not resume:
             remove(os.fspath(checkpoint.directory))
