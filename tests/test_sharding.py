@@ -101,6 +101,18 @@ def test_bad_requests_fail_before_compiling(moons, compile_counter):
     assert compile_counter() == before
 
 
+def test_cli_mesh_errors(tmp_path, capsys, compile_counter):
+    from bnnpp.cli import main
+
+    before = compile_counter()
+    for argv, match in ((["--devices", "2"], "XLA_FLAGS"), (["--mesh", "data=2,batch=2"], "unknown mesh axis"),
+                        (["--process-id", "1"], "need --distributed")):
+        code = main(["fit", "--data", "moons", "--method", "map", "--out", str(tmp_path / "run"), "--quiet", *argv])
+        err = capsys.readouterr().err.strip()
+        assert code == 2 and err.startswith("bnnpp fit: error: ") and "\n" not in err and match in err, err
+    assert compile_counter() == before and not (tmp_path / "run").exists()
+
+
 def test_one_device_mesh_is_the_unsharded_fit(moons):
     """The sharded path on a 1×1 mesh runs the same program: same draws (exactly, no sums are
     split), and the run records where it ran."""

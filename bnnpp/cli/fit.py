@@ -29,6 +29,7 @@ from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
 from bnnpp.inference.registry import command_line_options
+from bnnpp.inference.sharding import check_request
 from bnnpp.introspection import check_model, num_parameters
 from bnnpp.posterior import MAX_SAVED_DATA
 
@@ -212,6 +213,7 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
         # the run folder is replaced whole: never a folder that is not a bnnpp run
         raise ValueError(f"--out {args.out} is a folder with other files in it, not a bnnpp run: choose a new or empty folder")
     files.check_writable(args.out)  # before anything compiles: a fit is never lost to an unwritable --out
+    check_request(args.devices, args.mesh)  # the mesh's own errors (more devices than exist) before the data is read
     record = _data_record(args)
     image = args.data in IMAGE_SETS
     if args.hyperprior == "fixed":
