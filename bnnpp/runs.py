@@ -311,8 +311,9 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
 
     Returns:
         The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
-        ``stopped_at``, ``test``, ``fit_info``, ``val_error`` (when the fit tracked it) and
-        ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
+        ``stopped_at``, ``test``, ``fit_info``, ``val_error`` (when the fit tracked it),
+        ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
+        per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
     info = posterior.info
     return {
@@ -326,6 +327,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         "test": test,
         "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters") if k in info},
         **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
+        **({"placement": info["placement"]} if "placement" in info else {}),  # devices, mesh, per-device batch, step time
         "seconds": dict(seconds),
     }
 

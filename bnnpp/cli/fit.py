@@ -27,7 +27,7 @@ from typing import Any
 import jax
 
 import bnnpp
-from bnnpp import config, files, priors, runs
+from bnnpp import config, distributed, files, priors, runs
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC, TASKS
@@ -35,6 +35,7 @@ from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
 from bnnpp.inference.registry import command_line_options
+from bnnpp.inference.sharding import check_request
 from bnnpp.introspection import check_model, num_parameters
 from bnnpp.posterior import MAX_SAVED_DATA
 
@@ -169,6 +170,13 @@ def add_parser(sub) -> None:
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="also checkpoint every STEPS steps (nuts: every STEPS draws after the warm-up); Ctrl-C and SIGTERM always checkpoint")
     g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes (not nuts)")
     g.add_argument("--no-cache", action="store_true", help="do not use JAX's persistent compilation cache")
+    g = p.add_argument_group("devices", "Run on a device mesh (bnnpp.inference.sharding); with --distributed on every process's devices.")
+    g.add_argument("--devices", type=int, default=None, metavar="N", help="use N devices: chains/members one block per device when they divide evenly, else the minibatch split over them")
+    g.add_argument("--mesh", default=None, metavar="SPEC", help="mesh axis sizes, e.g. data=2,members=2 (data splits each minibatch, members/chains the ensemble members or chains)")
+    g.add_argument("--distributed", action="store_true", help="join a multi-process run (jax.distributed) before fitting; process 0 writes --out (default mesh: every device, no checkpoints)")
+    g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="--distributed: process 0's address (default $JAX_COORDINATOR_ADDRESS or the cluster's)")
+    g.add_argument("--num-processes", type=int, default=None, help="--distributed: processes in the run (default $BNNPP_NUM_PROCESSES or the cluster's)")
+    g.add_argument("--process-id", type=int, default=None, help="--distributed: this process, 0..num-processes-1 (default $BNNPP_PROCESS_ID or the cluster's)")
     p.set_defaults(handler=run)
 
 
@@ -262,6 +270,7 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
         # the run folder is replaced whole: never a folder that is not a bnnpp run
         raise ValueError(f"--out {args.out} is a folder with other files in it, not a bnnpp run: choose a new or empty folder")
     files.check_writable(args.out)  # before anything compiles: a fit is never lost to an unwritable --out
+    check_request(args.devices, args.mesh)  # the mesh's own errors (more devices than exist) before the data is read
     record = _data_record(args)
     image = args.data in IMAGE_SETS
     if args.hyperprior == "fixed":
@@ -321,7 +330,8 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
 
 #: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
 NOT_CONFIG = frozenset({"out", "quiet", "resume", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
-                        "config", "handler", "argv", "command", "import_seconds"})
+                        "config", "handler", "argv", "command", "import_seconds",
+                        "distributed", "coordinator", "num_processes", "process_id"})  # how a fit is launched
 
 
 def resolved_config(args, options: dict) -> str:
@@ -358,6 +368,8 @@ def fit_and_report(args) -> dict:
     ``--out`` fails at once."""
     try:
         dataset, model, options, record = _build(args)
+        if not distributed.is_writer():  # another process of a --distributed run: fit, write nothing
+            return _fit_and_write(args, dataset, model, options, record)
         with files.run_folder_lock(args.out):
             return _fit_and_write(args, dataset, model, options, record)
     except (ValueError, TypeError) as e:
@@ -374,12 +386,18 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
     checkpointing = {"checkpoint_dir": checkpoint_dir, "checkpoint_every": args.checkpoint_every,
                      "checkpoint_minutes": args.checkpoint_minutes, "resume": args.resume}
     runs.preload_writers()  # ArviZ and netCDF load while the network trains, not after
+    if args.distributed:  # no checkpoints across processes; the mesh defaults to every device
+        checkpointing = {}
+    mesh = {"devices": args.devices, "mesh": args.mesh}
+    if args.distributed and args.devices is None and args.mesh is None:
+        mesh["devices"] = jax.device_count()
     t0 = time.perf_counter()
     try:
         # warnings are shown once the fit returns: a fit that fails says so in one line only
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options, **checkpointing)
+            post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options,
+                             **checkpointing, **mesh)
     except (ValueError, RuntimeError) as e:  # a checkpoint of another fit; chains NaN before the first draw
         raise CLIError(str(e)) from None
     overflow = [str(w.message) for w in caught if "overflow to NaN/inf" in str(w.message)]
@@ -389,6 +407,8 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
         if post.stats.stopped_at is None or "NaN/inf at step" not in str(w.message):  # a NaN stop gets its own line
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     fit_seconds = time.perf_counter() - t0
+    if not distributed.is_writer():  # the other processes of a --distributed run: process 0 reports
+        return {}
     t0 = time.perf_counter()
     test = runs.metrics_on_test_set(post, dataset)
     seconds = {
@@ -410,6 +430,15 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
 def run(args) -> int:
     t0 = time.perf_counter()
     try:
+        if args.distributed:
+            if args.resume:
+                raise CLIError("--resume does not apply to --distributed fits: they write no checkpoints")
+            try:
+                distributed.initialize(args.coordinator, args.num_processes, args.process_id)
+            except (ValueError, RuntimeError) as e:  # the coordinator could not be found or joined
+                raise CLIError(str(e)) from None
+        elif any(v is not None for v in (args.coordinator, args.num_processes, args.process_id)):
+            raise CLIError("--coordinator, --num-processes and --process-id need --distributed")
         report = fit_and_report(args)
     except TrainingInterrupted as e:
         name = signal.Signals(e.signum).name
@@ -422,6 +451,8 @@ def run(args) -> int:
     except KeyboardInterrupt:  # a second Ctrl-C, or one during NUTS's warm-up or a block: nothing to resume
         print("bnnpp fit: SIGINT: stopped at once; nothing was written", file=sys.stderr)
         return 130
+    if not distributed.is_writer():
+        return 0
     test = report["test"]
     headline = (
         f"test accuracy {test['accuracy']:.3f}, NLL {test['nll']:.3f}, ECE {test['ece']:.3f}"

@@ -22,6 +22,7 @@ from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
+from bnnpp.inference.sharding import check_request
 from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
 from bnnpp.posterior import Posterior, Prediction, load
 
@@ -61,6 +62,8 @@ def fit(
     checkpoint_minutes: float | None = 10.0,
     resume: bool = False,
     observed: str = "y",
+    devices: int | None = None,
+    mesh: str | dict | None = None,
     **options,
 ) -> Posterior:
     """Fit a NumPyro model ``model(x, y=None)`` to data with the chosen inference method.
@@ -82,6 +85,12 @@ def fit(
             bit-identical to an uninterrupted fit with the same arguments on the same machine.
         observed: the name of the model's observed site, e.g. ``"Y"`` for NumPyro's
             ``examples/bnn.py``; the posterior's ArviZ groups use this name.
+        devices: run on the first ``devices`` of ``jax.devices()`` (every process's, after
+            :func:`bnnpp.distributed.initialize`): chains/members one block per device when
+            they divide evenly, else the minibatch split over them (data parallel).
+        mesh: the mesh's axis sizes, ``"data=2,members=2"`` or a dict: ``data`` splits every
+            minibatch, ``members`` (alias ``chains``) the ensemble members / chains
+            (:mod:`bnnpp.inference.sharding`). ``None`` for both: one device, unsharded.
         **options: the method's options (its options dataclass, e.g.
             ``bnnpp.inference.get_method("bbb").options``; defaults in ``.defaults``).
 
@@ -103,6 +112,9 @@ def fit(
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
     model = rename_observed(model, observed)
+    check_request(devices, mesh)
+    if (devices is not None or mesh is not None) and not chosen.takes_mesh:
+        raise ValueError(f"method {method!r} runs on one device: leave devices and mesh unset")
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
     checkpoint = None
@@ -111,7 +123,8 @@ def fit(
     x, y = check_data(data, model)
     parsed.check_data(x, y)
     check_model(model, x, y)
-    return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume)
+    return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
+                      devices=devices, mesh=mesh)
 
 
 def __getattr__(name: str):

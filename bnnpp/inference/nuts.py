@@ -7,10 +7,16 @@ kept draws in each of ``num_chains`` chains. Every chain starts uniformly in
 (−``init_radius``, ``init_radius``) on the unconstrained space (``init_to_uniform``).
 
 Chains: ``chain_method="vectorized"`` (default) runs all chains in one program on one device
-(``vmap``); ``"parallel"`` puts one chain on each device (``pmap``) and needs
-``num_chains ≤ jax.local_device_count()`` — on a CPU set
+(``vmap``); ``"parallel"`` puts one chain on each device and needs
+``num_chains ≤ jax.device_count()`` — on a CPU set
 ``XLA_FLAGS=--xla_force_host_platform_device_count=N`` before jax is imported;
-``"sequential"`` runs the chains one after another.
+``"sequential"`` runs the chains one after another. ``"parallel"`` is not NumPyro's ``pmap``:
+the chains are ``vmap``ped in one ``jit`` program whose chain axis is split over the
+``members`` axis of a :class:`jax.sharding.Mesh` with ``NamedSharding`` (:func:`sharded_chains`,
+passed to ``MCMC`` as its ``chain_method`` callable): the same keys and starts as
+``"vectorized"``, and the same draws up to float reassociation (which long NUTS runs amplify).
+``bnnpp.fit(..., method="nuts", devices=N)`` or ``mesh="chains=N"`` does the same on N
+devices (``num_chains`` divisible by N); NUTS has no data axis.
 
 Progress bar: with ``progress=True`` NumPyro drives the sampler from a Python loop, one
 dispatch per iteration instead of the single compiled loop used with ``progress=False`` (a few
@@ -44,6 +50,7 @@ import dataclasses
 import os
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -51,6 +58,8 @@ import jax
 import jax.monitoring
 import numpy as np
 import numpyro.distributions as dist
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 from numpyro import handlers
 from numpyro.infer import MCMC, NUTS
 from numpyro.infer.initialization import init_to_uniform
@@ -67,6 +76,7 @@ from bnnpp.inference.checkpoints import (
 )
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.sharding import Placement, placement, put
 from bnnpp.introspection import BATCH_WRAPPERS, latent_sites, num_parameters, unwrap
 from bnnpp.posterior import FitStats, Posterior
 
@@ -144,7 +154,7 @@ class NUTSOptions(Options):
 
     def check(self) -> None:
         if self.chain_method == "parallel":
-            devices = jax.local_device_count()
+            devices = jax.device_count()
             if self.num_chains > devices:
                 raise ValueError(
                     f'chain_method="parallel" needs one device per chain: num_chains={self.num_chains} but jax sees '
@@ -179,6 +189,19 @@ def _noncentered(site) -> LocScaleReparam | None:
     return None
 
 
+def sharded_chains(mesh) -> Callable:
+    """A ``chain_method`` for NumPyro's ``MCMC``: ``chain_method(f)(args)`` runs the
+    one-chain function ``f`` on every chain at once as ``jit(vmap(f))``, with the leading
+    (chain) axis of every input and output split over the ``members`` axis of ``mesh``
+    (``NamedSharding``; XLA partitions the vmapped sampler, one block of chains per device)."""
+    chains = NamedSharding(mesh, P("members"))
+
+    def method(f):
+        return jax.jit(jax.vmap(f), in_shardings=chains, out_shardings=chains)
+
+    return method
+
+
 def tree_depth(num_steps: np.ndarray) -> np.ndarray:
     """NUTS tree depth from the number of leapfrog steps: a tree of depth d takes at most
     2**d − 1 steps and more than 2**(d−1) − 1, so d = floor(log2(steps)) + 1."""
@@ -193,7 +216,7 @@ def tree_depth(num_steps: np.ndarray) -> np.ndarray:
 
 def fit(
     model, x, y, options: NUTSOptions, *, seed: int, progress: bool, checkpoint: Checkpointing | None = None,
-    resume: bool = False,
+    resume: bool = False, devices: int | None = None, mesh: str | dict | None = None,
 ) -> Posterior:
     """Sample the posterior of ``model`` given ``(x, y)`` with NUTS.
 
@@ -211,6 +234,9 @@ def fit(
     continuing from the last state (NumPyro's ``post_warmup_state``) and checkpointed with the
     draws so far; SIGINT/SIGTERM stop after the current block. ``resume`` continues from the
     newest checkpoint: the result equals the uninterrupted checkpointed fit.
+
+    ``devices`` / ``mesh`` (``"chains=N"``): the chains split over N devices as with
+    ``chain_method="parallel"`` (module docstring); ``extras["placement"]`` records the mesh.
 
     Returns:
         A :class:`Posterior` with samples ``(num_chains, num_samples, *site_shape)`` of the
@@ -233,7 +259,11 @@ def fit(
             UserWarning,
             stacklevel=4,  # the caller of bnnpp.fit
         )
-    xj, yj = jax.device_put(x), jax.device_put(y)
+    place = _placement(options, devices, mesh, len(x))
+    if place is None:
+        xj, yj = jax.device_put(x), jax.device_put(y)
+    else:  # the data replicated on the mesh the chains are split over
+        xj, yj = put(x, place.replicated), put(y, place.replicated)
 
     sampled = handlers.reparam(model, config=_noncentered) if options.noncentered else model
 
@@ -256,9 +286,9 @@ def fit(
         num_warmup=int(options.num_warmup),
         num_samples=int(options.num_samples),
         num_chains=int(options.num_chains),
-        chain_method=options.chain_method,
+        chain_method=options.chain_method if place is None else sharded_chains(place.mesh),
         postprocess_fn=postprocess,
-        progress_bar=progress,
+        progress_bar=progress and place is None,  # NumPyro has no bar for a callable chain_method
     )
 
     compiled_before = _compile_total[0]
@@ -266,9 +296,12 @@ def fit(
     if checkpoint is None:
         mcmc.run(jax.random.PRNGKey(seed), xj, yj, extra_fields=tuple(_FIELDS))
         draws = mcmc.get_samples(group_by_chain=True)
+        if place is not None:
+            placed = {**place.facts(len(x)), "draws_sharding": [None if a is None else str(a) for a in draws[next(iter(sites))].sharding.spec]}
         fields = mcmc.get_extra_fields(group_by_chain=True)
     else:
         draws, fields = _run_in_blocks(mcmc, kernel, sites, options, seed, x, y, xj, yj, checkpoint, resume)
+        placed = None if place is None else place.facts(len(x))
     jax.block_until_ready((draws, fields))
     wall = time.perf_counter() - t0
     compile_seconds = _compile_total[0] - compiled_before
@@ -296,9 +329,25 @@ def fit(
         method="nuts", seed=seed, options=options.as_dict(), sample_stats=stats, compile_seconds=compile_seconds,
         run_seconds=max(wall - compile_seconds, 0.0),  # compile: XLA backend compilation only (module docstring)
         sample_seconds=sample_seconds,
-        extras={"num_parameters": n_params, "divergences": divergences, "divergences_per_chain": per_chain},
+        extras={"num_parameters": n_params, "divergences": divergences, "divergences_per_chain": per_chain,
+                **({} if place is None else {"placement": {k: v for k, v in placed.items() if k != "per_device_batch"}})},
     )
     return Posterior(samples, stats, model, x, y, sites)
+
+
+def _placement(options: NUTSOptions, devices, mesh, n: int) -> Placement | None:
+    """The mesh the chains are split over: from ``devices``/``mesh``, or one chain per device
+    for ``chain_method="parallel"``; ``None`` otherwise."""
+    if devices is None and mesh is None:
+        if options.chain_method != "parallel" or options.num_chains == 1:
+            return None
+        devices = options.num_chains
+    elif options.chain_method == "sequential":
+        raise ValueError('devices/mesh run the NUTS chains side by side: leave chain_method="sequential" unset')
+    place = placement(devices, mesh, batch=n, n=n, num_chains=int(options.num_chains), name="nuts")
+    if place is not None and place.data > 1:
+        raise ValueError(f"NUTS splits its chains over devices, not the data: use mesh='chains={place.members * place.data}' or fewer devices")
+    return place
 
 
 def _run_in_blocks(mcmc, kernel, sites, options: NUTSOptions, seed: int, x, y, xj, yj, checkpoint: Checkpointing, resume: bool):

@@ -4,6 +4,7 @@ builds its :class:`~bnnpp.Posterior` the same way)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -75,7 +76,8 @@ class Method:
 
     def run(
         self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
-        checkpoint: Checkpointing | None = None, resume: bool = False,
+        checkpoint: Checkpointing | None = None, resume: bool = False, devices: int | None = None,
+        mesh: str | dict | None = None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
         epochs and the like are fixed first (:meth:`Options.resolve`)."""
@@ -86,15 +88,25 @@ class Method:
                 validation = check_data(tuple(validation), model)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"validation_data: {e}") from None
-        if self.fit is not None:  # a loop of its own: it takes the checkpoint arguments itself
+        if self.fit is not None:  # a loop of its own: it takes the checkpoint and mesh arguments itself
             extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
+            if devices is not None or mesh is not None:
+                if not self.takes_mesh:
+                    raise ValueError(f"method {self.name!r} runs on one device: leave devices and mesh unset")
+                extra.update(devices=devices, mesh=mesh)
             return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
         algorithm = self.build(model, x, y, options)
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
             chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,
-            resume=resume,
+            resume=resume, devices=devices, mesh=mesh,
         )
+
+    @property
+    def takes_mesh(self) -> bool:
+        """Whether ``devices``/``mesh`` apply: every runner-driven method, and a ``fit`` that
+        takes them."""
+        return self.fit is None or "mesh" in inspect.signature(self.fit).parameters
 
 
 Backend = Method

@@ -55,6 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from bnnpp.inference import sharding
 from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
 from bnnpp.inference.checkpoints import (
     Checkpointer,
@@ -138,6 +139,7 @@ class _Plan(NamedTuple):
     num_batches: int
     ends: np.ndarray | None  # segment ends (emitting algorithms), else None
     keep: np.ndarray | None
+    batch_sharding: Any = None  # with a data axis: every batch is split over it
 
 
 def _keys_of(algorithm: Algorithm, root: jax.Array) -> Keys:
@@ -151,12 +153,12 @@ def _seed_keys(derive: Callable, seed) -> Keys:
     return derive(jax.random.PRNGKey(seed))
 
 
-def _plan(algorithm: Algorithm, keys: Keys, n: int) -> _Plan:
+def _plan(algorithm: Algorithm, keys: Keys, n: int, batch_sharding=None) -> _Plan:
     batch = algorithm.batch_size or n
     ends = keep = None
     if algorithm.emit is not None:
         ends, keep = segments(algorithm.num_steps, algorithm.emit_steps)
-    return _Plan(algorithm, keys, n, batch, n // batch, ends, keep)
+    return _Plan(algorithm, keys, n, batch, n // batch, ends, keep, batch_sharding)
 
 
 def _num_units(plan: _Plan) -> int:
@@ -182,6 +184,8 @@ def _one_step(plan: _Plan, rs: RunState, data):
         )
         idx = jax.lax.dynamic_slice(perm, (i * plan.batch,), (plan.batch,))
         batch = jax.tree_util.tree_map(lambda a: a[idx], data)
+    if plan.batch_sharding is not None:  # data parallel: the compiler splits the step over the batch
+        batch = jax.tree_util.tree_map(lambda a: jax.lax.with_sharding_constraint(a, plan.batch_sharding), batch)
     state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, t), rs.state, batch)
     return RunState(state, t + 1, perm), info
 
@@ -209,9 +213,10 @@ def _unit(plan: _Plan, rs: RunState, index, data):
     return rs, (info, emitted, bad), all_finite((info, emitted)) & (bad < 0)
 
 
-def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str):
+def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shardings=None):
     """Lower (not compile) one chunk of ``chunk_size`` units in a ``lax.scan``:
-    ``((rs, stopped, bad_unit), start, data) -> (carry, rows)``.
+    ``((rs, stopped, bad_unit), start, data) -> (carry, rows)``. ``shardings``: ``(rs, data,
+    replicated)`` layouts on a mesh (the carry keeps its layout, the rows come back replicated).
 
     ``guard="loss"``: a unit is checked by its outputs only and the whole state once at the
     chunk's end (a failed chunk's state is unusable: :func:`_drive` re-runs it with
@@ -253,7 +258,13 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str):
         return carry, rows
 
     carry = (rs_shape, jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
-    return jax.jit(chunk).lower(carry, jax.ShapeDtypeStruct((), jnp.int32), data_shape)
+    if shardings is None:
+        return jax.jit(chunk).lower(carry, jax.ShapeDtypeStruct((), jnp.int32), data_shape)
+    rs_sh, data_sh, rep = shardings
+    carry_sh = (rs_sh, rep, rep)
+    return jax.jit(chunk, in_shardings=(carry_sh, rep, data_sh), out_shardings=(carry_sh, rep)).lower(
+        carry, jax.ShapeDtypeStruct((), jnp.int32), data_shape
+    )
 
 
 def compile_all(lowered: dict[str, Any]) -> dict[str, Any]:
@@ -280,7 +291,7 @@ def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_si
     Returns ``(rs, rows, units_run, bad_unit, seconds_recompiling)``: the last finite state,
     the rows of every unit attempted (host arrays, the last one the bad one if stopped), and
     the index of the first non-finite unit or ``None``."""
-    carry = (rs, jnp.array(False), jnp.array(-1, jnp.int32))
+    carry = (rs, np.bool_(False), np.int32(-1))  # host values: valid inputs on any mesh
     pieces = list(pieces or [])
     careful = None
     recompile = 0.0
@@ -292,13 +303,13 @@ def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_si
     ):
         for start in range(start_unit, num_units, chunk_size):
             carry_in = carry  # not donated, so still valid after the call
-            carry, rows = chunk(carry, jnp.int32(start), data)
+            carry, rows = chunk(carry, np.int32(start), data)
             if bool(carry[1]):  # re-run the chunk with the exact per-unit guard
                 if careful is None:
                     t0 = time.perf_counter()
                     careful = recover()
                     recompile += time.perf_counter() - t0
-                carry, rows = careful(carry_in, jnp.int32(start), data)
+                carry, rows = careful(carry_in, np.int32(start), data)
             valid = max(0, min(chunk_size, num_units - start))
             stopped = bool(carry[1])
             if stopped:
@@ -346,6 +357,8 @@ def run(
     validation_data: tuple[np.ndarray, np.ndarray] | None = None,
     checkpoint: Checkpointing | None = None,
     resume: bool = False,
+    devices: int | None = None,
+    mesh: str | dict | None = None,
 ) -> Posterior:
     """Fit ``model`` to ``(x, y)`` with ``algorithm`` and return the :class:`Posterior`.
 
@@ -361,6 +374,9 @@ def run(
             (and on SIGINT/SIGTERM); without it a signal still stops cleanly after the chunk.
         resume: continue from the newest checkpoint in ``checkpoint.directory`` (a fresh start
             when there is none); without ``resume`` old checkpoints there are deleted first.
+        devices, mesh: run on a device mesh (:mod:`bnnpp.inference.sharding`): the batch split
+            over a ``data`` axis, chains/members over a ``members`` axis; ``None`` for both:
+            the default device, unsharded. The layout is recorded in ``extras["placement"]``.
 
     Returns:
         A :class:`Posterior`: draws ``(1, num_samples, *site)`` from ``sample`` or
@@ -376,8 +392,18 @@ def run(
     """
     n = int(x.shape[0])
     keys = _seed_keys(algorithm.keys or default_keys, np.uint32(seed))
-    plan = _plan(algorithm, keys, n)
-    data = (jax.device_put(x), jax.device_put(y))  # chunk arguments, not program constants
+    place = sharding.placement(devices, mesh, batch=algorithm.batch_size or n, n=n, num_chains=algorithm.num_chains,
+                               name=method)
+    if place is None:
+        plan = _plan(algorithm, keys, n)
+        data = (jax.device_put(x), jax.device_put(y))  # chunk arguments, not program constants
+    else:
+        if checkpoint is not None and jax.process_count() > 1:
+            raise ValueError("checkpoints are not written by multi-process fits: pass checkpoint_dir=None")
+        keys = Keys(*(np.asarray(k) for k in keys))  # host constants: valid on every process and mesh
+        plan = _plan(algorithm, keys, n, place.batch)
+        data = (sharding.put(x, place.rows), sharding.put(y, place.rows))
+        progress = progress and jax.process_index() == 0
     num_units = _num_units(plan)
     if chunk_size is None:
         chunk_size = default_chunk_size(num_units)
@@ -386,28 +412,43 @@ def run(
     chunk_size = min(chunk_size, num_units)
 
     t0 = time.perf_counter()
-    lowered_init = jax.jit(lambda d: _init(plan, d)).lower(data)
-    rs_shape = lowered_init.out_info
-    lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss")}
+    shardings = None
+    lower = lambda fn, state_arg, *args: jax.jit(fn).lower(*args)
+    if place is None:
+        lowered_init = jax.jit(lambda d: _init(plan, d)).lower(data)
+        rs_shape = lowered_init.out_info
+    else:  # the state's layout: chains/members split over their axis, everything else replicated
+        # (init is lowered first, as above: some methods set up objects on their first trace)
+        rep = place.replicated
+        lowered_init = jax.jit(lambda d: _init(plan, d), in_shardings=((place.rows, place.rows),), out_shardings=rep).lower(data)
+        rs_shape = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), lowered_init.out_info)
+        rs_sh = RunState(place.state(rs_shape.state), rep, rep)
+        shardings = (rs_sh, (place.rows, place.rows), rep)
+        lower = partial(_lower_on, place, rs_sh.state)
+    lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss", shardings)}
     approximate = algorithm.approximation or (lambda state: None)
     if algorithm.emit is None:  # the draws and the approximation in one program
-        lowered["sample"] = jax.jit(lambda k, s: (algorithm.sample(k, s, algorithm.num_samples), approximate(s))).lower(
-            plan.keys.sample, rs_shape.state
+        lowered["sample"] = lower(
+            lambda k, s: (algorithm.sample(k, s, algorithm.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state
         )
     elif algorithm.approximation is not None:
-        lowered["approximation"] = jax.jit(approximate).lower(rs_shape.state)
+        lowered["approximation"] = lower(approximate, 0, rs_shape.state)
     if validation_data is not None:
         if algorithm.point is None:
             raise ValueError(f"method {method!r} has no point estimate to validate: pass validation_data=None")
         val_args = validation_batches(*validation_data)
+        if place is not None:
+            val_args = tuple(sharding.put(a, place.replicated) for a in val_args)
         score = validation_error(model, int(validation_data[0].shape[0]))
-        lowered["val"] = jax.jit(lambda s, *a: score(algorithm.point(s), *a)).lower(rs_shape.state, *val_args)
+        lowered["val"] = lower(lambda s, *a: score(algorithm.point(s), *a), 0, rs_shape.state, *val_args)
     programs = compile_all(lowered)
     compile_seconds = time.perf_counter() - t0
 
     val_log: list[tuple[int, float]] = []
     checkpointer = None
     rs0, start_unit, pieces = programs["init"](data), 0, []
+    if place is not None:  # from init's replicated output to the state's layout
+        rs0 = jax.device_put(rs0, shardings[0])
     if checkpoint is not None:
         if not resume:
             remove(os.fspath(checkpoint.directory))
@@ -418,6 +459,8 @@ def run(
                 jax.tree_util.tree_structure(rs0), jax.tree_util.tree_structure(row_shape)
             )
             val_log.extend(restored_log)
+            if place is not None:
+                rs0 = jax.device_put(rs0, shardings[0])
 
     def after_chunk(rs) -> dict:
         err = float(programs["val"](rs.state, *val_args))
@@ -425,7 +468,7 @@ def run(
         return {"val_err": f"{err:.4g}"}
 
     def recover():
-        return _lower_chunk(plan, rs_shape, chunk_size, data, "step").compile()
+        return _lower_chunk(plan, rs_shape, chunk_size, data, "step", shardings).compile()
 
     ends = plan.ends
     t0 = time.perf_counter()
@@ -447,7 +490,7 @@ def run(
         extras["num_batches"] = plan.num_batches
     if ends is None:
         steps_run, stopped_at = units_run, bad_unit
-        samples, approximation = jax.device_get(programs["sample"](plan.keys.sample, rs.state))
+        samples, approximation = sharding.to_host(programs["sample"](plan.keys.sample, rs.state))
         # one chain: sample gives (num_samples, ...); several (members): (num_chains, num_samples, ...)
         samples = {k: np.asarray(v)[None] if algorithm.num_chains == 1 else np.asarray(v) for k, v in samples.items()}
         overflow = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
@@ -490,13 +533,18 @@ def run(
             f"{name}: the chains became NaN/inf at step {stopped_at}, before the first kept draw; lower step_size "
             "or use a tighter prior"
         )
-    host_state = jax.device_get(rs.state)
+    host_state = sharding.to_host(rs.state)
     if "approximation" in programs:
-        approximation = jax.device_get(programs["approximation"](rs.state))
+        approximation = sharding.to_host(programs["approximation"](rs.state))
     if approximation is not None:
         approximation = jax.tree_util.tree_map(np.asarray, approximation)
     if algorithm.extras is not None:
         extras.update(algorithm.extras(host_state))
+    if place is not None:
+        extras["placement"] = {
+            **place.facts(plan.batch), "compile_seconds": compile_seconds, "seconds_per_step": run_seconds / max(steps_run, 1),
+            "chains_per_device": sharding.chains_per_device(rs.state, algorithm.num_chains) if algorithm.num_chains > 1 else {},
+        }
     if validation_data is not None:
         extras["val_step"] = [s for s, _ in val_log]
         extras["val_error"] = [e for _, e in val_log]
@@ -506,6 +554,14 @@ def run(
         sample_seconds=time.perf_counter() - t0, extras=extras,
     )
     return Posterior(samples, stats, model, x, y, latent_sites(model, x, y), approximation)
+
+
+def _lower_on(place: sharding.Placement, state_sharding, fn: Callable, state_arg: int, *args):
+    """``jax.jit(fn).lower(*args)`` on the mesh: argument ``state_arg`` is the algorithm's
+    state in its layout, the other arguments and every output replicated (so that every
+    process can read them)."""
+    in_sh = tuple(state_sharding if i == state_arg else place.replicated for i in range(len(args)))
+    return jax.jit(fn, in_shardings=in_sh, out_shardings=place.replicated).lower(*args)
 
 
 def trace_fit(algorithm: Algorithm, root: jax.Array, x, y) -> tuple[dict, Any]:

@@ -109,8 +109,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from blackjax.sgmcmc import diffusions
-from blackjax.util import generate_gaussian_noise
 
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.joint import init_uniform, joint_terms
@@ -394,6 +392,11 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
         of the latent sites (constrained values; fewer draws if the run stopped at a NaN)
         and ``sample_stats`` ``step_size`` and ``lp`` ``(num_chains, num_samples)``.
     """
+    # imported here: importing BlackJAX runs a JAX computation, which would start the XLA
+    # backend at `import bnnpp`, before bnnpp.distributed.initialize can run
+    from blackjax.sgmcmc import diffusions
+    from blackjax.util import generate_gaussian_noise
+
     n = int(x.shape[0])
     options = options.resolve(int(x.shape[0]))  # num_steps / epochs → burn_in, thinning (idempotent)
     variant, num_chains = options.variant, int(options.num_chains)

@@ -1,0 +1,215 @@
+"""Where a fit runs: a device mesh with a ``data`` axis and a ``members`` axis, built on
+``jax.sharding`` (``Mesh``, ``NamedSharding``) and used by the one runner
+(:mod:`bnnpp.inference.runner`), so every runner-driven method gets it.
+
+* **data parallel** (axis ``data`` of size D): each step's minibatch is split into D blocks of
+  ``batch_size / D`` rows, one per device (a sharding constraint on the batch); the parameters
+  are replicated, and the compiler partitions the forward and backward pass and inserts the
+  all-reduce of the gradient and the loss. The program is the same ``jit`` program, so the fit
+  is the one-device fit up to float reassociation of those sums.
+* **member / chain parallel** (axis ``members`` of size K): the state's leaves whose leading
+  axis is the algorithm's ``num_chains`` (ensemble and MultiSWAG members, SG-MCMC chains) are
+  split over K devices. NUTS chains use the same axis (:mod:`bnnpp.inference.nuts`).
+* both at once: a 2-D mesh ``data=D, members=K`` on ``D·K`` devices.
+
+The mesh is given as ``devices=N`` (the first N of ``jax.devices()``: on the members axis when
+the algorithm has ``num_chains`` divisible by N, else on the data axis) and/or
+``mesh="data=2,members=2"`` (or a dict). With several processes
+(:func:`bnnpp.distributed.initialize`) ``jax.devices()`` lists every process's devices and
+the mesh spans them; the training rows are then split over the processes' devices.
+
+Every check here is a one-line ``ValueError`` raised before anything compiles.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+__all__ = ["AXES", "Placement", "chains_per_device", "check_request", "parse_mesh", "placement", "put", "to_host"]
+
+AXES = ("data", "members")
+"""The mesh axes, in this order. ``chains`` is accepted as another name of ``members``."""
+
+_ALIASES = {"data": "data", "members": "members", "chains": "members"}
+
+
+def parse_mesh(mesh: str | dict | None) -> dict[str, int] | None:
+    """``"data=2,members=2"`` or ``{"data": 2, "members": 2}`` → ``{"data": 2, "members": 2}``
+    (missing axes 1; ``chains`` means ``members``); ``None`` → ``None``."""
+    if mesh is None:
+        return None
+    if isinstance(mesh, str):
+        pairs = {}
+        for part in filter(None, (p.strip() for p in mesh.split(","))):
+            name, eq, size = part.partition("=")
+            if not eq:
+                raise ValueError(f"mesh takes axis=size pairs such as data=2,members=2, got {mesh!r}")
+            try:
+                pairs[name.strip()] = int(size)
+            except ValueError:
+                raise ValueError(f"mesh axis {name.strip()!r} needs an integer size, got {size!r}") from None
+        mesh = pairs
+    if not isinstance(mesh, dict) or not mesh:
+        raise ValueError(f"mesh must be a string such as 'data=2,members=2' or a dict of axis sizes, got {mesh!r}")
+    out = dict.fromkeys(AXES, 1)
+    for name, size in mesh.items():
+        if name not in _ALIASES:
+            raise ValueError(f"unknown mesh axis {name!r}: the axes are data and members (or chains)")
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise ValueError(f"mesh axis {name!r} needs a positive integer size, got {size!r}")
+        out[_ALIASES[name]] = int(size)
+    return out
+
+
+def check_request(devices: int | None, mesh: str | dict | None) -> tuple[int | None, dict[str, int] | None]:
+    """Check ``devices`` / ``mesh`` on their own (before the method is built): their types,
+    that they agree, and that this many devices exist. Returns ``(devices, axis sizes)``."""
+    axes = parse_mesh(mesh)
+    if devices is not None and (isinstance(devices, bool) or not isinstance(devices, (int, np.integer)) or devices < 1):
+        raise ValueError(f"devices must be a positive integer, got {devices!r}")
+    wanted = int(np.prod(list(axes.values()))) if axes is not None else devices
+    if devices is not None and axes is not None and wanted != devices:
+        raise ValueError(f"mesh {axes} has {wanted} devices but devices={devices}: give one of them, or make them agree")
+    available = jax.device_count()
+    if wanted is not None and wanted > available:
+        raise ValueError(
+            f"{wanted} devices asked for but jax sees {available} ({jax.default_backend()}); on a CPU set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={wanted} before jax is imported"
+        )
+    return (None if devices is None else int(devices)), axes
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A fit's mesh and how its arrays are laid out on it.
+
+    Attributes:
+        mesh: a 2-D :class:`jax.sharding.Mesh` with axes ``("data", "members")``.
+        num_chains: the algorithm's chains/members (leaves with this leading size are split
+            over ``members``).
+        shard_rows: whether the training rows are split over ``data`` (full-batch fits and
+            several processes) instead of replicated (one process with minibatches: every
+            device then gathers its own rows of the batch locally).
+    """
+
+    mesh: Mesh
+    num_chains: int = 1
+    shard_rows: bool = False
+
+    @property
+    def data(self) -> int:
+        """Size of the data axis."""
+        return int(self.mesh.shape["data"])
+
+    @property
+    def members(self) -> int:
+        """Size of the members axis."""
+        return int(self.mesh.shape["members"])
+
+    @property
+    def replicated(self) -> NamedSharding:
+        """Every device holds the whole array."""
+        return NamedSharding(self.mesh, P())
+
+    @property
+    def batch(self) -> NamedSharding:
+        """Leading (row) axis split over ``data``."""
+        return NamedSharding(self.mesh, P("data"))
+
+    @property
+    def rows(self) -> NamedSharding:
+        """The training data's layout (see ``shard_rows``)."""
+        return self.batch if self.shard_rows else self.replicated
+
+    def leaf(self, shape) -> NamedSharding:
+        """A state leaf's layout: split over ``members`` when its leading axis is the chains'."""
+        if self.members > 1 and len(shape) >= 1 and shape[0] == self.num_chains:
+            return NamedSharding(self.mesh, P("members"))
+        return self.replicated
+
+    def state(self, shapes) -> Any:
+        """The layouts of a pytree of shapes (``jax.eval_shape`` output)."""
+        return jax.tree_util.tree_map(lambda s: self.leaf(s.shape), shapes)
+
+    def facts(self, batch: int) -> dict:
+        """JSON-safe facts for the run folder: devices, mesh, per-device batch, processes."""
+        return {
+            "devices": int(self.mesh.devices.size),
+            "platform": str(self.mesh.devices.flat[0].platform),
+            "processes": int(jax.process_count()),
+            "mesh": {"data": self.data, "members": self.members},
+            "per_device_batch": batch // self.data,
+            "members_per_device": self.num_chains // self.members,
+            "rows": "split over data" if self.shard_rows else "replicated",
+        }
+
+
+def placement(devices: int | None, mesh: str | dict | None, *, batch: int, n: int, num_chains: int, name: str) -> Placement | None:
+    """The :class:`Placement` of a fit, or ``None`` when neither ``devices`` nor ``mesh`` is
+    given (the runner's unsharded path).
+
+    Args:
+        devices, mesh: as :func:`bnnpp.fit` takes them.
+        batch: rows per step; n: training rows; num_chains: the algorithm's chains/members;
+        name: the method, for messages.
+
+    Raises:
+        ValueError: more devices than exist, a batch not divisible by the data axis, chains
+            not divisible by the members axis, a members axis for a one-chain method.
+    """
+    devices, axes = check_request(devices, mesh)
+    if devices is None and axes is None:
+        return None
+    if axes is None:  # devices only: chains one per device when they divide evenly, else the batch
+        axes = {"data": 1, "members": devices} if num_chains > 1 and num_chains % devices == 0 else {"data": devices, "members": 1}
+    d, k = axes["data"], axes["members"]
+    if k > 1 and num_chains == 1:
+        raise ValueError(f"method {name!r} has one chain: a members axis of {k} needs an ensemble or several chains; use mesh='data={d * k}'")
+    if num_chains % k:
+        raise ValueError(f"{num_chains} chains/members of {name!r} do not split over a members axis of {k}: use a divisor of {num_chains}")
+    if batch % d:
+        raise ValueError(
+            f"batch size {batch} does not split over a data axis of {d} devices: use a batch_size divisible by {d} "
+            f"(e.g. {max(d, batch - batch % d)})"
+        )
+    several = jax.process_count() > 1
+    if several and n % d:
+        raise ValueError(f"{n} training rows do not split over a data axis of {d} devices across processes: use a multiple of {d} rows")
+    grid = np.asarray(jax.devices()[: d * k], dtype=object).reshape(d, k)
+    return Placement(Mesh(grid, AXES), num_chains, shard_rows=(batch == n or several) and n % d == 0 and d > 1)
+
+
+def chains_per_device(state, num_chains: int) -> dict[str, int]:
+    """How many chains/members each device holds, read from the shards of the first leaf of
+    ``state`` whose leading axis is the chains' (``{}`` when none is): ``{device: count}``
+    over this process's devices."""
+    for leaf in jax.tree_util.tree_leaves(state):
+        if isinstance(leaf, jax.Array) and leaf.ndim >= 1 and leaf.shape[0] == num_chains:
+            return {str(s.device): int(s.data.shape[0]) for s in leaf.addressable_shards}
+    return {}
+
+
+def put(array, sharding: NamedSharding) -> jax.Array:
+    """A global array laid out as ``sharding`` from a host array every process holds whole:
+    each process builds only the shards of its own devices (``jax.make_array_from_callback``)."""
+    array = np.asarray(array)
+    return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+
+def to_host(tree) -> Any:
+    """NumPy copies of a pytree of (possibly sharded, possibly multi-process) arrays: one
+    ``device_get`` when this process can see every value, else an all-gather across
+    processes (``jax.experimental.multihost_utils.process_allgather``)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    local = all(not isinstance(a, jax.Array) or a.is_fully_addressable or a.is_fully_replicated for a in leaves)
+    if local:
+        return jax.device_get(tree)
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.process_allgather(tree, tiled=True)
