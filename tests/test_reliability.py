@@ -57,7 +57,7 @@ def _discrete(x, y=None):
     numpyro.sample("y", dist.Normal(k * x[:, 0], 1.0), obs=y)
 
 
-@pytest.mark.parametrize("model, match", [(_no_y, "no observed site named 'y'"), (_discrete, r"discrete latent site\(s\) k")])
+@pytest.mark.parametrize("model, match", [(_no_y, "observed site is 'target', not 'y': pass observed='target'"), (_discrete, r"discrete latent site\(s\) k")])
 @pytest.mark.parametrize("method", ["map", "advi", "nuts"])
 def test_models_that_cannot_be_fitted_are_refused_before_compiling(model, match, method, compile_counter):
     x, y = np.ones((10, 1), np.float32), np.zeros(10, np.float32)
