@@ -5,6 +5,7 @@ Define a network as a NumPyro model with hierarchical priors, fit it with one fl
 """
 
 import importlib
+import importlib.util
 import time as _time
 
 _IMPORT_START = _time.perf_counter()
@@ -31,6 +32,11 @@ _LAZY = {
 
 def __getattr__(name: str):
     if name not in _LAZY:
+        # any submodule on first use (bnnpp.diagnostics, bnnpp.inference, bnnpp.plots, ...)
+        if not name.startswith("_") and importlib.util.find_spec(f"bnnpp.{name}") is not None:
+            module = importlib.import_module(f"bnnpp.{name}")
+            globals()[name] = module
+            return module
         raise AttributeError(f"module 'bnnpp' has no attribute {name!r}")
     module = importlib.import_module(_LAZY[name])
     value = module if module.__name__ == f"bnnpp.{name}" else getattr(module, name)
