@@ -132,6 +132,11 @@ def refuse_flax_module(model) -> None:
         )
 
 
+MODEL_ERRORS = (ValueError, TypeError, NotImplementedError, AssertionError)
+"""What a user's model raises on data it cannot take (its own ``assert`` included): turned
+into one-line ``ValueError``s by :func:`check_model` and :func:`check_sites`."""
+
+
 def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     """Check a model before anything compiles, by one abstract trace: it has an observed
     site ``"y"`` whose shape matches ``y`` row for row (one log-density per row), no discrete
@@ -146,7 +151,7 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
     refuse_flax_module(model)
     try:
         found = _abstract_trace(model, x, y)
-    except (ValueError, TypeError, NotImplementedError, AssertionError) as e:
+    except MODEL_ERRORS as e:
         raise ValueError(
             f"the model fails on the training data ({_one_line(e)}); bnnpp calls it as model(x, y) with x "
             f"{tuple(np.shape(x))}, y {tuple(np.shape(y))}"
@@ -224,7 +229,7 @@ def check_sites(model: Callable, sites: dict[str, SiteInfo], x, what: str) -> No
     abstract trace; ValueError naming the first difference and ``what`` they came from."""
     try:
         mine = {k: v for k, v in latent_sites(model, x, None).items() if k != OBSERVED}  # y=None samples "y"
-    except (ValueError, TypeError, NotImplementedError, AssertionError) as e:
+    except MODEL_ERRORS as e:
         raise ValueError(f"the model fails on {what}'s inputs ({_one_line(e)}): pass the model it was fitted with") from None
     if set(mine) != set(sites):
         missing, extra = sorted(set(sites) - set(mine)), sorted(set(mine) - set(sites))
