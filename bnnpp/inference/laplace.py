@@ -39,8 +39,8 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
    ``"validation"`` (diag/kron) starts from the evidence's δ and multiplies it by the factor c
    of :data:`VALIDATION_FACTORS` (10⁻² … 10³) whose linearised predictive has the highest log
    predictive density on ``validation_data`` — laplace-torch's grid search (Daxberger et al.
-   2021, §4), for networks whose evidence-optimal δ predicts under-confidently (MNIST 2×400,
-   every layer: δ = 11.5, NLL 0.19 against the MAP's 0.10; ``benchmarks/README.md``).
+   2021, §4), for networks whose evidence-optimal δ predicts under-confidently (MNIST 2×400
+   over every layer, measured in ``benchmarks/README.md``).
 4. **Draws and prediction**: ``num_samples`` draws θ ~ N(θ*, H⁻¹) with the other sites at their
    MAP (and a learned noise sd at its evidence value). ``predictive="mc"`` predicts through the
    network at the draws; ``"linearised"`` (default) uses the GLM predictive of Immer, Korzepa &
@@ -49,9 +49,9 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
    predictive that keeps the covariance between the classes' logits, with spread between
    draws (``mutual_information`` > 0); ``link="probit"`` is the probit approximation
    (MacKay 1992; multiclass: Lu, Ie & Sha 2020, eq. 7), softmax(f* / sqrt(1 + π/8 · v)) with v
-   the per-class variance of f_lin, the same prediction for every draw. On MNIST 2×400's last
-   layer the probit changed 8 more test argmaxes than the MC link did (3.34% against 3.22%
-   error, MAP 3.18%). PSIS-LOO / WAIC score this predictive: ``Posterior.log_likelihood`` of a
+   the per-class variance of f_lin, the same prediction for every draw; by ignoring the
+   covariance between logits it moves more decisions away from the MAP's
+   (``benchmarks/README.md``). PSIS-LOO / WAIC score this predictive: ``Posterior.log_likelihood`` of a
    linearised fit is the per-draw log predictive density of the training labels.
 
 The log marginal likelihood at the chosen δ (and σ) is ``info["log_marginal_likelihood"]``
