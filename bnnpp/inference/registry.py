@@ -204,8 +204,13 @@ def command_line_options() -> list[CommandLineOption]:
             if spec.choices is not None:
                 choices = tuple(dict.fromkeys((*(choices or ()), *spec.choices)))
             aliases = tuple(dict.fromkeys((*known.aliases, *("--" + a.replace("_", "-") for a in spec.aliases))))
+            text = known.help
+            if spec.choices and known.choices and not set(spec.choices) & set(known.choices):
+                # one flag, unrelated choices (sgld's and vd's --variant): each method's own words
+                first = text if "; " in text else ", ".join(known.takers) + ": " + text
+                text = f"{first}; {name}: {spec.help}"
             merged[spec.flag] = CommandLineOption(
-                known.flag, known.dest, known.option, known.type, choices, known.help, {**known.takers, name: spec.default},
+                known.flag, known.dest, known.option, known.type, choices, text, {**known.takers, name: spec.default},
                 aliases,
             )
     return list(merged.values())
