@@ -63,15 +63,19 @@ def improper_as_zeros(site):
     return jnp.zeros(fn.shape()) if fn is not None and isinstance(unwrap(fn), dist.ImproperUniform) else None
 
 
-def _abstract_trace(model: Callable, x, y) -> dict:
+def _abstract_trace(model: Callable, x, y, plates: dict | None = None) -> dict:
     """The model's sample sites from one abstract trace (nothing compiled): name → a dict with
-    ``is_observed``, ``fn`` (the distribution), ``shape`` and ``dims`` (``infer={"dims": ...}``)."""
+    ``is_observed``, ``fn`` (the distribution), ``shape`` and ``dims`` (``infer={"dims": ...}``).
+    ``plates``, when given, is filled with plate name → ``(size, subsample_size)``."""
     found: dict[str, dict] = {}
 
     def trace_once(key):
         seeded = handlers.seed(model, key)
         trace = handlers.trace(handlers.substitute(seeded, substitute_fn=improper_as_zeros)).get_trace(x, y)
         for name, site in trace.items():
+            if site["type"] == "plate" and plates is not None:
+                size, subsample = site["args"][:2]
+                plates[name] = (int(size), int(size if subsample is None else subsample))
             if site["type"] == "sample":
                 found[name] = {
                     "is_observed": site["is_observed"], "fn": site["fn"], "shape": tuple(jnp.shape(site["value"])),
@@ -149,13 +153,20 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
         ValueError: one line naming what is wrong and what to do.
     """
     refuse_flax_module(model)
+    plates: dict[str, tuple[int, int]] = {}
     try:
-        found = _abstract_trace(model, x, y)
+        found = _abstract_trace(model, x, y, plates)
     except MODEL_ERRORS as e:
         raise ValueError(
             f"the model fails on the training data ({_one_line(e)}); bnnpp calls it as model(x, y) with x "
             f"{tuple(np.shape(x))}, y {tuple(np.shape(y))}"
         ) from None
+    for name, (size, subsample) in plates.items():
+        if subsample < size:  # bnnpp's minibatches scale the likelihood by N/B: twice with this plate's N/B
+            raise ValueError(
+                f"the model's plate {name!r} subsamples ({subsample} of {size}): bnnpp draws minibatches and scales "
+                f"them itself; write numpyro.plate({name!r}, x.shape[0]) and pass batch_size={subsample} to bnnpp.fit"
+            )
     sites = _latent(found)
     _check_observed(found, np.shape(y), getattr(model, "observed", OBSERVED))
     discrete = [n for n, site in found.items() if not site["is_observed"] and site["fn"].support.is_discrete]

@@ -87,6 +87,13 @@ def whole_vector(x, y=None):
     numpyro.sample("y", dist.Normal(x @ w, 0.1).to_event(1), obs=y)
 
 
+def subsampling(x, y=None):
+    """Minibatches of 10 from the model's own plate: bnnpp's batch_size would scale them again."""
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0))
+    with numpyro.plate("data", x.shape[0], subsample_size=10) as i:
+        numpyro.sample("y", dist.Normal(w * jnp.asarray(x)[i, 0], 0.1), obs=None if y is None else jnp.asarray(y)[i])
+
+
 # -- refused before compiling, in one line --------------------------------------------------
 
 
@@ -99,6 +106,7 @@ def whole_vector(x, y=None):
         (whole_vector, (40,), "y", r"one log-density per row of y.*inside numpyro.plate"),
         (functools.partial(model, D_H=3), (40,), "Y", r"fails on the training data"),  # its own assert: z3.shape == Y.shape
         (functools.partial(model, D_H=3), (40, 1), "Z", r"no observed site named 'Z'"),
+        (subsampling, (40,), "y", r"plate 'data' subsamples \(10 of 40\).*plate\('data', x.shape\[0\]\) and pass batch_size=10"),
     ],
 )
 def test_model_mistakes_are_refused_before_compiling(bad_model, y_shape, observed, match, compile_counter):
