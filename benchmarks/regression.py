@@ -21,7 +21,7 @@ at x = ±1.2 to that at x = 0, and a figure of the mean with ±2σ epistemic and
 
     python benchmarks/regression.py            # full: writes results/regression.{json,md,png}
     python benchmarks/regression.py --quick    # < 2 minutes, for the smoke test
-    python benchmarks/regression.py --prior normal --methods bbb,advi,nuts   # results/regression_normal.*
+    python benchmarks/regression.py --prior normal --methods bbb,advi,nuts --fit-seeds 0,1,2   # results/regression_normal.*
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ FULL = {
     "bbb": {"epochs": 5000, "learning_rate": 1e-2, "num_samples": 1000},
     "bbb-post": {"method": "bbb", "epochs": 1500, "learning_rate": 0.03, "num_samples": 500},
     "advi": {"num_steps": 10_000, "num_samples": 1000},
-    "sgld": {"num_chains": 4, "burn_in": 5000, "num_samples": 250, "thinning": 20, "step_size": 1e-4},
+    "sgld": {"num_chains": 4, "burn_in": 5000, "num_samples": 250, "thinning": 20, "variant": "sgld", "step_size": 1e-4},
     "nuts": {"num_chains": 4, "num_warmup": 1000, "num_samples": 1000},
     "ensemble": {"num_steps": 5000},
     "swag": {"pretrain_steps": 5000, "swag_epochs": 200, "batch_size": 8, "swag_learning_rate": 0.01, "num_samples": 200},
@@ -51,7 +51,7 @@ FULL = {
 QUICK = {
     "bbb": {"epochs": 500, "num_samples": 200},
     "advi": {"num_steps": 500, "num_samples": 200},
-    "sgld": {"num_chains": 2, "burn_in": 300, "num_samples": 50, "thinning": 2, "step_size": 1e-4},
+    "sgld": {"num_chains": 2, "burn_in": 300, "num_samples": 50, "thinning": 2, "variant": "sgld", "step_size": 1e-4},
     "nuts": {"num_chains": 1, "num_warmup": 50, "num_samples": 50},
 }
 PRIORS = {
@@ -91,11 +91,27 @@ def run(method: str, options: dict, data, seed: int, prior: str = "mixture"):
     return row, pred
 
 
+def _mean_row(rows: list[dict], seeds: list[int]) -> dict:
+    """One row whose numbers are the means over fits with ``seeds``; each fit's own under ``per_seed``."""
+    first = rows[0]
+    out = dict(first)
+    for key in ("test_nll", "train_rmse", "epistemic_ratio", "total_ratio", "seconds"):
+        out[key] = float(np.mean([r[key] for r in rows]))
+    for key in ("epistemic_sd", "total_sd"):
+        out[key] = {p: float(np.mean([r[key][p] for r in rows])) for p in first[key]}
+    out["fit_seeds"] = seeds
+    out["per_seed"] = rows
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small runs (< 2 minutes)")
     ap.add_argument("--methods", default=None, help="comma-separated rows to run (default: all of the mode's: full bbb,bbb-post,advi,sgld,nuts)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fit-seeds", default=None, metavar="S,S,...",
+                    help="fit every method with each of these seeds (the data keep --seed) and report the means; "
+                         "the test NLL on the out-of-data grid varies several-fold between seeds")
     ap.add_argument("--prior", choices=sorted(PRIORS), default="mixture",
                     help="the weights' prior: the post's scale mixture (default) or N(0, 1) (writes regression_normal.*)")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for regression.{json,md,png}")
@@ -111,11 +127,13 @@ def main(argv=None) -> dict:
     if bad or not methods:
         raise SystemExit(f"unknown or no method(s) {', '.join(bad)}; choose from {', '.join(cfg)}")
     data = bnnpp.data.sinusoid(seed=args.seed)
+    fit_seeds = [args.seed] if args.fit_seeds is None else [int(t) for t in args.fit_seeds.split(",")]
     rows, preds = [], {}
     for m in methods:
-        row, pred = run(m, cfg[m], data, args.seed, args.prior)
+        runs = [run(m, cfg[m], data, s, args.prior) for s in fit_seeds]
+        row = _mean_row([r for r, _ in runs], fit_seeds) if len(runs) > 1 else runs[0][0]
         rows.append(row)
-        preds[m] = pred
+        preds[m] = runs[0][1]
         print(f"{m:5s} test NLL {row['test_nll']:.2f}  sd ratio ±1.2/0: epistemic {row['epistemic_ratio']:.1f}, "
               f"total {row['total_ratio']:.2f}  ({row['seconds']:.0f} s)", flush=True)
     fig = Figure(figsize=(4.2 * len(methods), 3.8), layout="constrained")
@@ -153,6 +171,13 @@ def main(argv=None) -> dict:
             f"| {r['method']} | {r['test_nll']:.2f} | {r['train_rmse']:.2f} | {r['epistemic_sd']['x=0']:.2f} | "
             f"{r['epistemic_ratio']:.1f} | {r['total_ratio']:.2f} | {r['seconds']:.0f} | {'' if r['divergences'] is None else r['divergences']} |"
         )
+    if len(fit_seeds) > 1:
+        lines += ["", f"Means over fit seeds {', '.join(map(str, fit_seeds))} (the data: seed {args.seed}); each fit:", "",
+                  "| method | " + " | ".join(f"seed {s}: NLL / ratio" for s in fit_seeds) + " |",
+                  "|---|" + "---|" * len(fit_seeds)]
+        for r in rows:
+            lines.append(f"| {r['method']} | " + " | ".join(f"{q['test_nll']:.2f} / {q['epistemic_ratio']:.1f}" for q in r["per_seed"]) + " |")
+        lines += ["", f"The figure shows the fits with seed {fit_seeds[0]}."]
     lines += [
         "",
         f"Figure: `{name}.png` (mean, ±2σ epistemic, ±2σ total, the true function dotted).",

@@ -61,7 +61,7 @@ def _setup(name: str, steps: int, rows: int):
                      "init_radius": 0.1}
     kept, thinning = 8, max(1, steps // 32)  # the last quarter of the steps is kept, every thinning-th
     return net, {"method": "sgld", "num_chains": 8, "burn_in": steps - kept * thinning, "num_samples": kept, "thinning": thinning,
-                 "batch_size": BATCH, "step_size": 1e-5, "init_radius": 0.1}
+                 "batch_size": BATCH, "variant": "sgld", "step_size": 1e-5, "init_loc": "uniform", "init_radius": 0.1}
 
 
 def _fit(model, data, devices, options) -> tuple[dict, object]:

@@ -209,7 +209,7 @@ NAN_OPTIONS = {
     "map": {"num_steps": 400, "learning_rate": 0.05, "init_radius": 0.1},
     "advi": {"num_steps": 400, "learning_rate": 0.05, "init_radius": 0.1, "num_samples": 10},
     "bbb": {"epochs": 400, "learning_rate": 0.05, "init_radius": 0.1, "init_loc": "uniform", "num_samples": 10},
-    "sgld": {"num_chains": 1, "burn_in": 0, "num_samples": 400, "thinning": 1, "step_size": 1e-3, "init_radius": 0.1},
+    "sgld": {"num_chains": 1, "burn_in": 0, "num_samples": 400, "thinning": 1, "variant": "sgld", "step_size": 1e-3, "init_radius": 0.1},
     "ensemble": {"num_steps": 400, "learning_rate": 0.05, "init_radius": 0.1, "members": 1},
     "swag": {"pretrain_steps": 400, "learning_rate": 0.05, "init_radius": 0.1, "batch_size": 10, "swag_epochs": 4, "rank": 2},
 }

@@ -219,12 +219,50 @@ def test_hierarchical_scales_are_sampled_positive(options):
 def test_nan_guard_keeps_the_draws_before_the_chains_blow_up():
     x, y = _data()
     with pytest.warns(RuntimeWarning, match="NaN/inf"):
-        post = bnnpp.fit(linreg, (x, y), method="sgld", seed=0, progress=False, step_size=0.01, burn_in=0, thinning=5,
+        post = bnnpp.fit(linreg, (x, y), method="sgld", seed=0, progress=False, variant="sgld", step_size=0.01, burn_in=0, thinning=5,
                          num_samples=100, num_chains=2)
     draws = post.samples["w"]
     assert 0 < draws.shape[1] < 100 and np.all(np.isfinite(draws))
     assert post.info["stopped_at"] is not None and post.info["stopped_at"] >= 5
     assert post.info["sample_stats"]["step_size"].shape == draws.shape[:2]
     with pytest.raises(RuntimeError, match="before the first kept draw; lower step_size"), pytest.warns(RuntimeWarning):
-        bnnpp.fit(linreg, (x, y), method="sgld", seed=0, progress=False, step_size=10.0, burn_in=200, num_samples=10,
+        bnnpp.fit(linreg, (x, y), method="sgld", seed=0, progress=False, variant="sgld", step_size=10.0, burn_in=200, num_samples=10,
                   num_chains=2)
+
+
+def test_default_start_is_glorot_for_layer_weights_and_zero_for_biases():
+    """The chains start with each layer's weights U(±sqrt(6/(fan_in + fan_out))) and zero
+    biases; the hierarchical scale keeps U(±init_radius) on its unconstrained space."""
+    from bnnpp.inference.registry import get_method
+
+    x = np.random.default_rng(0).standard_normal((64, 30)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    net = bnnpp.models.mlp((40,), num_classes=2, prior=priors.normal(priors.half_normal(1.0)))
+    method = get_method("sgld")
+    options = method.parse({"num_chains": 3})
+    assert (options.variant, options.init_loc) == ("psgld", "glorot")
+    state = method.build(net, x, y, options).init(jax.random.PRNGKey(0), (x, y))
+    u = state.position
+    w0, b0 = np.asarray(u["dense_0.w"]), np.asarray(u["dense_0.b"])
+    assert w0.shape == (3, 30, 40) and np.abs(w0).max() <= math.sqrt(6 / 70) and np.abs(w0).max() > 0.9 * math.sqrt(6 / 70)
+    assert np.all(b0 == 0.0)
+    scale = np.asarray(u["dense_0.scale"])  # (3,): P(all 3 within ±0.29 under U(±2)) ≈ 0.3%
+    assert scale.shape == (3,) and np.abs(scale).max() <= 2.0 and np.abs(scale).max() > math.sqrt(6 / 70)
+
+
+@pytest.mark.slow  # three LeNet-5 compiles, about 75 s on 2 cores
+def test_defaults_sample_a_cnn_where_plain_sgld_from_a_uniform_start_overflows():
+    """LeNet-5 on 2,048 images: the defaults (psgld, Glorot start) give finite chains that
+    learn (chance is 0.1); the former defaults (sgld, h = 1e-3, weights U(±2)) overflow at
+    the first steps, because the full-scale gradient N/B·Σ∇ of a saturated CNN makes h·ĝ huge."""
+    from bnnpp import metrics
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (2048, 28, 28, 1)).astype(np.float32)
+    y = np.argmax(x.reshape(2048, -1) @ rng.standard_normal((784, 10)), 1)
+    small = {"num_steps": 60, "batch_size": 64, "num_samples": 5, "num_chains": 1}
+    post = bnnpp.fit(bnnpp.models.lenet5(), (x, y), method="sgld", seed=0, progress=False, **small)
+    assert post.info["stopped_at"] is None
+    assert metrics.accuracy(post.predict(x[:500]).mean, y[:500]) > 0.3  # 0.75 seen
+    with pytest.raises(RuntimeError, match="NaN/inf"), pytest.warns(RuntimeWarning):
+        bnnpp.fit(bnnpp.models.lenet5(), (x, y), method="sgld", seed=0, progress=False, variant="sgld", init_loc="uniform", **small)

@@ -21,7 +21,6 @@ the full data (Hoffman et al. 2013, stochastic variational inference).
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -37,6 +36,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.options import (
     Options,
     optimizer,
@@ -209,9 +209,7 @@ def _init_locations(model, x, y, options: ADVIOptions):
     (``benchmarks/README.md``, "VI defaults")."""
     if options.init_loc == "uniform":
         return init_to_uniform(radius=options.init_radius)
-    layers = find_layers(model, x[:1], y[:1])
-    limits = {lay["sites"][0]: math.sqrt(6.0 / (lay["fan_in"] + lay["fan_out"])) for lay in layers.values()}
-    biases = frozenset(lay["sites"][1] for lay in layers.values())
+    limits, biases = glorot_limits(find_layers(model, x[:1], y[:1]))
     # NumPyro recognises init strategies as functools.partial objects
     return functools.partial(_init_glorot, limits=limits, biases=biases, radius=options.init_radius)
 

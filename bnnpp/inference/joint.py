@@ -10,6 +10,7 @@ Observed sites form the likelihood part; callers scale it by ``N / batch`` for m
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -19,7 +20,7 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
-__all__ = ["constrained_values", "gaussian_log_weights", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
+__all__ = ["constrained_values", "gaussian_log_weights", "glorot_limits", "init_glorot", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
 
 
 def latent_trace(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> dict:
@@ -106,6 +107,30 @@ def init_uniform(shapes: dict[str, tuple[int, ...]], key, radius: float) -> dict
         name: jax.random.uniform(k, shape, minval=-radius, maxval=radius)
         for k, (name, shape) in zip(keys, shapes.items(), strict=False)
     }
+
+
+def init_glorot(shapes: dict[str, tuple[int, ...]], key, radius: float, limits: dict[str, float], biases: frozenset) -> dict[str, jnp.ndarray]:
+    """Unconstrained start values as :func:`init_uniform`, except the weights of the network's
+    layers, U(±limit) with ``limits[site] = sqrt(6 / (fan_in + fan_out))`` (Glorot & Bengio
+    2010, eq. 16), and their biases, 0 (the sites in ``biases``). The same keys as
+    :func:`init_uniform`, one per site in order.
+
+    Returns:
+        site name → float array of the site's shape.
+    """
+    keys = jax.random.split(key, max(1, len(shapes)))
+    out = {}
+    for k, (name, shape) in zip(keys, shapes.items(), strict=False):
+        r = limits.get(name, radius)
+        out[name] = jnp.zeros(shape) if name in biases else jax.random.uniform(k, shape, minval=-r, maxval=r)
+    return out
+
+
+def glorot_limits(layers: dict) -> tuple[dict[str, float], frozenset]:
+    """``(limits, biases)`` for :func:`init_glorot` from :func:`bnnpp.inference.variational_layers.find_layers`'s
+    layers: each layer's weight site → sqrt(6 / (fan_in + fan_out)), and its bias sites."""
+    limits = {lay["sites"][0]: math.sqrt(6.0 / (lay["fan_in"] + lay["fan_out"])) for lay in layers.values()}
+    return limits, frozenset(lay["sites"][1] for lay in layers.values() if len(lay["sites"]) > 1)
 
 
 def constrained_values(model: Callable, u: dict, x, y, key, names) -> dict[str, jnp.ndarray]:

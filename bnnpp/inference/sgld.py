@@ -18,7 +18,9 @@ with ``h = ε_t / 2``. For ``psgld`` ``h`` plays the same role with the precondi
 front (so it is RMSprop's learning rate: each coordinate drifts about ``h`` per step); for
 ``sghmc`` it is the integrator's time step (``u ← u + h·p``, see below).
 
-Variants (option ``variant``):
+Variants (option ``variant``; the default is ``"psgld"``, whose steps do not grow with the
+data size N: plain SGLD's h must shrink like 1/(N · curvature), so no one default h serves
+moons and MNIST; the chains start from Glorot-scaled layer weights, ``init_loc="glorot"``):
 
 * ``"sgld"``: BlackJAX's overdamped Langevin integrator
   (``blackjax.sgmcmc.diffusions.overdamped_langevin``, the update of ``blackjax.sgld``) with
@@ -101,6 +103,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,7 +114,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Keys
-from bnnpp.inference.joint import init_uniform, joint_terms
+from bnnpp.inference.joint import glorot_limits, init_glorot, init_uniform, joint_terms
 from bnnpp.inference.options import (
     Options,
     fraction,
@@ -124,6 +127,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import segments
+from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 
 __all__ = [
@@ -147,7 +151,7 @@ SCHEDULES = ("constant", "polynomial", "cyclical")
 class SGLDOptions(Options):
     """Options of ``method="sgld"`` (formulas in the module docstring)."""
 
-    variant: str = option("sgld", "stochastic-gradient MCMC variant", choices=VARIANTS)
+    variant: str = option("psgld", "stochastic-gradient MCMC variant (psgld: scale-free steps, the default; sgld: h must suit N and the curvature)", choices=VARIANTS)
     step_size: float = option(1e-3, "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh)", check=positive_float)
     learning_rate: float | None = option(None, "the common name of step_size (replaces it)", check=optional(positive_float), type=float)
     schedule: str = option("constant", "SG-MCMC step-size schedule", choices=SCHEDULES)
@@ -162,6 +166,7 @@ class SGLDOptions(Options):
     num_steps: int | None = option(None, "steps per chain, replacing burn_in and thinning: the first half burn-in, num_samples draws (at most one a step) spread over the rest", check=optional(positive_int), type=int)
     epochs: int | None = option(None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int)
     num_chains: int = option(4, "independent chains", check=positive_int)
+    init_loc: str = option("glorot", "start values: glorot (layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites U(±init_radius)) or uniform (every site U(±init_radius))", choices=("glorot", "uniform"))
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     num_integration_steps: int = option(10, "SGHMC steps per transition", check=positive_int)
     friction: float = option(0.01, "SGHMC friction", check=positive_float)
@@ -409,10 +414,18 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
     langevin = diffusions.overdamped_langevin()
     sghmc = diffusions.sghmc(alpha=float(options.friction))
 
+    if options.init_loc == "glorot":
+        # U(±2) weights start a wide layer saturated or exploding (pre-activation sd ≈ 8 at 50
+        # inputs); the first Langevin steps then overflow on a CNN (LeNet-5 on MNIST, h = 1e-3)
+        limits, biases = glorot_limits(find_layers(model, x[:1], y[:1]))
+        start = functools.partial(init_glorot, radius=options.init_radius, limits=limits, biases=biases)
+    else:
+        start = functools.partial(init_uniform, radius=options.init_radius)
+
     def init(key, data):
         k_position, k_noise = jax.random.split(key)
         shapes = {name: s.shape for name, s in sites.items()}
-        u = jax.vmap(lambda k: init_uniform(shapes, k, options.init_radius))(jax.random.split(k_position, num_chains))
+        u = jax.vmap(lambda k: start(shapes, k))(jax.random.split(k_position, num_chains))
         v = jax.tree.map(jnp.zeros_like, u) if variant == "psgld" else None
         return SGLDState(u, jnp.zeros((), jnp.int32), jnp.zeros((num_chains,), jnp.float32), v, k_noise)
 
