@@ -56,7 +56,8 @@ MIN_TEST_DRAWS = 10
 def _shown_default(option: str, default) -> str:
     """A method's default in the flag help: ``None`` spelt out where it has a meaning."""
     if default is None:
-        return {"batch_size": "full batch", "num_steps": "unset", "epochs": "unset", "learning_rate": "step_size"}.get(option, "None")
+        return {"batch_size": "full batch", "num_steps": "unset", "epochs": "unset", "learning_rate": "step_size",
+                "step_size": "by variant"}.get(option, "None")
     return str(default)
 
 
