@@ -166,6 +166,52 @@ def test_four_devices_map_data_parallel():
     assert "has one chain" in out["one_chain_error"]
 
 
+def test_per_device_minibatches_move_no_rows():
+    """The multi-process minibatch path (runner._minibatch with a local mesh) on 4 devices
+    holding 100 rows each, batch 40: two epochs of batches (rows = their own index) where every
+    device's 10 rows come from its own block, each epoch visits every row once, the epochs
+    differ, and the compiled program has no collective at all; the one-permutation path on the
+    same row-split data needs an all-gather (what multi-process fits no longer do)."""
+    out = _script("""
+    from types import SimpleNamespace
+    import jax.numpy as jnp
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from bnnpp.inference import runner
+    from bnnpp.inference.algorithm import Keys
+    mesh = Mesh(np.array(jax.devices()).reshape(4, 1), ("data", "members"))
+    split, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
+    n, d = 400, 4
+    keys = Keys(*(np.asarray(jax.random.PRNGKey(i)) for i in range(4)))
+    alg = SimpleNamespace(batch_size=40, emit=None, num_steps=20)
+    data = (jax.device_put(np.arange(n, dtype=np.float32)[:, None], split), jax.device_put(np.arange(n, dtype=np.int32), split))
+
+    def epochs(plan, perm_sharding):
+        def run(perm, data):
+            def body(perm, t):
+                batch, perm = runner._minibatch(plan, t, perm, data)
+                return perm, batch[1]
+            return jax.lax.scan(body, perm, jnp.arange(2 * plan.num_batches, dtype=jnp.int32))[1]
+        f = jax.jit(run, in_shardings=(perm_sharding, (split, split)), out_shardings=NamedSharding(mesh, P(None, "data")))
+        perm = jax.device_put(jnp.zeros(n, jnp.int32), perm_sharding)
+        compiled = f.lower(perm, data).compile()
+        return np.asarray(compiled(perm, data)), compiled.as_text()
+
+    local, hlo_local = epochs(runner._plan(alg, keys, n, split, mesh), split)
+    _, hlo_global = epochs(runner._plan(alg, keys, n, split), rep)
+    coll = ("all-gather", "all-to-all", "collective-permute", "all-reduce", "reduce-scatter")
+    print(json.dumps({
+        "local_collectives": [c for c in coll if c in hlo_local], "global_collectives": [c for c in coll if c in hlo_global],
+        "own_block": bool(all(((local[:, k * 10:(k + 1) * 10] // 100) == k).all() for k in range(d))),
+        "epochs_cover": [sorted(local[:10].ravel().tolist()) == list(range(n)), sorted(local[10:].ravel().tolist()) == list(range(n))],
+        "epochs_differ": bool((local[:10] != local[10:]).any()), "shape": list(local.shape),
+    }))
+    """, devices=4)
+    assert out["shape"] == [20, 40]
+    assert out["own_block"] and out["epochs_cover"] == [True, True] and out["epochs_differ"]
+    assert out["local_collectives"] == []
+    assert "all-gather" in out["global_collectives"]
+
+
 @pytest.mark.slow
 def test_four_devices_bbb_ensemble_sgld_and_2d_mesh():
     """BBB with minibatches split over 4 devices, 4 SGLD chains and 4 ensemble members one per
@@ -342,6 +388,43 @@ def test_two_processes_write_the_single_process_run(tmp_path, data):
     assert pb.x.shape[0] == n
     np.testing.assert_array_equal(pa.x, pb.x)
     np.testing.assert_array_equal(pa.y, pb.y)
+
+
+@pytest.mark.slow
+def test_two_processes_python_share_equals_whole_data():
+    """The Python call: two processes (bnnpp.distributed.initialize, 2 CPU devices each) fit BBB
+    with minibatches once from their own half of the rows (moons(shard=...)) and once from the
+    whole data in each process. The draws are identical — the global arrays assembled from the
+    halves are the whole data, and the per-device minibatch stream depends on the mesh, not on
+    what each process loaded — and every process ends with the same draws and the whole
+    (gathered) training set."""
+    code = textwrap.dedent("""
+    import json, sys, warnings
+    import bnnpp, bnnpp.distributed
+    p, procs = bnnpp.distributed.initialize(sys.argv[1], 2, int(sys.argv[2]))
+    import jax, numpy as np
+    warnings.simplefilter("ignore")
+    net = bnnpp.models.mlp((8,), likelihood="categorical", num_classes=2)
+    opts = dict(method="bbb", epochs=5, batch_size=100, num_samples=10, progress=False, devices=jax.device_count())
+    half = bnnpp.fit(net, bnnpp.data.moons(shard=(p, procs)), **opts)
+    whole = bnnpp.fit(net, bnnpp.data.moons(), **opts)
+    print(json.dumps({"p": p, "diff": max(float(np.max(np.abs(half.samples[k] - whole.samples[k]))) for k in half.samples),
+                      "x_equal": bool(np.array_equal(half.x, bnnpp.data.moons().x_train)),
+                      "rows": half.info["placement"]["rows_loaded"], "whole_rows": whole.info["placement"]["rows_loaded"],
+                      "checksum": float(sum(np.sum(v) for v in half.samples.values()))}))
+    """)
+    port = _free_port()
+    runs = [subprocess.Popen([sys.executable, "-c", code, f"127.0.0.1:{port}", str(i)], env=_env(2), cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    outs = []
+    for r in runs:
+        stdout, stderr = r.communicate(timeout=600)
+        assert r.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    for i, out in enumerate(outs):
+        assert out["p"] == i and out["diff"] == 0.0 and out["x_equal"]
+        assert out["rows"] == [[0, 350], [350, 700]] and out["whole_rows"] == [[0, 700], [0, 700]]
+    assert outs[0]["checksum"] == outs[1]["checksum"]  # every process ends with the same posterior
 
 
 def test_two_processes_refuse_rows_that_do_not_split(tmp_path):

@@ -177,7 +177,13 @@ def _init(plan: _Plan, data) -> RunState:
 
 def _one_step(plan: _Plan, rs: RunState, data):
     """One step of the algorithm on this step's minibatch."""
-    t, perm = rs.t, rs.perm
+    batch, perm = _minibatch(plan, rs.t, rs.perm, data)
+    state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, rs.t), rs.state, batch)
+    return RunState(state, rs.t + 1, perm), info
+
+
+def _minibatch(plan: _Plan, t, perm, data):
+    """Step ``t``'s batch and the epoch's permutation: ``(batch, perm)``."""
     if plan.batch == plan.n:
         batch = data
     elif plan.local is not None:  # several processes: every device samples from its own rows
@@ -193,8 +199,7 @@ def _one_step(plan: _Plan, rs: RunState, data):
         batch = jax.tree_util.tree_map(lambda a: a[idx], data)
     if plan.batch_sharding is not None:  # data parallel: the compiler splits the step over the batch
         batch = jax.tree_util.tree_map(lambda a: jax.lax.with_sharding_constraint(a, plan.batch_sharding), batch)
-    state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, t), rs.state, batch)
-    return RunState(state, t + 1, perm), info
+    return batch, perm
 
 
 def _local_minibatch(plan: _Plan, t, perm, data):
