@@ -6,6 +6,17 @@ Isachenko & Bochkarev: n points, split 70/30 into train and test (700/300 for th
 n=1000), features standardised with the training mean and standard deviation. The IDX reader,
 its checksums and the tensorflow-datasets path for the image sets live here too, which puts
 the file a little over 400 lines.
+
+**One process's share** (a multi-process fit, :mod:`bnnpp.distributed`): every loader takes
+``shard=(process, processes)`` and then returns only training rows ``[p·N/P, (p+1)·N/P)`` of
+the ``N`` training rows (:func:`shard_rows`; ``N`` must split evenly), recorded in
+``Dataset.rows``; the validation and test splits stay whole. Process ``p``'s block is the
+``p``-th contiguous block, the order of the mesh's ``data`` axis (process ``p``'s devices
+hold block ``p``). What is read to get there: the IDX reader inflates the image file as a
+stream and keeps only those rows (plus the validation rows); tensorflow-datasets reads the
+slice ``train[a:b]``; the generated sets and a user's ``.csv``/``.npz`` are produced or
+parsed whole (their seeded split and standardisation need every row) and only the share is
+kept.
 """
 
 from __future__ import annotations
@@ -13,9 +24,11 @@ from __future__ import annotations
 import csv
 import gzip
 import hashlib
+import io
 import os
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 import numpy as np
 
@@ -27,12 +40,14 @@ __all__ = [
     "UCI_SETS",
     "Dataset",
     "FileTransform",
+    "Rows",
     "circles",
     "file_sha256",
     "from_file",
     "load",
     "load_synthetic",
     "moons",
+    "shard_rows",
     "sinusoid",
     "uci",
     "uci_num_splits",
@@ -57,6 +72,8 @@ class Dataset:
             units is ``y * y_scale + y_shift`` (0 and 1 when they were not; see :func:`uci`).
         transform: for data read by :func:`from_file`, how rows of the file become model
             inputs (:class:`FileTransform`); ``None`` for the built-in sets.
+        rows: which of the training rows ``x_train``/``y_train`` hold (:class:`Rows`): set
+            when a loader was asked for one process's share (``shard=``); ``None``: all.
     """
 
     x_train: np.ndarray
@@ -71,6 +88,55 @@ class Dataset:
     y_shift: float = 0.0
     y_scale: float = 1.0
     transform: FileTransform | None = field(default=None, compare=False)
+    rows: Rows | None = None
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Training rows ``[start, stop)`` of ``total``: one process's share of a multi-process fit."""
+
+    start: int
+    stop: int
+    total: int
+
+    @property
+    def count(self) -> int:
+        """Rows held: ``stop - start``."""
+        return self.stop - self.start
+
+
+def shard_rows(total: int, shard: tuple[int, int]) -> Rows:
+    """Process ``p``'s contiguous block of ``total`` training rows among ``P`` processes:
+    ``Rows(p·total/P, (p+1)·total/P, total)``, the order of the mesh's ``data`` axis.
+
+    Args:
+        total: the training rows of the whole fit.
+        shard: ``(process, processes)``, e.g. ``(jax.process_index(), jax.process_count())``.
+
+    Raises:
+        ValueError: a bad ``shard``, or ``total`` not divisible by ``P`` (one line, naming a fix).
+    """
+    if not (isinstance(shard, (tuple, list)) and len(shard) == 2
+            and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in shard)):
+        raise TypeError(f"shard must be (process, processes), two integers, got {shard!r}")
+    p, procs = int(shard[0]), int(shard[1])
+    if procs < 1 or not 0 <= p < procs:
+        raise ValueError(f"shard=(process, processes) needs 0 ≤ process < processes, got {shard!r}")
+    if total % procs:
+        raise ValueError(
+            f"{total} training rows do not split evenly over {procs} processes: use a multiple of {procs} rows "
+            f"(e.g. {total - total % procs}; CLI: --train-subset for mnist)"
+        )
+    block = total // procs
+    return Rows(p * block, (p + 1) * block, int(total))
+
+
+def _take(ds: Dataset, shard: tuple[int, int] | None) -> Dataset:
+    """``ds`` with only this process's training rows (copies, so the whole arrays can be freed)."""
+    if shard is None:
+        return ds
+    r = shard_rows(len(ds.x_train), shard)
+    return replace(ds, x_train=ds.x_train[r.start : r.stop].copy(), y_train=ds.y_train[r.start : r.stop].copy(), rows=r)
 
 
 def _check_n(n: int, minimum: int) -> int:
@@ -102,10 +168,11 @@ def _split_standardise(x: np.ndarray, y: np.ndarray, rng: np.random.Generator, n
     )
 
 
-def moons(n: int = 1000, noise: float = 0.3, seed: int = 0) -> Dataset:
+def moons(n: int = 1000, noise: float = 0.3, seed: int = 0, *, shard: tuple[int, int] | None = None) -> Dataset:
     """Two interleaving half circles with Gaussian noise of sd ``noise``; labels 0/1.
 
-    Returns a :class:`Dataset` with 70% of the points (700 of 1000) for training.
+    Returns a :class:`Dataset` with 70% of the points (700 of 1000) for training (with
+    ``shard=(p, P)`` only process ``p``'s block of them, see the module docstring).
     """
     n, noise = _check_n(n, 4), _check_noise(noise)
     rng = np.random.default_rng(seed)
@@ -116,12 +183,13 @@ def moons(n: int = 1000, noise: float = 0.3, seed: int = 0) -> Dataset:
     inner = np.c_[1 - np.cos(t1), 0.5 - np.sin(t1)]
     x = np.r_[outer, inner] + rng.normal(0.0, noise, (n, 2))
     y = np.r_[np.zeros(n0), np.ones(n - n0)]
-    return _split_standardise(x, y, rng, "moons")
+    return _take(_split_standardise(x, y, rng, "moons"), shard)
 
 
-def circles(n: int = 1000, noise: float = 0.2, factor: float = 0.5, seed: int = 0) -> Dataset:
+def circles(n: int = 1000, noise: float = 0.2, factor: float = 0.5, seed: int = 0, *,
+            shard: tuple[int, int] | None = None) -> Dataset:
     """A large circle around a smaller one (radius ``factor``) with Gaussian noise; labels 0
-    (outer) and 1 (inner). Returns a :class:`Dataset` split 70/30."""
+    (outer) and 1 (inner). Returns a :class:`Dataset` split 70/30 (``shard``: as :func:`moons`)."""
     n, noise = _check_n(n, 4), _check_noise(noise)
     if not 0 < factor < 1:
         raise ValueError(f"factor must be in (0, 1), got {factor!r}")
@@ -132,15 +200,16 @@ def circles(n: int = 1000, noise: float = 0.2, factor: float = 0.5, seed: int = 
     x = np.r_[np.c_[np.cos(t0), np.sin(t0)], factor * np.c_[np.cos(t1), np.sin(t1)]]
     x = x + rng.normal(0.0, noise, (n, 2))
     y = np.r_[np.zeros(n0), np.ones(n - n0)]
-    return _split_standardise(x, y, rng, "circles")
+    return _take(_split_standardise(x, y, rng, "circles"), shard)
 
 
-def sinusoid(n: int = 32, noise: float = 1.0, seed: int = 0, n_test: int = 300) -> Dataset:
+def sinusoid(n: int = 32, noise: float = 1.0, seed: int = 0, n_test: int = 300, *,
+             shard: tuple[int, int] | None = None) -> Dataset:
     """y = 10·sin(2πx) + ε, ε ~ N(0, noise²), with ``n`` training x uniform in [−0.5, 0.5].
 
     The test set is an even grid of ``n_test`` points on [−1.5, 1.5] (with noisy targets), so
     most of it lies outside the training range: uncertainty should grow there.
-    Returns a regression :class:`Dataset` with ``x`` of shape ``(n, 1)``.
+    Returns a regression :class:`Dataset` with ``x`` of shape ``(n, 1)`` (``shard``: as :func:`moons`).
     """
     n, noise = _check_n(n, 1), _check_noise(noise)
     rng = np.random.default_rng(seed)
@@ -149,14 +218,15 @@ def sinusoid(n: int = 32, noise: float = 1.0, seed: int = 0, n_test: int = 300) 
     xt = np.linspace(-1.5, 1.5, n_test)
     yt = 10 * np.sin(2 * np.pi * xt) + rng.normal(0.0, noise, n_test)
     f = np.float32
-    return Dataset(x[:, None].astype(f), y.astype(f), xt[:, None].astype(f), yt.astype(f), "regression", None, "sinusoid")
+    return _take(Dataset(x[:, None].astype(f), y.astype(f), xt[:, None].astype(f), yt.astype(f), "regression", None, "sinusoid"), shard)
 
 
 SYNTHETIC = {"moons": moons, "circles": circles, "sinusoid": sinusoid}
 
 
 def load_synthetic(name: str, seed: int = 0, **kwargs) -> Dataset:
-    """Build a synthetic set by name (``moons``, ``circles``, ``sinusoid``)."""
+    """Build a synthetic set by name (``moons``, ``circles``, ``sinusoid``); ``kwargs`` (``n``,
+    ``noise``, ``shard``, ...) go to its function."""
     if name not in SYNTHETIC:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(SYNTHETIC)}")
     return SYNTHETIC[name](seed=seed, **kwargs)
@@ -190,6 +260,8 @@ def load(
     flatten: bool = False,
     seed: int = 0,
     tfds_data_dir: str | os.PathLike | None = None,
+    train_subset: int | None = None,
+    shard: tuple[int, int] | None = None,
 ) -> Dataset:
     """MNIST or Fashion-MNIST from local files (nothing is downloaded).
 
@@ -218,12 +290,21 @@ def load(
         seed: has no effect (the split is fixed: the last images); accepted so that every
             loader takes a seed.
         tfds_data_dir: the tensorflow-datasets data dir to read (see above).
+        train_subset: train on the first ``train_subset`` training images only (``None``: all).
+        shard: ``(process, processes)``: read only process ``p``'s contiguous block of the
+            ``N`` training images (:func:`shard_rows`; ``N`` must split evenly), plus the
+            validation and test splits whole. IDX: the images file is inflated as a stream
+            and only those rows are kept; tensorflow-datasets: the split ``train[a:b]`` is
+            read. With ``normalize="standardize"`` the mean and sd of every training pixel
+            are summed in a second streamed pass (exact integer sums), so every process
+            uses the same two numbers.
 
     Returns:
         A :class:`Dataset` with float32 images ``(n, 28, 28, 1)`` (or ``(n, 784)``) and int32
         labels ``(n,)`` in 0..9: ``x_train`` ``(60000 − validation, ...)``, ``x_val``
         ``(validation, ...)`` (``None`` when 0), ``x_test`` ``(10000, ...)``; task
-        ``"classification"``, ``num_classes`` 10.
+        ``"classification"``, ``num_classes`` 10; with ``shard`` ``x_train`` holds the block
+        ``rows`` (a :class:`Rows`).
     """
     if name not in IMAGE_SETS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(IMAGE_SETS)}")
@@ -243,26 +324,34 @@ def load(
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"{arg} must be a folder path, got {value!r}")
 
-    if data_dir is not None:
-        arrays = _read_idx_folder(name, _idx_folder(name, os.fspath(data_dir), "data_dir"))
-    elif tfds_data_dir is not None:
-        builder, why = _tfds_builder(name, os.fspath(tfds_data_dir))
-        if builder is None:
-            raise ValueError(f"tfds_data_dir {os.fspath(tfds_data_dir)}: {why}")
-        arrays = _read_tfds(name, os.fspath(tfds_data_dir))
+    if train_subset is not None and (isinstance(train_subset, bool) or not isinstance(train_subset, (int, np.integer))
+                                     or train_subset < 1):
+        raise ValueError(f"train_subset must be an integer ≥ 1 (the first N training images), got {train_subset!r}")
+    kind, where = _locate(name, data_dir, tfds_data_dir)
+    rows = None
+    if shard is None:
+        x_train, y_train, x_test, y_test = _read_idx_folder(name, where) if kind == "idx" else _read_tfds(name, where)
+        n = len(x_train)
+        _check_validation(validation, n)
+        x_val, y_val = (x_train[n - validation :], y_train[n - validation :]) if validation else (None, None)
+        x_train, y_train = x_train[: n - validation], y_train[: n - validation]
+        if normalize == "standardize":
+            # scalar mean and sd over every pixel of the training split (float64 sums: exact)
+            shift, div = float(x_train.mean(dtype=np.float64)), float(x_train.std(dtype=np.float64))
+        if train_subset is not None:
+            x_train, y_train = x_train[: _check_subset(train_subset, len(x_train))], y_train[:train_subset]
     else:
-        arrays = _read_default(name)
-    x_train, y_train, x_test, y_test = arrays
-    n = len(x_train)
-    if validation >= n:
-        raise ValueError(f"validation={validation} leaves no training images: the training split has {n}; use validation < {n}")
-    x_val, y_val = (x_train[n - validation :], y_train[n - validation :]) if validation else (None, None)
-    x_train, y_train = x_train[: n - validation], y_train[: n - validation]
-
-    if normalize == "standardize":
-        # scalar mean and sd over every pixel of the training split (float64 sums: exact)
-        shift, div = float(x_train.mean(dtype=np.float64)), float(x_train.std(dtype=np.float64))
-    else:
+        source = _IdxTrain(name, where) if kind == "idx" else _TfdsTrain(name, where)
+        n = source.n
+        _check_validation(validation, n)
+        m = n - validation
+        rows = shard_rows(m if train_subset is None else _check_subset(train_subset, m), shard)
+        x_train, y_train = source.rows(rows.start, rows.stop)
+        x_val, y_val = source.rows(m, n) if validation else (None, None)
+        x_test, y_test = source.test()
+        if normalize == "standardize":  # every training pixel, streamed: the same numbers on every process
+            shift, div = _mean_sd(*source.sums(m), m * _SIDE * _SIDE)
+    if normalize != "standardize":
         shift, div = 0.0, float(normalize)
 
     def prep(x, y):
@@ -276,7 +365,25 @@ def load(
         return out, y.astype(np.int32)
 
     (x_train, y_train), (x_test, y_test), (x_val, y_val) = prep(x_train, y_train), prep(x_test, y_test), prep(x_val, y_val)
-    return Dataset(x_train, y_train, x_test, y_test, "classification", _NUM_CLASSES, name, x_val, y_val)
+    return Dataset(x_train, y_train, x_test, y_test, "classification", _NUM_CLASSES, name, x_val, y_val, rows=rows)
+
+
+def _check_validation(validation: int, n: int) -> None:
+    if validation >= n:
+        raise ValueError(f"validation={validation} leaves no training images: the training split has {n}; use validation < {n}")
+
+
+def _check_subset(subset: int, n: int) -> int:
+    if subset > n:
+        raise ValueError(f"train_subset={subset} exceeds the {n} training images (CLI: --train-subset); use at most {n}")
+    return int(subset)
+
+
+def _mean_sd(s1: int, s2: int, count: int) -> tuple[float, float]:
+    """Mean and (population) sd of ``count`` integers from their exact sum and sum of squares:
+    the mean is what ``np.mean(dtype=float64)`` gives (integer partial sums below 2**53 are
+    exact in float64), the variance ``(count·s2 − s1²) / count²`` is exact before one rounding."""
+    return s1 / count, float(np.sqrt(float(Fraction(count * s2 - s1 * s1, count * count))))
 
 
 def _files_list() -> str:
@@ -334,6 +441,13 @@ def _gunzip(path: str, limit: int = MAX_IDX_BYTES) -> bytes:
 
 def _parse_idx(raw: bytes, path: str, images: bool) -> np.ndarray:
     """Check an IDX header and return the payload as uint8 ``(n, 28, 28)`` or ``(n,)``."""
+    shape = _idx_shape(raw, len(raw), path, images)
+    return np.frombuffer(raw, np.uint8, offset=16 if images else 8).reshape(shape)
+
+
+def _idx_shape(raw: bytes, size: int, path: str, images: bool) -> tuple[int, ...]:
+    """Check an IDX header (the first bytes ``raw`` of a file of ``size`` inflated bytes)
+    and return the payload's shape ``(n, 28, 28)`` or ``(n,)``."""
     magic, header = (_IMAGE_MAGIC, 16) if images else (_LABEL_MAGIC, 8)
     kind = "images" if images else "labels"
     found = int.from_bytes(raw[:4], "big") if len(raw) >= 4 else None
@@ -343,21 +457,21 @@ def _parse_idx(raw: bytes, path: str, images: bool) -> np.ndarray:
             f"{path} has IDX magic number {found}, expected {magic} ({kind}): it is {other}; "
             f"use the original {os.path.basename(path)}"
         )
-    if len(raw) < header:
-        raise ValueError(f"{path} is truncated ({len(raw)} bytes, shorter than the IDX header): replace it with the original file")
+    if size < header:
+        raise ValueError(f"{path} is truncated ({size} bytes, shorter than the IDX header): replace it with the original file")
     dims = np.frombuffer(raw, ">u4", count=header // 4)
     n = int(dims[1])
     shape = (n, int(dims[2]), int(dims[3])) if images else (n,)
     if images and shape[1:] != (_SIDE, _SIDE):
         raise ValueError(f"{path} holds {shape[1]}×{shape[2]} images, expected 28×28: use the original MNIST-format files")
     expected = header + int(np.prod(shape, dtype=np.int64))
-    if len(raw) != expected:
-        state = "is truncated" if len(raw) < expected else "has extra bytes"
+    if size != expected:
+        state = "is truncated" if size < expected else "has extra bytes"
         raise ValueError(
-            f"{path} {state}: its header announces {n} {kind} ({expected} bytes) but it holds {len(raw)} bytes; "
+            f"{path} {state}: its header announces {n} {kind} ({expected} bytes) but it holds {size} bytes; "
             f"replace it with the original file"
         )
-    return np.frombuffer(raw, np.uint8, offset=header).reshape(shape)
+    return shape
 
 
 def _read_idx_folder(name: str, folder: str) -> tuple[np.ndarray, ...]:
@@ -367,16 +481,86 @@ def _read_idx_folder(name: str, folder: str) -> tuple[np.ndarray, ...]:
         path = os.path.join(folder, fname)
         out[key] = _parse_idx(_gunzip(path), path, images=key.startswith("x"))
     for split in ("train", "test"):
-        nx, ny = len(out[f"x_{split}"]), len(out[f"y_{split}"])
-        if nx != ny:
-            raise ValueError(
-                f"{folder}: {IDX_FILES['x_' + split]} has {nx} images but {IDX_FILES['y_' + split]} has {ny} labels: "
-                f"the files do not belong together; use the four original {name} files"
-            )
-        bad = out[f"y_{split}"] >= _NUM_CLASSES
-        if bad.any():
-            raise ValueError(f"{folder}: {IDX_FILES['y_' + split]} has labels ≥ {_NUM_CLASSES}: not {name} labels")
+        _check_idx_pair(name, folder, split, len(out[f"x_{split}"]), out[f"y_{split}"])
     return out["x_train"], out["y_train"], out["x_test"], out["y_test"]
+
+
+def _check_idx_pair(name: str, folder: str, split: str, nx: int, labels: np.ndarray) -> None:
+    ny = len(labels)
+    if nx != ny:
+        raise ValueError(
+            f"{folder}: {IDX_FILES['x_' + split]} has {nx} images but {IDX_FILES['y_' + split]} has {ny} labels: "
+            f"the files do not belong together; use the four original {name} files"
+        )
+    if (labels >= _NUM_CLASSES).any():
+        raise ValueError(f"{folder}: {IDX_FILES['y_' + split]} has labels ≥ {_NUM_CLASSES}: not {name} labels")
+
+
+_PIXELS = _SIDE * _SIDE
+_CHUNK = 4096  # images per streamed read
+
+
+class _IdxTrain:
+    """The IDX training split read by rows (``load(shard=...)``): the labels and the test files
+    are read whole (small), the training images file is inflated as a stream (``gzip`` seeks
+    by decompressing forward) and only the rows asked for are kept. Same checks as
+    :func:`_read_idx_folder`."""
+
+    def __init__(self, name: str, folder: str):
+        self.name, self.folder = name, folder
+        self.path = os.path.join(folder, IDX_FILES["x_train"])
+        labels_path = os.path.join(folder, IDX_FILES["y_train"])
+        self.labels = _parse_idx(_gunzip(labels_path), labels_path, images=False)
+        with self._open() as f:
+            head = f.read(16)
+            size = f.seek(0, io.SEEK_END)  # inflates the file once, keeping none of it
+        if size > MAX_IDX_BYTES:
+            raise ValueError(
+                f"{self.path} inflates to more than {MAX_IDX_BYTES // 2**20} MiB, far more than an MNIST-format IDX file: "
+                f"replace it with the original {os.path.basename(self.path)}"
+            )
+        self.n = _idx_shape(head, size, self.path, images=True)[0]
+        _check_idx_pair(name, folder, "train", self.n, self.labels)
+
+    def _open(self):
+        try:
+            return gzip.open(self.path, "rb")
+        except OSError as e:
+            raise ValueError(f"{self.path} cannot be read ({e})") from None
+
+    def _chunks(self, a: int, b: int):
+        """The images of rows ``[a, b)``, uint8 ``(m, 28, 28)``, in blocks of at most ``_CHUNK``."""
+        try:
+            with self._open() as f:
+                f.seek(16 + a * _PIXELS)
+                for start in range(a, b, _CHUNK):
+                    m = min(_CHUNK, b - start)
+                    yield np.frombuffer(f.read(m * _PIXELS), np.uint8).reshape(m, _SIDE, _SIDE)
+        except (EOFError, OSError, zlib.error) as e:
+            raise ValueError(
+                f"{self.path} is truncated or not gzip data ({e}): replace it with the original {os.path.basename(self.path)}"
+            ) from None
+
+    def rows(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Images ``(b − a, 28, 28)`` and labels ``(b − a,)`` of training rows ``[a, b)``, uint8."""
+        x = np.concatenate(list(self._chunks(a, b))) if b > a else np.zeros((0, _SIDE, _SIDE), np.uint8)
+        return x, self.labels[a:b].copy()
+
+    def sums(self, stop: int) -> tuple[int, int]:
+        """Exact sum and sum of squares of every pixel of rows ``[0, stop)`` (Python ints)."""
+        s1 = s2 = 0
+        for chunk in self._chunks(0, stop):
+            c = chunk.astype(np.int64)
+            s1, s2 = s1 + int(c.sum()), s2 + int((c * c).sum())
+        return s1, s2
+
+    def test(self) -> tuple[np.ndarray, np.ndarray]:
+        out = []
+        for key in ("x_test", "y_test"):
+            path = os.path.join(self.folder, IDX_FILES[key])
+            out.append(_parse_idx(_gunzip(path), path, images=key == "x_test"))
+        _check_idx_pair(self.name, self.folder, "test", len(out[0]), out[1])
+        return out[0], out[1]
 
 
 def _default_tfds_dir() -> str:
@@ -412,31 +596,78 @@ def _read_tfds(name: str, tfds_dir: str) -> tuple[np.ndarray, ...]:
     sources = tfds.data_source(name, split=["train", "test"], data_dir=tfds_dir, download=False)
     out = []
     for split, source in zip(("train", "test"), sources, strict=True):
-        # one record at a time: data_source decodes each PNG-encoded image on its own
-        records = [source[i] for i in range(len(source))]
-        if not records:
-            raise ValueError(f"tensorflow-datasets {name} in {tfds_dir} has an empty {split} split: prepare it again")
-        x = np.stack([np.asarray(r["image"]) for r in records])
-        y = np.asarray([r["label"] for r in records])
-        if x.shape[1:] != (_SIDE, _SIDE, 1) or x.dtype != np.uint8:
-            raise ValueError(f"tensorflow-datasets {name} in {tfds_dir}: images are {x.dtype} {x.shape[1:]}, expected uint8 (28, 28, 1)")
-        if y.min() < 0 or y.max() >= _NUM_CLASSES:
-            raise ValueError(f"tensorflow-datasets {name} in {tfds_dir}: labels outside 0..9")
-        out += [x[..., 0], y]
+        out += _tfds_arrays(source, 0, len(source), name, tfds_dir, split)
     return tuple(out)
 
 
-def _read_default(name: str) -> tuple[np.ndarray, ...]:
+def _tfds_arrays(source, a: int, b: int, name: str, tfds_dir: str, split: str) -> list[np.ndarray]:
+    """Records ``[a, b)`` of a ``tfds.data_source`` as ``[images uint8 (m, 28, 28), labels (m,)]``."""
+    # one record at a time: data_source decodes each PNG-encoded image on its own
+    records = [source[i] for i in range(a, b)]
+    if not records:
+        raise ValueError(f"tensorflow-datasets {name} in {tfds_dir} has an empty {split} split: prepare it again")
+    x = np.stack([np.asarray(r["image"]) for r in records])
+    y = np.asarray([r["label"] for r in records])
+    if x.shape[1:] != (_SIDE, _SIDE, 1) or x.dtype != np.uint8:
+        raise ValueError(f"tensorflow-datasets {name} in {tfds_dir}: images are {x.dtype} {x.shape[1:]}, expected uint8 (28, 28, 1)")
+    if y.min() < 0 or y.max() >= _NUM_CLASSES:
+        raise ValueError(f"tensorflow-datasets {name} in {tfds_dir}: labels outside 0..9")
+    return [x[..., 0], y]
+
+
+class _TfdsTrain:
+    """The tensorflow-datasets training split read by rows (``load(shard=...)``): each read is
+    the split slice ``train[a:b]`` (tfds' own slicing API), so only those records are read."""
+
+    def __init__(self, name: str, tfds_dir: str):
+        import tensorflow_datasets as tfds
+
+        self.tfds, self.name, self.dir = tfds, name, tfds_dir
+        self.n = int(tfds.builder(name, data_dir=tfds_dir).info.splits["train"].num_examples)
+
+    def _read(self, split: str) -> list[np.ndarray]:
+        source = self.tfds.data_source(self.name, split=split, data_dir=self.dir, download=False)
+        return _tfds_arrays(source, 0, len(source), self.name, self.dir, split)
+
+    def rows(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        x, y = self._read(f"train[{a}:{b}]")
+        return x, y
+
+    def sums(self, stop: int) -> tuple[int, int]:
+        s1 = s2 = 0
+        for a in range(0, stop, _CHUNK):
+            c = self.rows(a, min(stop, a + _CHUNK))[0].astype(np.int64)
+            s1, s2 = s1 + int(c.sum()), s2 + int((c * c).sum())
+        return s1, s2
+
+    def test(self) -> tuple[np.ndarray, np.ndarray]:
+        x, y = self._read("test")
+        return x, y
+
+
+def _locate(name: str, data_dir, tfds_data_dir) -> tuple[str, str]:
+    """Where :func:`load` reads: ``("idx", folder)`` or ``("tfds", data dir)`` (see its docstring)."""
+    if data_dir is not None:
+        return "idx", _idx_folder(name, os.fspath(data_dir), "data_dir")
+    if tfds_data_dir is not None:
+        builder, why = _tfds_builder(name, os.fspath(tfds_data_dir))
+        if builder is None:
+            raise ValueError(f"tfds_data_dir {os.fspath(tfds_data_dir)}: {why}")
+        return "tfds", os.fspath(tfds_data_dir)
+    return _default_source(name)
+
+
+def _default_source(name: str) -> tuple[str, str]:
     """No folder given: the tfds data dir if prepared there, else ``$BNNPP_DATA_DIR/<name>``."""
     tfds_dir = _default_tfds_dir()
     builder, why = _tfds_builder(name, tfds_dir)
     if builder is not None:
-        return _read_tfds(name, tfds_dir)
+        return "tfds", tfds_dir
     env = os.environ.get("BNNPP_DATA_DIR")
     if env:
         folder = os.path.join(env, name)
         if all(os.path.isfile(os.path.join(folder, f)) for f in IDX_FILES.values()):
-            return _read_idx_folder(name, folder)
+            return "idx", folder
         idx_why = f"$BNNPP_DATA_DIR/{name} ({folder}) does not hold the four IDX files"
     else:
         idx_why = "BNNPP_DATA_DIR is not set and no data_dir was given"
@@ -511,6 +742,7 @@ def uci(
     *,
     validation: float = 0.0,
     seed: int = 0,
+    shard: tuple[int, int] | None = None,
 ) -> Dataset:
     """One train/test split of a UCI regression set, in the standard layout (nothing is
     downloaded).
@@ -533,6 +765,8 @@ def uci(
             ``y_val`` — a seeded random subset, for choosing hyperparameters without the test
             split.
         seed: the seed of that subset.
+        shard: ``(process, processes)``: keep only process ``p``'s block of the training rows
+            (:func:`shard_rows`; the table is read whole for the standardisation).
 
     Returns:
         A regression :class:`Dataset`: float32 ``x_*`` ``(n, features)`` and ``y_*`` ``(n,)``,
@@ -587,10 +821,10 @@ def uci(
     def ys(rows):
         return ((y[rows] - y_mu) / y_sd).astype(f)
 
-    return Dataset(
+    return _take(Dataset(
         xs(train), ys(train), xs(test), ys(test), "regression", None, short,
         xs(val) if val.size else None, ys(val) if val.size else None, y_mu, y_sd,
-    )
+    ), shard)
 
 
 # --------------------------------------------------------------------------------------
@@ -771,6 +1005,7 @@ def from_file(
     task: str | None = None,
     test_fraction: float = 0.2,
     seed: int = 0,
+    shard: tuple[int, int] | None = None,
 ) -> Dataset:
     """A :class:`Dataset` from a user's file, standardised with training-split statistics.
 
@@ -785,6 +1020,9 @@ def from_file(
         test_fraction: without ``x_test``, this share of the rows (a seeded random subset,
             at least one row) is the test split.
         seed: seed of that split.
+        shard: ``(process, processes)``: keep only process ``p``'s block of the training rows
+            (:func:`shard_rows`). The file is still parsed whole: the seeded test split, the
+            classes and the standardisation need every row, and every process must agree on them.
 
     Returns:
         A :class:`Dataset`: float32 ``x_*`` standardised per feature with the training mean and
@@ -829,8 +1067,8 @@ def from_file(
         classes, num_classes = None, None
     transform = FileTransform(features, target, task, mean, sd, shift, scale, classes)
     name = os.path.splitext(os.path.basename(path))[0]
-    return Dataset(transform.inputs(x), ys, transform.inputs(x_test), yts, task, num_classes, name,
-                   y_shift=shift, y_scale=scale, transform=transform)
+    return _take(Dataset(transform.inputs(x), ys, transform.inputs(x_test), yts, task, num_classes, name,
+                         y_shift=shift, y_scale=scale, transform=transform), shard)
 
 
 def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: bool = True) -> np.ndarray:

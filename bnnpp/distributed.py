@@ -3,10 +3,13 @@
 Every process runs the same program; :func:`initialize` joins them through
 ``jax.distributed.initialize``, after which ``jax.devices()`` lists every process's devices
 and a fit with ``devices``/``mesh`` (:mod:`bnnpp.inference.sharding`) builds its mesh over
-all of them: each process places only its own devices' share of the training rows (global
-arrays built with ``jax.make_array_from_callback``), the compiler inserts the collectives, and
-every process ends with the same :class:`~bnnpp.Posterior`. Only process 0 writes files
-(:func:`is_writer`): ``bnnpp fit --distributed`` writes one run folder.
+all of them. Each process loads only its block of the training rows (a loader's
+``shard=(jax.process_index(), jax.process_count())``, :mod:`bnnpp.data`; ``bnnpp fit
+--distributed`` does this itself), the global arrays are assembled from the blocks with
+``jax.make_array_from_process_local_data``, every device draws its part of each minibatch from
+its own rows, the compiler inserts the collectives, and every process ends with the same
+:class:`~bnnpp.Posterior`. Only process 0 writes files (:func:`is_writer`): ``bnnpp fit
+--distributed`` writes one run folder.
 
 Where the coordinator comes from, in order: the arguments; the environment
 (``JAX_COORDINATOR_ADDRESS`` — read by JAX itself — with ``BNNPP_NUM_PROCESSES`` and

@@ -66,7 +66,7 @@ DEFAULT_FRACTIONS = (0.0, 0.25, 0.5, 0.75, 0.95, 0.98)
 # --- reading a fit run --------------------------------------------------------------------
 
 
-def dataset_from_record(record: dict) -> data.Dataset:
+def dataset_from_record(record: dict, shard: tuple[int, int] | None = None) -> data.Dataset:
     """Reload the dataset of a ``bnnpp fit`` run from its data record (the ``metrics.json`` dict).
 
     Uses the keys ``data`` and, for mnist/fashion_mnist, ``data_dir`` (``None``: the default
@@ -76,28 +76,32 @@ def dataset_from_record(record: dict) -> data.Dataset:
     ``seed`` — the file is read again (:func:`bnnpp.data.from_file`) and refused when its
     SHA-256 differs, so the run folder stays small whatever the data's size.
 
+    ``shard=(process, processes)``: only that process's block of the training rows (a
+    multi-process fit; see :mod:`bnnpp.data`).
+
     Returns:
         The :class:`bnnpp.data.Dataset` the run trained and was tested on (training split cut
         to ``train_subset`` rows when set). Raises ValueError when the data cannot be found.
     """
     name = record.get("data")
     if name in IMAGE_SETS:
+        subset = record.get("train_subset")
         ds = data.load(
             name,
             record.get("data_dir"),
             normalize=record.get("normalize", "255"),
             validation=record.get("validation", 10000),
             flatten=bool(record.get("flatten", False)),
+            **({} if shard is None else {"shard": shard, "train_subset": subset}),
         )
-        subset = record.get("train_subset")
-        if subset is not None:
+        if subset is not None and shard is None:
             if subset > len(ds.x_train):
                 raise ValueError(f"--train-subset {subset} exceeds the {len(ds.x_train)} training images; use at most {len(ds.x_train)}")
             ds = dataclasses.replace(ds, x_train=ds.x_train[:subset], y_train=ds.y_train[:subset])
         return ds
     if name in SYNTHETIC:
         noise = record.get("data_noise")
-        return data.load_synthetic(name, seed=record.get("seed", 0), **({} if noise is None else {"noise": noise}))
+        return data.load_synthetic(name, seed=record.get("seed", 0), shard=shard, **({} if noise is None else {"noise": noise}))
     if "sha256" in record:  # a user's file: read again, and refused if its bytes changed
         path = record["data"]
         if not os.path.isfile(path):
@@ -105,7 +109,7 @@ def dataset_from_record(record: dict) -> data.Dataset:
         if data.file_sha256(path) != record["sha256"]:
             raise ValueError(f"the run's data file {path} changed since the run was fitted (SHA-256 differs): fit again")
         return data.from_file(path, record.get("target"), task=record.get("task"), test_fraction=record.get("test_fraction", 0.2),
-                              seed=record.get("seed", 0))
+                              seed=record.get("seed", 0), shard=shard)
     raise ValueError(f"the report names no known dataset (data={name!r}); known: {', '.join([*SYNTHETIC, *IMAGE_SETS])}")
 
 

@@ -16,6 +16,7 @@ data (``data``, ``data_dir``, ``normalize``, ``validation``, ``train_subset``, `
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import signal
@@ -35,7 +36,7 @@ from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
 from bnnpp.inference.registry import command_line_options
-from bnnpp.inference.sharding import check_request
+from bnnpp.inference.sharding import check_request, global_rows, process_share
 from bnnpp.introspection import check_model, num_parameters
 from bnnpp.posterior import MAX_SAVED_DATA
 
@@ -298,35 +299,49 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
         options.setdefault("num_samples", IMAGE_NUM_SAMPLES)
         if options["num_samples"] < MIN_TEST_DRAWS:
             raise ValueError(f"--num-samples {options['num_samples']} is too few for test metrics on images: use at least {MIN_TEST_DRAWS}")
-    backend.check_options(options)
+    merged = backend.check_options(options)
+    shard = _process_share(args, merged)  # a --distributed process loads only its block of the training rows
     if image:
         if args.obs_noise is not None:
             raise ValueError("--obs-noise applies to regression data (sinusoid) only")
         model = _model(args, prior, "classification", 10)
-        dataset = runs.dataset_from_record(record)  # reads the files: after every flag check
+        dataset = runs.dataset_from_record(record, shard)  # reads the files: after every flag check
         if record["validation"] and "validation_data" in backend.defaults:
             options["validation_data"] = (dataset.x_val, dataset.y_val)
     else:
         if "sha256" in record:
-            dataset = runs.dataset_from_record(record)
+            dataset = runs.dataset_from_record(record, shard)
             record["preprocessing"] = dataset.transform.to_dict()  # what bnnpp predict applies to new rows
         else:
             data_kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
-            dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **data_kwargs)
+            dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, shard=shard, **data_kwargs)
         if dataset.task == "classification" and args.obs_noise is not None:
             raise ValueError("--obs-noise applies to regression data only")
         model = _model(args, prior, dataset.task, dataset.num_classes)
     x, y = check_data(dataset, model)
+    xg, yg = (x, y) if dataset.rows is None else global_rows(x, y, dataset.rows.total)  # every process's rows
     parsed = backend.parse(options)
-    parsed.check_data(x, y)
+    parsed.check_data(xg, yg)
     # room for the run folder, before anything compiles: draws of every parameter, and with
     # small data the pointwise log-likelihood and a replicated data set per draw
     merged = parsed.as_dict()
     draws = int(merged.get("num_samples", 1)) * int(merged.get("num_chains", 1))
     params = num_parameters(check_model(model, x, y))  # the model's own checks first (its "y" site, memory)
-    per_draw = params + (2 * len(x) if x.size <= MAX_SAVED_DATA else 0)
-    files.check_free_space(os.path.dirname(os.path.abspath(args.out)), 4 * draws * per_draw + x.nbytes, "the run folder")
+    per_draw = params + (2 * len(xg) if xg.size <= MAX_SAVED_DATA else 0)
+    files.check_free_space(os.path.dirname(os.path.abspath(args.out)), 4 * draws * per_draw + xg.nbytes, "the run folder")
     return dataset, model, options, record
+
+
+def _process_share(args, options: dict) -> tuple[int, int] | None:
+    """``(process, processes)`` when this process of a ``--distributed`` run needs only its block
+    of the training rows (the default mesh, every device, or --devices/--mesh with a data axis
+    that is a multiple of the process count), else ``None``: every row is loaded (one process,
+    or chains/members only on the mesh)."""
+    if not args.distributed:
+        return None
+    devices = jax.device_count() if args.devices is None and args.mesh is None else args.devices
+    chains = int(options.get("members") or options.get("num_chains") or 1)
+    return process_share(devices, args.mesh, chains)
 
 
 #: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
@@ -410,6 +425,8 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
     fit_seconds = time.perf_counter() - t0
     if not distributed.is_writer():  # the other processes of a --distributed run: process 0 reports
         return {}
+    if dataset.rows is not None and post.has_data:  # the figure shows every training row, as post holds them
+        dataset = dataclasses.replace(dataset, x_train=post.x, y_train=post.y, rows=None)
     t0 = time.perf_counter()
     test = runs.metrics_on_test_set(post, dataset)
     seconds = {

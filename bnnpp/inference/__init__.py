@@ -22,7 +22,7 @@ from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
-from bnnpp.inference.sharding import check_request
+from bnnpp.inference.sharding import check_request, global_rows
 from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
 from bnnpp.posterior import Posterior, Prediction, load
 
@@ -75,6 +75,8 @@ def fit(
             e.g. ``functools.partial(model, D_H=5)``. The targets may be ``(n,)`` or, for a
             likelihood with one event per row (``.to_event(1)``), ``(n, K)``.
         data: ``(x, y)`` arrays or a :class:`bnnpp.data.Dataset` (its training split is used).
+            In a multi-process fit a Dataset loaded with ``shard=(process, processes)`` holds
+            only this process's block of the rows (its ``rows``); every process passes its own.
         method: a registered method name (see :func:`registered`).
         seed: integer seed for everything random in the fit.
         progress: show a progress bar.
@@ -121,10 +123,13 @@ def fit(
     if checkpoint_dir is not None:
         checkpoint = Checkpointing(os.fspath(checkpoint_dir), every_steps=checkpoint_every, every_minutes=checkpoint_minutes)
     x, y = check_data(data, model)
-    parsed.check_data(x, y)
+    rows = getattr(data, "rows", None)
+    if rows is not None and rows.start == 0 and rows.stop == rows.total:
+        rows = None  # every row: the ordinary fit
+    parsed.check_data(*((x, y) if rows is None else global_rows(x, y, rows.total)))  # the batch against every row
     check_model(model, x, y)
     return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                      devices=devices, mesh=mesh)
+                      devices=devices, mesh=mesh, rows=rows)
 
 
 def __getattr__(name: str):

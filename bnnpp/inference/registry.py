@@ -16,6 +16,7 @@ from bnnpp.inference.checkpoints import Checkpointing
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options
 from bnnpp.inference.runner import run
+from bnnpp.inference.sharding import global_rows
 from bnnpp.posterior import Posterior
 
 __all__ = ["Backend", "Method", "get_backend", "get_method", "register", "registered"]
@@ -77,11 +78,15 @@ class Method:
     def run(
         self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
         checkpoint: Checkpointing | None = None, resume: bool = False, devices: int | None = None,
-        mesh: str | dict | None = None,
+        mesh: str | dict | None = None, rows=None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
-        epochs and the like are fixed first (:meth:`Options.resolve`)."""
-        options = options.resolve(int(x.shape[0]))
+        epochs and the like are fixed first (:meth:`Options.resolve`). ``rows``: a
+        :class:`bnnpp.data.Rows` when ``x``, ``y`` are one process's block of the training rows
+        (the method is built for the global row count; :func:`~bnnpp.inference.runner.run`)."""
+        if rows is not None and self.fit is not None:
+            raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
+        options = options.resolve(int(x.shape[0]) if rows is None else int(rows.total))
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
@@ -95,11 +100,11 @@ class Method:
                     raise ValueError(f"method {self.name!r} runs on one device: leave devices and mesh unset")
                 extra.update(devices=devices, mesh=mesh)
             return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
-        algorithm = self.build(model, x, y, options)
+        algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options)
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
             chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,
-            resume=resume, devices=devices, mesh=mesh,
+            resume=resume, devices=devices, mesh=mesh, rows=rows,
         )
 
     @property

@@ -13,7 +13,11 @@ It owns, once for all methods:
   start of every epoch of ``M = N // B`` steps (``jax.random.permutation`` with the key
   ``fold_in(keys.data, epoch)``) and step ``t`` takes the ``t mod M``-th block of ``B``
   rows; the ``N mod B`` rows left over are skipped for that epoch. Each batch is a uniformly
-  random subset drawn without replacement.
+  random subset drawn without replacement. In a multi-process fit with a data axis of D > 1
+  devices, each device instead draws its ``B/D`` rows from its own ``N/D`` rows (a
+  permutation per device and epoch, in ``shard_map``): no step gathers rows across
+  processes, and the minibatch stream differs from the one-process fit's
+  (:mod:`bnnpp.inference.sharding`).
 * **the NaN guard**: each step's ``info.loss`` is checked, and the whole state once per
   chunk. A chunk that fails either check is re-run from its input by a chunk that checks
   the whole state after every step (compiled only then), so training stops at the first
@@ -67,7 +71,7 @@ from bnnpp.inference.checkpoints import (
 )
 from bnnpp.inference.validation import validation_batches, validation_error
 from bnnpp.introspection import latent_sites
-from bnnpp.posterior import FitStats, Posterior
+from bnnpp.posterior import MAX_SAVED_DATA, FitStats, Posterior
 
 __all__ = ["RunState", "all_finite", "default_chunk_size", "run", "segments", "trace_fit"]
 
@@ -140,6 +144,7 @@ class _Plan(NamedTuple):
     ends: np.ndarray | None  # segment ends (emitting algorithms), else None
     keep: np.ndarray | None
     batch_sharding: Any = None  # with a data axis: every batch is split over it
+    local: Any = None  # a Mesh: each device draws its part of every minibatch from its own rows
 
 
 def _keys_of(algorithm: Algorithm, root: jax.Array) -> Keys:
@@ -153,12 +158,12 @@ def _seed_keys(derive: Callable, seed) -> Keys:
     return derive(jax.random.PRNGKey(seed))
 
 
-def _plan(algorithm: Algorithm, keys: Keys, n: int, batch_sharding=None) -> _Plan:
+def _plan(algorithm: Algorithm, keys: Keys, n: int, batch_sharding=None, local=None) -> _Plan:
     batch = algorithm.batch_size or n
     ends = keep = None
     if algorithm.emit is not None:
         ends, keep = segments(algorithm.num_steps, algorithm.emit_steps)
-    return _Plan(algorithm, keys, n, batch, n // batch, ends, keep, batch_sharding)
+    return _Plan(algorithm, keys, n, batch, n // batch, ends, keep, batch_sharding, local if batch < n else None)
 
 
 def _num_units(plan: _Plan) -> int:
@@ -172,9 +177,17 @@ def _init(plan: _Plan, data) -> RunState:
 
 def _one_step(plan: _Plan, rs: RunState, data):
     """One step of the algorithm on this step's minibatch."""
-    t, perm = rs.t, rs.perm
+    batch, perm = _minibatch(plan, rs.t, rs.perm, data)
+    state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, rs.t), rs.state, batch)
+    return RunState(state, rs.t + 1, perm), info
+
+
+def _minibatch(plan: _Plan, t, perm, data):
+    """Step ``t``'s batch and the epoch's permutation: ``(batch, perm)``."""
     if plan.batch == plan.n:
         batch = data
+    elif plan.local is not None:  # several processes: every device samples from its own rows
+        batch, perm = _local_minibatch(plan, t, perm, data)
     else:  # reshuffle on the device at the start of each epoch, then gather the minibatch
         i = t % plan.num_batches
         perm = jax.lax.cond(
@@ -186,8 +199,33 @@ def _one_step(plan: _Plan, rs: RunState, data):
         batch = jax.tree_util.tree_map(lambda a: a[idx], data)
     if plan.batch_sharding is not None:  # data parallel: the compiler splits the step over the batch
         batch = jax.tree_util.tree_map(lambda a: jax.lax.with_sharding_constraint(a, plan.batch_sharding), batch)
-    state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, t), rs.state, batch)
-    return RunState(state, t + 1, perm), info
+    return batch, perm
+
+
+def _local_minibatch(plan: _Plan, t, perm, data):
+    """This step's minibatch when each of the D devices of the data axis draws its ``B/D``
+    rows from its own block of ``N/D`` rows: a permutation of the block at the start of each
+    epoch (key ``fold_in(fold_in(keys.data, epoch), device)``), then its ``t mod M``-th slice
+    (``M = N // B`` steps an epoch, as with one permutation). Returns ``(batch, perm)``, both
+    split over ``data`` (``perm`` holds every block's local permutation, ``(N,)``)."""
+    d = plan.local.shape["data"]
+    b, block = plan.batch // d, plan.n // d
+    leaves, tree = jax.tree_util.tree_flatten(data)
+
+    def per_device(t, device, perm, *arrays):  # device: (1,) this device's index on the data axis
+        i = t % plan.num_batches
+        key = jax.random.fold_in(jax.random.fold_in(plan.keys.data, t // plan.num_batches), device[0])
+        # the permutation depends on `device` but jax.random does not type it as varying over
+        # `data`: pcast says so, to match the carried per-device permutation
+        fresh = lambda: jax.lax.pcast(jax.random.permutation(key, block).astype(jnp.int32), ("data",), to="varying")
+        perm = jax.lax.cond(i == 0, fresh, lambda: perm)
+        idx = jax.lax.dynamic_slice(perm, (i * b,), (b,))
+        return (perm, *(a[idx] for a in arrays))
+
+    split = jax.sharding.PartitionSpec("data")
+    out = jax.shard_map(per_device, mesh=plan.local, in_specs=(jax.sharding.PartitionSpec(), split, split, *[split] * len(leaves)),
+                        out_specs=(split,) * (1 + len(leaves)))(t, jnp.arange(d, dtype=jnp.int32), perm, *leaves)
+    return jax.tree_util.tree_unflatten(tree, list(out[1:])), out[0]
 
 
 def _unit(plan: _Plan, rs: RunState, index, data):
@@ -359,6 +397,7 @@ def run(
     resume: bool = False,
     devices: int | None = None,
     mesh: str | dict | None = None,
+    rows=None,
 ) -> Posterior:
     """Fit ``model`` to ``(x, y)`` with ``algorithm`` and return the :class:`Posterior`.
 
@@ -376,7 +415,14 @@ def run(
             when there is none); without ``resume`` old checkpoints there are deleted first.
         devices, mesh: run on a device mesh (:mod:`bnnpp.inference.sharding`): the batch split
             over a ``data`` axis, chains/members over a ``members`` axis; ``None`` for both:
-            the default device, unsharded. The layout is recorded in ``extras["placement"]``.
+            the default device, unsharded. The layout is recorded in ``extras["placement"]``,
+            with ``rows_loaded`` (the training rows ``[start, stop)`` each process held).
+        rows: a :class:`bnnpp.data.Rows` when ``x``, ``y`` are only this process's block of
+            a multi-process fit's rows (``None``: all of them). The global arrays are then
+            built from every process's block, and the posterior's ``x``, ``y`` are the whole
+            training set gathered once after training when it has at most
+            :data:`~bnnpp.posterior.MAX_SAVED_DATA` values (what a run folder saves), else
+            empty ``(0, ...)`` arrays (as a posterior loaded without its data).
 
     Returns:
         A :class:`Posterior`: draws ``(1, num_samples, *site)`` from ``sample`` or
@@ -390,10 +436,13 @@ def run(
         TrainingInterrupted: SIGINT or SIGTERM arrived (a ``KeyboardInterrupt``).
         ValueError: ``resume`` found a checkpoint of another fit.
     """
-    n = int(x.shape[0])
-    keys = _seed_keys(algorithm.keys or default_keys, np.uint32(seed))
+    share = rows  # `rows` names the chunks' output rows below
+    n = int(x.shape[0]) if share is None else int(share.total)
     place = sharding.placement(devices, mesh, batch=algorithm.batch_size or n, n=n, num_chains=algorithm.num_chains,
                                name=method)
+    if share is not None:
+        sharding.check_rows(place, share, int(x.shape[0]))
+    keys = _seed_keys(algorithm.keys or default_keys, np.uint32(seed))
     if place is None:
         plan = _plan(algorithm, keys, n)
         data = (jax.device_put(x), jax.device_put(y))  # chunk arguments, not program constants
@@ -401,8 +450,12 @@ def run(
         if checkpoint is not None and jax.process_count() > 1:
             raise ValueError("checkpoints are not written by multi-process fits: pass checkpoint_dir=None")
         keys = Keys(*(np.asarray(k) for k in keys))  # host constants: valid on every process and mesh
-        plan = _plan(algorithm, keys, n, place.batch)
-        data = (sharding.put(x, place.rows), sharding.put(y, place.rows))
+        local = jax.process_count() > 1 and place.data > 1  # minibatches from each device's own rows
+        plan = _plan(algorithm, keys, n, place.batch, place.mesh if local else None)
+        if share is not None:  # this process's block only: the global arrays from every process's block
+            data = (sharding.put_local(x, place.rows, n), sharding.put_local(y, place.rows, n))
+        else:
+            data = (sharding.put(x, place.rows), sharding.put(y, place.rows))
         progress = progress and jax.process_index() == 0
     num_units = _num_units(plan)
     if chunk_size is None:
@@ -422,7 +475,7 @@ def run(
         rep = place.replicated
         lowered_init = jax.jit(lambda d: _init(plan, d), in_shardings=((place.rows, place.rows),), out_shardings=rep).lower(data)
         rs_shape = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), lowered_init.out_info)
-        rs_sh = RunState(place.state(rs_shape.state), rep, rep)
+        rs_sh = RunState(place.state(rs_shape.state), rep, place.batch if plan.local is not None else rep)
         shardings = (rs_sh, (place.rows, place.rows), rep)
         lower = partial(_lower_on, place, rs_sh.state)
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss", shardings)}
@@ -541,10 +594,18 @@ def run(
     if algorithm.extras is not None:
         extras.update(algorithm.extras(host_state))
     if place is not None:
+        held = (0, int(x.shape[0])) if share is None else (share.start, share.stop)
         extras["placement"] = {
             **place.facts(plan.batch), "compile_seconds": compile_seconds, "seconds_per_step": run_seconds / max(steps_run, 1),
             "chains_per_device": sharding.chains_per_device(rs.state, algorithm.num_chains) if algorithm.num_chains > 1 else {},
+            "training_rows": n, "rows_loaded": sharding.rows_loaded(*held),
+            "minibatches": "full batch" if plan.batch == n else "each device from its own rows" if plan.local is not None
+            else "one permutation of all rows",
         }
+    x_post, y_post = x, y
+    if share is not None:  # the whole (small) training set for the posterior, gathered once
+        small = n * int(np.prod(x.shape[1:])) <= MAX_SAVED_DATA
+        x_post, y_post = (tuple(np.asarray(a) for a in sharding.to_host(data)) if small else (x[:0], y[:0]))
     if validation_data is not None:
         extras["val_step"] = [s for s, _ in val_log]
         extras["val_error"] = [e for _, e in val_log]
@@ -553,7 +614,7 @@ def run(
         stopped_at=stopped_at, compile_seconds=compile_seconds, run_seconds=run_seconds,
         sample_seconds=time.perf_counter() - t0, extras=extras,
     )
-    return Posterior(samples, stats, model, x, y, latent_sites(model, x, y), approximation)
+    return Posterior(samples, stats, model, x_post, y_post, latent_sites(model, x, y), approximation)
 
 
 def _lower_on(place: sharding.Placement, state_sharding, fn: Callable, state_arg: int, *args):

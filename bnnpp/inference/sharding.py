@@ -16,7 +16,21 @@ The mesh is given as ``devices=N`` (the first N of ``jax.devices()``: on the mem
 the algorithm has ``num_chains`` divisible by N, else on the data axis) and/or
 ``mesh="data=2,members=2"`` (or a dict). With several processes
 (:func:`bnnpp.distributed.initialize`) ``jax.devices()`` lists every process's devices and
-the mesh spans them; the training rows are then split over the processes' devices.
+the mesh spans them; the training rows are then split over the data axis, so that process
+``p`` of ``P`` needs only block ``p`` of the rows (:func:`process_share`): a
+:class:`bnnpp.data.Dataset` loaded with ``shard=(p, P)`` holds just those (``rows``), and
+the global arrays are assembled from each process's rows with
+``jax.make_array_from_process_local_data`` (:func:`put_local`).
+
+**Minibatches across processes.** With one process the runner draws every minibatch from
+one permutation of all N rows (each device then holds its slice of the batch). With several
+processes and a data axis of D > 1, each device draws its ``B/D`` rows of the batch from its
+own ``N/D`` rows instead (a permutation per epoch keyed with ``fold_in(fold_in(keys.data,
+epoch), device)``, inside ``shard_map``), so no step moves training rows between processes.
+Every batch is still a uniform draw without replacement within each device's block and an
+epoch still visits every row once, but the minibatch stream differs from the one-process
+fit's: minibatch fits agree with it in distribution, not draw for draw (full-batch fits
+still agree up to float reassociation).
 
 Every check here is a one-line ``ValueError`` raised before anything compiles.
 """
@@ -31,7 +45,10 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-__all__ = ["AXES", "Placement", "chains_per_device", "check_request", "parse_mesh", "placement", "put", "to_host"]
+__all__ = [
+    "AXES", "Placement", "chains_per_device", "check_request", "check_rows", "global_rows", "mesh_axes", "parse_mesh",
+    "placement", "process_share", "put", "put_local", "rows_loaded", "to_host",
+]
 
 AXES = ("data", "members")
 """The mesh axes, in this order. ``chains`` is accepted as another name of ``members``."""
@@ -163,11 +180,9 @@ def placement(devices: int | None, mesh: str | dict | None, *, batch: int, n: in
         ValueError: more devices than exist, a batch not divisible by the data axis, chains
             not divisible by the members axis, a members axis for a one-chain method.
     """
-    devices, axes = check_request(devices, mesh)
-    if devices is None and axes is None:
+    axes = mesh_axes(devices, mesh, num_chains)
+    if axes is None:
         return None
-    if axes is None:  # devices only: chains one per device when they divide evenly, else the batch
-        axes = {"data": 1, "members": devices} if num_chains > 1 and num_chains % devices == 0 else {"data": devices, "members": 1}
     d, k = axes["data"], axes["members"]
     if k > 1 and num_chains == 1:
         raise ValueError(f"method {name!r} has one chain: a members axis of {k} needs an ensemble or several chains; use mesh='data={d * k}'")
@@ -183,6 +198,91 @@ def placement(devices: int | None, mesh: str | dict | None, *, batch: int, n: in
         raise ValueError(f"{n} training rows do not split over a data axis of {d} devices across processes: use a multiple of {d} rows")
     grid = np.asarray(jax.devices()[: d * k], dtype=object).reshape(d, k)
     return Placement(Mesh(grid, AXES), num_chains, shard_rows=(batch == n or several) and n % d == 0 and d > 1)
+
+
+def mesh_axes(devices: int | None, mesh: str | dict | None, num_chains: int) -> dict[str, int] | None:
+    """The mesh's axis sizes ``{"data": D, "members": K}`` a fit will use (``None``: unsharded).
+    ``devices`` alone puts chains one block per device when they divide evenly, else the batch."""
+    devices, axes = check_request(devices, mesh)
+    if devices is None and axes is None:
+        return None
+    if axes is None:
+        axes = {"data": 1, "members": devices} if num_chains > 1 and num_chains % devices == 0 else {"data": devices, "members": 1}
+    return axes
+
+
+def process_share(devices: int | None, mesh: str | dict | None, num_chains: int = 1) -> tuple[int, int] | None:
+    """``(process, processes)`` when this process of a multi-process fit needs only its block
+    of the training rows (pass it as a loader's ``shard=``), else ``None`` (one process, or a
+    mesh whose data axis does not split the rows over the processes — e.g. members only — so
+    that every process needs every row). Needs the mesh to span every device, with a data axis
+    that is a multiple of the process count."""
+    procs = jax.process_count()
+    axes = mesh_axes(devices, mesh, num_chains)
+    if procs == 1 or axes is None:
+        return None
+    d, k = axes["data"], axes["members"]
+    if d % procs or d * k != jax.device_count():
+        return None
+    return jax.process_index(), procs
+
+
+def data_block(place: Placement, n: int) -> tuple[int, int]:
+    """The rows ``[start, stop)`` of ``n`` that this process's devices hold on the data axis."""
+    spans = [idx[0] for idx in place.batch.addressable_devices_indices_map((n,)).values()]
+    starts = [0 if s.start is None else s.start for s in spans]
+    stops = [n if s.stop is None else s.stop for s in spans]
+    return min(starts), max(stops)
+
+
+def check_rows(place: Placement | None, rows, n_local: int) -> None:
+    """Check a process's share of the rows (``rows``: a :class:`bnnpp.data.Rows`) against the
+    mesh before anything compiles: it must be a multi-process fit on a mesh, and the rows held
+    must be exactly the block of the data axis this process's devices hold.
+
+    Raises:
+        ValueError: one line naming the fix.
+    """
+    if rows.count != n_local:
+        raise ValueError(f"the data says it holds training rows [{rows.start}, {rows.stop}) but has {n_local} rows")
+    if place is None or jax.process_count() == 1:
+        raise ValueError(
+            f"this data holds training rows [{rows.start}, {rows.stop}) of {rows.total}, one process's share: fit it in a "
+            "multi-process run (bnnpp.distributed.initialize) with devices/mesh, or load every row (shard=None)"
+        )
+    want = data_block(place, rows.total)
+    if want != (rows.start, rows.stop):
+        raise ValueError(
+            f"this process's devices hold training rows [{want[0]}, {want[1]}) of the mesh {dict(place.mesh.shape)} but it loaded "
+            f"[{rows.start}, {rows.stop}): use a mesh whose data axis is a multiple of the {jax.process_count()} processes over "
+            "every device (e.g. mesh='data=N'), or load every row (shard=None)"
+        )
+
+
+def global_rows(x: np.ndarray, y: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """Stand-ins of the global training arrays for code that needs their row count only (a
+    method's ``build`` reads ``n`` and traces the model on ``x[:1]``; option checks compare
+    the batch with ``n``): this process's first row repeated ``total`` times as a read-only
+    ``np.broadcast_to`` view (no memory)."""
+    return (np.broadcast_to(x[:1], (total, *x.shape[1:])), np.broadcast_to(y[:1], (total, *y.shape[1:])))
+
+
+def put_local(array, sharding: NamedSharding, total: int) -> jax.Array:
+    """The global ``(total, ...)`` array split over ``data`` from this process's block of its
+    rows (``jax.make_array_from_process_local_data``): no process holds the other rows."""
+    array = np.asarray(array)
+    return jax.make_array_from_process_local_data(sharding, array, (total, *array.shape[1:]))
+
+
+def rows_loaded(start: int, stop: int) -> list[list[int]]:
+    """``[[start, stop], ...]``: the training rows each process holds, by process index (an
+    all-gather across processes; ``[[start, stop]]`` with one)."""
+    mine = np.asarray([start, stop], np.int64)
+    if jax.process_count() == 1:
+        return [mine.tolist()]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(mine)).reshape(-1, 2).tolist()
 
 
 def chains_per_device(state, num_chains: int) -> dict[str, int]:
