@@ -72,7 +72,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-import optax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
@@ -81,16 +80,26 @@ from numpyro.primitives import Messenger
 from bnnpp.inference import map_estimate
 from bnnpp.inference.checkpoints import Checkpointing
 from bnnpp.inference.joint import constrained_values, latent_trace, log_likelihood, site_log_prior
+from bnnpp.inference.laplace.approximation import _KEY, LaplaceGaussian, _likelihood_kind, _observation
+from bnnpp.inference.laplace.curvature import _ggn
+from bnnpp.inference.laplace.evidence import (
+    VALIDATION_DRAWS,
+    VALIDATION_FACTORS,
+    VALIDATION_ROWS,
+    _evidence,
+    _gaussian_loglik,
+    _precision_info,
+    _tune_on_validation,
+)
 from bnnpp.inference.options import check_validation_data, check_validation_pair, option, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import run
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters, unwrap
-from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
-from bnnpp.posterior import Posterior, Prediction
-from bnnpp.posterior.approximation import FAMILIES, Approximation
+from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters
+from bnnpp.models.layers import LAYER_EFFECT
+from bnnpp.posterior import Posterior
 
-__all__ = ["MAX_FULL_PARAMETERS", "LaplaceGaussian", "LaplaceOptions", "fit"]
+__all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "fit"]
 
 MAX_FULL_PARAMETERS = 3000
 """``hessian="full"`` is refused above this many Laplace parameters: it computes P Hessian-vector
@@ -146,384 +155,6 @@ class LaplaceOptions(map_estimate.MAPOptions):
     def precision(self) -> str | float:
         """``"evidence"``, ``"model"``, ``"validation"`` or δ as a float."""
         return self.prior_precision if self.prior_precision in ("evidence", "model", "validation") else float(self.prior_precision)
-
-
-# --------------------------------------------------------------------------------------
-# The approximation: a pytree of named arrays, saved as the variational_params group
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LaplaceGaussian(Approximation):
-    """N(θ*, Σ) on the unconstrained space of the Laplace parameters θ, the other latent sites
-    fixed. ``params`` (flat named arrays, the saved form):
-
-    * ``<site>__mean``: θ* of each site of θ (site shape); ``<site>__fixed``: the value of every
-      other latent site (unconstrained);
-    * ``full``: ``covariance_factor`` ``(P, P)`` with Σ = C Cᵀ over θ flattened site by site;
-    * ``diag``: ``<site>__precision`` (site shape), Σ = diag(1 / precision);
-    * ``kron``: per layer ``<layer>__kron_qa`` ``(F+1, F+1)``, ``<layer>__kron_qg``
-      ``(out, out)`` (eigenvectors of A and G) and ``<layer>__kron_eig`` ``(F+1, out)``, the
-      posterior precision's eigenvalues s·λ_A λ_G + δ (F: inputs, kh·kw·in for a convolution);
-    * ``prior_precision``, ``noise`` (NaN without a Gaussian likelihood) and
-      ``log_marginal_likelihood``: scalars.
-    """
-
-    params: dict[str, Any]
-    kind: str = "laplace"
-
-    def to_params(self) -> dict[str, np.ndarray]:
-        return {k: np.asarray(v) for k, v in self.params.items()}
-
-    @classmethod
-    def from_params(cls, params: dict[str, np.ndarray], sites) -> LaplaceGaussian:
-        """Rebuild from a saved ``variational_params`` group (``sites``: the model's site names)."""
-        return cls(dict(params))
-
-    @property
-    def structure(self) -> str:
-        """``"full"``, ``"diag"`` or ``"kron"``."""
-        if "covariance_factor" in self.params:
-            return "full"
-        return "kron" if any(k.endswith("__kron_eig") for k in self.params) else "diag"
-
-    @property
-    def mean(self) -> dict[str, Any]:
-        """θ*: site → unconstrained value."""
-        return {k[: -len("__mean")]: v for k, v in self.params.items() if k.endswith("__mean")}
-
-    @property
-    def fixed(self) -> dict[str, Any]:
-        """The latent sites outside θ: site → unconstrained value."""
-        return {k[: -len("__fixed")]: v for k, v in self.params.items() if k.endswith("__fixed")}
-
-    def covariance(self) -> np.ndarray:
-        """Σ as a dense ``(P, P)`` matrix over θ flattened site by site in sorted order, each
-        site row-major (for small models and tests: kron builds (Qa ⊗ Qg) diag(1/eig) (Qa ⊗ Qg)ᵀ
-        per layer, with a layer's bias as the last row of its weights)."""
-        if self.structure == "full":
-            c = np.asarray(self.params["covariance_factor"], np.float64)
-            return c @ c.T
-        mean = self.mean
-        blocks: dict[str, np.ndarray] = {}
-        if self.structure == "diag":
-            blocks = {k: np.diag(1.0 / np.asarray(self.params[f"{k}__precision"], np.float64).ravel()) for k in mean}
-        else:
-            cov = {}
-            for layer in (k[: -len("__kron_eig")] for k in self.params if k.endswith("__kron_eig")):
-                qa, qg, eig = (np.asarray(self.params[f"{layer}__kron_{p}"], np.float64) for p in ("qa", "qg", "eig"))
-                q = np.kron(qa, qg)
-                full = q @ np.diag(1.0 / eig.ravel()) @ q.T
-                rows = np.arange(eig.size).reshape(eig.shape)
-                w_idx, b_idx = rows[:-1].ravel(), rows[-1]
-                cov[layer] = (full, w_idx, b_idx)
-                blocks[f"{layer}.w"] = full[np.ix_(w_idx, w_idx)]
-                blocks[f"{layer}.b"] = full[np.ix_(b_idx, b_idx)]
-        names = sorted(mean)
-        sizes = [int(np.size(mean[k])) for k in names]
-        out = np.zeros((sum(sizes), sum(sizes)))
-        starts = dict(zip(names, np.cumsum([0, *sizes[:-1]]), strict=True))
-        for k in names:
-            i = starts[k]
-            out[i : i + blocks[k].shape[0], i : i + blocks[k].shape[0]] = blocks[k]
-        if self.structure == "kron":  # the weight-bias cross terms of each layer
-            for layer, (full, w_idx, b_idx) in cov.items():
-                iw, ib = starts[f"{layer}.w"], starts[f"{layer}.b"]
-                cross = full[np.ix_(w_idx, b_idx)]
-                out[iw : iw + len(w_idx), ib : ib + len(b_idx)] = cross
-                out[ib : ib + len(b_idx), iw : iw + len(w_idx)] = cross.T
-        return out
-
-    def sample_unconstrained(self, key, num_samples: int) -> dict[str, jax.Array]:
-        """``num_samples`` draws of θ ~ N(θ*, Σ): site → ``(num_samples, *site_shape)``
-        (unconstrained; the sites of θ only). Traceable."""
-        mean = self.mean
-        if self.structure == "full":
-            flat, unravel = ravel_pytree(mean)
-            z = jax.random.normal(key, (num_samples, flat.shape[0]), flat.dtype)
-            return jax.vmap(unravel)(flat + z @ jnp.asarray(self.params["covariance_factor"]).T)
-        out = {}
-        keys = jax.random.split(key, max(1, len(mean)))
-        if self.structure == "diag":
-            for k, (name, m) in zip(keys, mean.items(), strict=False):
-                z = jax.random.normal(k, (num_samples, *jnp.shape(m)))
-                out[name] = m + z / jnp.sqrt(self.params[f"{name}__precision"])
-            return out
-        layers = [k[: -len("__kron_eig")] for k in self.params if k.endswith("__kron_eig")]
-        for k, layer in zip(keys, layers, strict=False):
-            qa, qg, eig = (jnp.asarray(self.params[f"{layer}__kron_{p}"]) for p in ("qa", "qg", "eig"))
-            z = jax.random.normal(k, (num_samples, *eig.shape), eig.dtype)
-            delta = jnp.einsum("ia,sab,jb->sij", qa, z / jnp.sqrt(eig), qg)  # Qa (Z / sqrt(eig)) Qgᵀ
-            w = mean[f"{layer}.w"]
-            out[f"{layer}.w"] = w + delta[:, :-1].reshape(num_samples, *jnp.shape(w))
-            out[f"{layer}.b"] = mean[f"{layer}.b"] + delta[:, -1]
-        return out
-
-    def predict(self, posterior: Posterior, x: np.ndarray, num_samples: int | None, seed: int) -> Prediction | None:
-        """The linearised (GLM) predictive at ``x`` when the fit chose ``predictive="linearised"``,
-        else ``None`` (``Posterior.predict`` then predicts through the network at the draws).
-        Returns a :class:`Prediction` over S draws (S = ``num_samples`` or the posterior's):
-        regression ``draws`` f_lin ``(S, n)`` and ``noise`` ``(S, n)``; classification ``probs``
-        ``(S, n, C)``, the probit predictive repeated for every draw."""
-        if posterior.stats.options.get("predictive") != "linearised":
-            return None
-        model = posterior.model_or_raise()
-        s = int(num_samples or posterior.num_chains * posterior.num_draws)
-        key = ("laplace_linearised", s, posterior.stats.options.get("link", "probit"))
-        if key not in posterior._jitted:
-            link = posterior.stats.options.get("link", "probit")
-            posterior._jitted[key] = jax.jit(lambda p, k, xs: _linearised(model, LaplaceGaussian(p), k, xs, s, link))
-        out = jax.device_get(posterior._jitted[key](self.params, jax.random.PRNGKey(seed), x))
-        if "probs" in out:
-            return Prediction("classification", probs=np.asarray(out["probs"]))
-        return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]))
-
-
-jax.tree_util.register_dataclass(LaplaceGaussian, data_fields=["params"], meta_fields=["kind"])
-FAMILIES[LaplaceGaussian.kind] = LaplaceGaussian.from_params
-
-
-# --------------------------------------------------------------------------------------
-# The model's output: the natural parameter of its observation site
-# --------------------------------------------------------------------------------------
-
-_KEY = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position (as map)
-
-
-def _observation(trace) -> tuple[str, jax.Array, jax.Array | None]:
-    """``(likelihood, f, sd)`` of the site ``"y"``: ``"categorical"`` logits ``(n, C)``,
-    ``"bernoulli"`` logits ``(n,)`` or ``"gaussian"`` mean with its sd, both of the targets'
-    shape ``(n,)`` or ``(n, K)`` (a ``.to_event(1)`` site)."""
-    fn = unwrap(trace["y"]["fn"])
-    n = jnp.shape(trace["y"]["value"])[0]
-    if isinstance(fn, dist.CategoricalLogits):
-        return "categorical", jnp.broadcast_to(fn.logits, (n, fn.logits.shape[-1])), None
-    if isinstance(fn, dist.BernoulliLogits):
-        return "bernoulli", jnp.broadcast_to(fn.logits, (n,)), None
-    if isinstance(fn, dist.Normal):
-        shape = jnp.shape(trace["y"]["value"])
-        return "gaussian", jnp.broadcast_to(fn.loc, shape), jnp.broadcast_to(fn.scale, shape)
-    raise ValueError(
-        f"laplace's GGN and linearised predictive need a Categorical(logits=...), Bernoulli(logits=...) or Normal "
-        f"observation site 'y', got {type(fn).__name__}: parameterise it by logits, or use hessian='full' with predictive='mc'"
-    )
-
-
-def _likelihood_kind(model, x, y) -> str:
-    """The observation's kind by one abstract trace (no compile); ValueError when unsupported."""
-    found = {}
-
-    def probe(xs, ys):
-        found["kind"] = _observation(handlers.trace(handlers.substitute(handlers.seed(model, _KEY), substitute_fn=improper_as_zeros)).get_trace(xs, ys))[0]
-        return 0
-
-    jax.eval_shape(probe, x[:2], y[:2])
-    return found["kind"]
-
-
-def _linearised(model, approx: LaplaceGaussian, key, x, num_samples: int, link: str = "probit") -> dict:
-    """The GLM predictive (module docstring) at ``x``: ``{"probs": (S, n, C)}`` or
-    ``{"loc": (S, n), "scale": (S, n)}``. Classification: ``link="probit"`` repeats the probit
-    approximation for every draw (no spread between draws, so no mutual information);
-    ``link="mc"`` gives each draw its own softmax of the linearised logits, keeping the
-    correlations between classes that the probit's per-class variances ignore."""
-    mean, fixed = approx.mean, approx.fixed
-
-    def output(theta):
-        kind, f, sd = _observation(latent_trace(model, {**fixed, **theta}, x, None, _KEY))
-        return f, (kind, sd)
-
-    draws = approx.sample_unconstrained(key, num_samples)
-    f0, (kind, _) = output(mean)
-
-    def one(theta):
-        _, df = jax.jvp(lambda t: output(t)[0], (mean,), (jax.tree_util.tree_map(jnp.subtract, theta, mean),))
-        sd = output(theta)[1][1] if kind == "gaussian" else None
-        return f0 + df, sd
-
-    f, sd = jax.lax.map(one, draws, batch_size=min(num_samples, 16))
-    if kind == "gaussian":
-        return {"loc": f, "scale": sd}
-    if link == "mc":
-        if kind == "categorical":
-            return {"probs": jax.nn.softmax(f, axis=-1)}
-        p = jax.nn.sigmoid(f)
-        return {"probs": jnp.stack([1 - p, p], axis=-1)}
-    var = jnp.mean((f - f0) ** 2, axis=0)  # the variance of f_lin over the draws (its mean is f0)
-    z = f0 / jnp.sqrt(1.0 + jnp.pi / 8.0 * var)
-    if kind == "categorical":
-        probs = jax.nn.softmax(z, axis=-1)
-    else:
-        p = jax.nn.sigmoid(z)
-        probs = jnp.stack([1 - p, p], axis=-1)
-    return {"probs": jnp.broadcast_to(probs, (num_samples, *probs.shape))}
-
-
-# --------------------------------------------------------------------------------------
-# GGN curvature of bnnpp layers: inputs and output gradients captured inside the model
-# --------------------------------------------------------------------------------------
-
-
-class _Capture(Messenger):
-    """Answer the messages of the layers in ``eps`` with their default (``x @ w + b`` or the
-    convolution) plus ``eps[layer]`` (zeros: its gradient is the output gradient g), and
-    record each layer's input (``inputs``) and output shape (``shapes``)."""
-
-    def __init__(self, fn, eps: dict | None, names):
-        super().__init__(fn)
-        self.eps, self.names = eps, names
-        self.inputs: dict = {}
-        self.shapes: dict = {}
-
-    def process_message(self, msg):
-        if msg["type"] != LAYER_EFFECT or msg["value"] is not None or msg["layer"] not in self.names:
-            return
-        h = msg["fn"](*msg["args"], **msg["kwargs"])
-        name = msg["layer"]
-        self.inputs[name] = msg["args"][1]
-        self.shapes[name] = jnp.shape(h)
-        msg["value"] = h if self.eps is None else h + self.eps[name]
-
-
-def _patches(x, layer: dict):
-    """``(n, T, F + 1)``: the layer's inputs with a trailing 1 (bias), for a convolution its
-    patches with features in the kernel's ``(kh, kw, in)`` order."""
-    if layer["kind"] == "dense":
-        a = x.reshape(x.shape[0], 1, x.shape[-1])
-    else:
-        kh, kw = layer["kernel_size"]
-        p = jax.lax.conv_general_dilated_patches(
-            x, (kh, kw), layer["stride"], layer["padding"], dimension_numbers=CONV_DIMENSION_NUMBERS
-        )  # (n, h', w', in·kh·kw), features ordered (in, kh, kw)
-        n, h, w, _ = p.shape
-        a = p.reshape(n, h, w, x.shape[-1], kh, kw).transpose(0, 1, 2, 4, 5, 3).reshape(n, h * w, kh * kw * x.shape[-1])
-    return jnp.concatenate([a, jnp.ones((*a.shape[:2], 1), a.dtype)], axis=-1)
-
-
-def _lambda_sqrt(kind: str, f, sd):
-    """Columns of a square root of Λ = −∂² log p(y | f) / ∂f², ``(K, n, *f.shape[1:])``:
-    softmax: diag(√p) − p √pᵀ (Λ = diag(p) − p pᵀ); Bernoulli: √(p(1 − p)); Gaussian: 1/σ."""
-    if kind == "categorical":
-        p = jax.nn.softmax(f, axis=-1)
-        r = jnp.sqrt(p)
-        eye = jnp.eye(f.shape[-1], dtype=f.dtype)
-        cols = r[:, None, :] * eye[None] - p[:, :, None] * r[:, None, :]  # (n, C out, C col)
-        return jnp.moveaxis(cols, -1, 0)
-    if kind == "bernoulli":
-        p = jax.nn.sigmoid(f)
-        return jnp.sqrt(p * (1 - p))[None]
-    return (1.0 / sd)[None]
-
-
-def _ggn(model, u, x, y, layers: dict, structure: str, batch: int):
-    """The GGN of the layers' weights at ``u`` over ``(x, y)``, in batches of ``batch`` rows.
-
-    Returns ``(curv, stats)``: ``curv`` layer → ``{"diag": (F+1, out)}`` or
-    ``{"A": (F+1, F+1), "G": (out, out)}`` (module docstring); ``stats``: ``loglik`` (Σ log p(y
-    | θ*)), ``ssr`` (Σ (y − f)², Gaussian) and ``n``."""
-    names = tuple(layers)
-
-    static = {}  # python facts of the trace: the likelihood's kind, the layers' output shapes
-
-    def forward(xb, yb, eps):
-        holder = {}
-
-        def capture(m):
-            holder["c"] = _Capture(m, eps, names)
-            return holder["c"]
-
-        trace = latent_trace(model, u, xb, yb, _KEY, extra_handlers=(capture,))
-        kind, f, sd = _observation(trace)
-        static["kind"], static["shapes"] = kind, holder["c"].shapes
-        ssr = jnp.sum((yb - f) ** 2) if kind == "gaussian" else jnp.zeros(())
-        return f, (holder["c"].inputs, sd, log_likelihood(trace), ssr)
-
-    def shapes_for(rows):
-        jax.eval_shape(lambda xb, yb: forward(xb, yb, None)[0], x[:rows], y[:rows])
-        return dict(static["shapes"])
-
-    def one_batch(xb, yb, shapes):
-        eps0 = {k: jnp.zeros(s, x.dtype) for k, s in shapes.items()}
-        f, vjp, (inputs, sd, ll, ssr) = jax.vjp(lambda e: forward(xb, yb, e), eps0, has_aux=True)
-        cols = _lambda_sqrt(static["kind"], f, sd)
-        grads = jax.vmap(lambda c: vjp(c)[0])(cols)  # layer → (K, B, *out_shape)
-        acc = {}
-        for name in names:
-            a = _patches(inputs[name], layers[name])  # (B, T, F+1)
-            g = grads[name].reshape(cols.shape[0], a.shape[0], a.shape[1], -1)  # (K, B, T, out)
-            if structure == "kron":
-                acc[name] = {"A": jnp.einsum("bti,btj->ij", a, a), "G": jnp.einsum("kbto,kbtp->op", g, g) / a.shape[1]}
-            else:  # per-example gradients of each column, squared
-                acc[name] = {"diag": jnp.sum(jnp.einsum("bti,kbto->kbio", a, g) ** 2, axis=(0, 1))}
-        return acc, ll, ssr
-
-    n = x.shape[0]
-    full, rest = divmod(n, batch)
-    total = None
-    if full:
-        shapes = shapes_for(batch)
-        xs = x[: full * batch].reshape(full, batch, *x.shape[1:])
-        ys = y[: full * batch].reshape(full, batch, *y.shape[1:])
-
-        def body(carry, b):
-            acc, ll, ssr = one_batch(b[0], b[1], shapes)
-            return jax.tree_util.tree_map(jnp.add, carry, (acc, ll, ssr)), None
-
-        init = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(lambda: one_batch(xs[0], ys[0], shapes)))
-        total, _ = jax.lax.scan(body, init, (xs, ys))
-    if rest:
-        last = one_batch(x[full * batch :], y[full * batch :], shapes_for(rest))
-        total = last if total is None else jax.tree_util.tree_map(jnp.add, total, last)
-    curv, ll, ssr = total
-    if structure == "kron":
-        curv = {k: {"A": v["A"] / n, "G": v["G"]} for k, v in curv.items()}
-    return curv, {"loglik": ll, "ssr": ssr}
-
-
-# --------------------------------------------------------------------------------------
-# The evidence: log Z over log δ (and log σ) from the curvature's eigenvalues
-# --------------------------------------------------------------------------------------
-
-
-def _evidence(eig, groups: np.ndarray, sizes, theta_sq, loglik_of, const, fixed_delta, tune_sigma: bool, log_sigma0, steps: int = 600):
-    """Maximise log Z(ρ = log δ, τ = log σ) = loglik(τ) + Σ_g [(P_g/2) ρ_g − e^{ρ_g} ‖θ*_g‖²/2]
-    − ½ Σ_i log(s(τ)·e_i + e^{ρ_{g(i)}}) + const over the prior precisions δ_g of the groups g
-    (one, or one per layer), with s(τ) = exp(2 τ₀ − 2τ), by Adam (a cosine-decayed step from
-    0.1) from ρ₀ = log(P_g / ‖θ*_g‖²) and τ₀ the MAP's σ. ``fixed_delta``: ρ is not optimised.
-
-    Args:
-        eig: curvature eigenvalues ``(E,)``; groups: each one's group ``(E,)`` (static ints).
-        sizes, theta_sq: per group, its replaced coordinates P_g and ‖θ*_g‖² ``(G,)``.
-
-    Returns ``(δ (G,), σ, log Z)`` (σ = exp(τ₀) unless tuned)."""
-    eig = jnp.maximum(eig, 0.0)
-    sizes = jnp.asarray(sizes, jnp.float32)
-    theta_sq = jnp.asarray(theta_sq, jnp.float32)
-
-    def log_z(params):
-        rho, tau = params
-        s = jnp.exp(2 * (log_sigma0 - tau))
-        prior = jnp.sum(0.5 * sizes * rho - 0.5 * jnp.exp(rho) * theta_sq)
-        return loglik_of(tau) + prior - 0.5 * jnp.sum(jnp.log(s * eig + jnp.exp(rho)[groups])) + const
-
-    if fixed_delta is not None:
-        rho0 = jnp.full(sizes.shape, jnp.log(fixed_delta))
-    else:
-        rho0 = jnp.log(jnp.maximum(sizes, 1) / jnp.maximum(theta_sq, 1e-12))
-    params = (rho0.astype(jnp.float32), jnp.asarray(log_sigma0, jnp.float32))
-    free = (fixed_delta is None, tune_sigma)
-    if any(free):
-        opt = optax.adam(optax.cosine_decay_schedule(0.1, steps, 0.01))
-
-        def step(carry, _):
-            prm, state = carry
-            grads = jax.grad(lambda q: -log_z(q))(prm)
-            grads = tuple(g if f else jnp.zeros_like(g) for g, f in zip(grads, free, strict=True))
-            upd, state = opt.update(grads, state, prm)
-            return (optax.apply_updates(prm, upd), state), None
-
-        (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, length=steps)
-    return jnp.exp(params[0]), jnp.exp(params[1]), log_z(params)
 
 
 # --------------------------------------------------------------------------------------
@@ -642,9 +273,6 @@ def _supports(model, x, y) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def _gaussian_loglik(n, ssr):
-    return lambda tau: -n * tau - 0.5 * n * jnp.log(2 * jnp.pi) - ssr / (2 * jnp.exp(2 * tau))
-
 
 def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
     """The approximation's params (see :class:`LaplaceGaussian`) at the MAP ``u``, traceable."""
@@ -755,57 +383,7 @@ def _ssr(model, u, x, y):
 # --------------------------------------------------------------------------------------
 
 
-VALIDATION_FACTORS = tuple(float(c) for c in 10.0 ** np.linspace(-2, 3, 16))
-"""The factors c (10⁻² … 10³, three per decade) by which ``prior_precision="validation"``
-multiplies the evidence's δ."""
-VALIDATION_ROWS, VALIDATION_DRAWS = 2000, 16  # the grid's cost: 16 × 16 linearised draws over ≤ 2,000 rows
 
-
-def _with_prior_factor(params: dict, layers: list[str], factor: float) -> dict:
-    """``params`` (diag/kron) with every layer's δ multiplied by ``factor``, the curvature kept:
-    the stored posterior precision is curvature + δ (per layer or shared)."""
-    delta = np.asarray(params["prior_precision"], np.float64)
-    out = dict(params)
-    for i, name in enumerate(layers):
-        d = float(delta[i] if delta.ndim else delta)
-        for key in (f"{name}__kron_eig", f"{name}.w__precision", f"{name}.b__precision"):
-            if key in params:
-                out[key] = (np.asarray(params[key], np.float64) + (factor - 1.0) * d).astype(np.float32)
-    out["prior_precision"] = (delta * factor).astype(np.float32)
-    return out
-
-
-def _tune_on_validation(model, params: dict, layers: list[str], options: LaplaceOptions, key) -> tuple[dict, dict]:
-    """``prior_precision="validation"``: the factor of :data:`VALIDATION_FACTORS` whose linearised
-    predictive has the highest log predictive density Σ_i log (1/S) Σ_s p(y_i | f_lin,s(x_i)) on
-    (the first :data:`VALIDATION_ROWS` rows of) ``validation_data``, with the same draws for
-    every factor. Returns the params at the chosen δ and the facts for ``info``."""
-    xv, yv = (np.asarray(a) for a in options.validation_data)
-    xv, yv = xv[:VALIDATION_ROWS].astype(np.float32), yv[:VALIDATION_ROWS]
-
-    @jax.jit
-    def log_predictive_density(pr):
-        out = _linearised(model, LaplaceGaussian(pr), key, xv, VALIDATION_DRAWS, options.link)
-        if "probs" in out:
-            p_y = jnp.take_along_axis(out["probs"], jnp.asarray(yv, jnp.int32)[None, :, None], axis=-1)[..., 0]
-            return jnp.sum(jnp.log(jnp.maximum(jnp.mean(p_y, axis=0), 1e-30)))
-        logpdf = dist.Normal(out["loc"], out["scale"]).log_prob(jnp.asarray(yv, jnp.float32))
-        return jnp.sum(jax.nn.logsumexp(logpdf, axis=0) - jnp.log(VALIDATION_DRAWS))
-
-    scores = [float(log_predictive_density(_with_prior_factor(params, layers, c))) for c in VALIDATION_FACTORS]
-    best = int(np.nanargmax(scores))
-    facts = {
-        "evidence_prior_precision": _precision_info(params["prior_precision"], options),
-        "validation_factors": list(VALIDATION_FACTORS), "validation_log_density": scores,
-    }
-    return _with_prior_factor(params, layers, VALIDATION_FACTORS[best]), facts
-
-
-def _precision_info(value, options: LaplaceOptions):
-    """δ for ``info``: None (model prior), a float, or a list (one per layer)."""
-    if options.precision == "model":
-        return None
-    return [float(v) for v in np.ravel(value)] if np.ndim(value) else float(value)
 
 
 def _unconstrain(model, values: dict, x, y) -> dict:

@@ -1,0 +1,134 @@
+"""The generalised Gauss–Newton curvature of bnnpp layers (``hessian="diag"`` / ``"kron"``):
+each layer's inputs and output gradients captured inside the model (Martens 2020, eq. 27;
+Martens & Grosse 2015, eq. 1; Grosse & Martens 2016, eq. 22).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from numpyro.primitives import Messenger
+
+from bnnpp.inference.joint import latent_trace, log_likelihood
+from bnnpp.inference.laplace.approximation import _KEY, _observation
+from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
+
+# --------------------------------------------------------------------------------------
+# GGN curvature of bnnpp layers: inputs and output gradients captured inside the model
+# --------------------------------------------------------------------------------------
+
+
+class _Capture(Messenger):
+    """Answer the messages of the layers in ``eps`` with their default (``x @ w + b`` or the
+    convolution) plus ``eps[layer]`` (zeros: its gradient is the output gradient g), and
+    record each layer's input (``inputs``) and output shape (``shapes``)."""
+
+    def __init__(self, fn, eps: dict | None, names):
+        super().__init__(fn)
+        self.eps, self.names = eps, names
+        self.inputs: dict = {}
+        self.shapes: dict = {}
+
+    def process_message(self, msg):
+        if msg["type"] != LAYER_EFFECT or msg["value"] is not None or msg["layer"] not in self.names:
+            return
+        h = msg["fn"](*msg["args"], **msg["kwargs"])
+        name = msg["layer"]
+        self.inputs[name] = msg["args"][1]
+        self.shapes[name] = jnp.shape(h)
+        msg["value"] = h if self.eps is None else h + self.eps[name]
+
+
+def _patches(x, layer: dict):
+    """``(n, T, F + 1)``: the layer's inputs with a trailing 1 (bias), for a convolution its
+    patches with features in the kernel's ``(kh, kw, in)`` order."""
+    if layer["kind"] == "dense":
+        a = x.reshape(x.shape[0], 1, x.shape[-1])
+    else:
+        kh, kw = layer["kernel_size"]
+        p = jax.lax.conv_general_dilated_patches(
+            x, (kh, kw), layer["stride"], layer["padding"], dimension_numbers=CONV_DIMENSION_NUMBERS
+        )  # (n, h', w', in·kh·kw), features ordered (in, kh, kw)
+        n, h, w, _ = p.shape
+        a = p.reshape(n, h, w, x.shape[-1], kh, kw).transpose(0, 1, 2, 4, 5, 3).reshape(n, h * w, kh * kw * x.shape[-1])
+    return jnp.concatenate([a, jnp.ones((*a.shape[:2], 1), a.dtype)], axis=-1)
+
+
+def _lambda_sqrt(kind: str, f, sd):
+    """Columns of a square root of Λ = −∂² log p(y | f) / ∂f², ``(K, n, *f.shape[1:])``:
+    softmax: diag(√p) − p √pᵀ (Λ = diag(p) − p pᵀ); Bernoulli: √(p(1 − p)); Gaussian: 1/σ."""
+    if kind == "categorical":
+        p = jax.nn.softmax(f, axis=-1)
+        r = jnp.sqrt(p)
+        eye = jnp.eye(f.shape[-1], dtype=f.dtype)
+        cols = r[:, None, :] * eye[None] - p[:, :, None] * r[:, None, :]  # (n, C out, C col)
+        return jnp.moveaxis(cols, -1, 0)
+    if kind == "bernoulli":
+        p = jax.nn.sigmoid(f)
+        return jnp.sqrt(p * (1 - p))[None]
+    return (1.0 / sd)[None]
+
+
+def _ggn(model, u, x, y, layers: dict, structure: str, batch: int):
+    """The GGN of the layers' weights at ``u`` over ``(x, y)``, in batches of ``batch`` rows.
+
+    Returns ``(curv, stats)``: ``curv`` layer → ``{"diag": (F+1, out)}`` or
+    ``{"A": (F+1, F+1), "G": (out, out)}`` (module docstring); ``stats``: ``loglik`` (Σ log p(y
+    | θ*)), ``ssr`` (Σ (y − f)², Gaussian) and ``n``."""
+    names = tuple(layers)
+
+    static = {}  # python facts of the trace: the likelihood's kind, the layers' output shapes
+
+    def forward(xb, yb, eps):
+        holder = {}
+
+        def capture(m):
+            holder["c"] = _Capture(m, eps, names)
+            return holder["c"]
+
+        trace = latent_trace(model, u, xb, yb, _KEY, extra_handlers=(capture,))
+        kind, f, sd = _observation(trace)
+        static["kind"], static["shapes"] = kind, holder["c"].shapes
+        ssr = jnp.sum((yb - f) ** 2) if kind == "gaussian" else jnp.zeros(())
+        return f, (holder["c"].inputs, sd, log_likelihood(trace), ssr)
+
+    def shapes_for(rows):
+        jax.eval_shape(lambda xb, yb: forward(xb, yb, None)[0], x[:rows], y[:rows])
+        return dict(static["shapes"])
+
+    def one_batch(xb, yb, shapes):
+        eps0 = {k: jnp.zeros(s, x.dtype) for k, s in shapes.items()}
+        f, vjp, (inputs, sd, ll, ssr) = jax.vjp(lambda e: forward(xb, yb, e), eps0, has_aux=True)
+        cols = _lambda_sqrt(static["kind"], f, sd)
+        grads = jax.vmap(lambda c: vjp(c)[0])(cols)  # layer → (K, B, *out_shape)
+        acc = {}
+        for name in names:
+            a = _patches(inputs[name], layers[name])  # (B, T, F+1)
+            g = grads[name].reshape(cols.shape[0], a.shape[0], a.shape[1], -1)  # (K, B, T, out)
+            if structure == "kron":
+                acc[name] = {"A": jnp.einsum("bti,btj->ij", a, a), "G": jnp.einsum("kbto,kbtp->op", g, g) / a.shape[1]}
+            else:  # per-example gradients of each column, squared
+                acc[name] = {"diag": jnp.sum(jnp.einsum("bti,kbto->kbio", a, g) ** 2, axis=(0, 1))}
+        return acc, ll, ssr
+
+    n = x.shape[0]
+    full, rest = divmod(n, batch)
+    total = None
+    if full:
+        shapes = shapes_for(batch)
+        xs = x[: full * batch].reshape(full, batch, *x.shape[1:])
+        ys = y[: full * batch].reshape(full, batch, *y.shape[1:])
+
+        def body(carry, b):
+            acc, ll, ssr = one_batch(b[0], b[1], shapes)
+            return jax.tree_util.tree_map(jnp.add, carry, (acc, ll, ssr)), None
+
+        init = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(lambda: one_batch(xs[0], ys[0], shapes)))
+        total, _ = jax.lax.scan(body, init, (xs, ys))
+    if rest:
+        last = one_batch(x[full * batch :], y[full * batch :], shapes_for(rest))
+        total = last if total is None else jax.tree_util.tree_map(jnp.add, total, last)
+    curv, ll, ssr = total
+    if structure == "kron":
+        curv = {k: {"A": v["A"] / n, "G": v["G"]} for k, v in curv.items()}
+    return curv, {"loglik": ll, "ssr": ssr}
