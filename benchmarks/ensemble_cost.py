@@ -70,6 +70,7 @@ def main(argv=None) -> dict:
     import bnnpp
     from bnnpp import priors
 
+    load_before = os.getloadavg()[0]
     moons = bnnpp.data.load_synthetic("moons", seed=0)
     small = bnnpp.models.mlp((5, 5), activation="tanh", num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))
     rows = {"moons": _pair(small, moons, args.repeats, {}, {})}
@@ -99,6 +100,7 @@ def main(argv=None) -> dict:
         "produced_by": " ".join(["python benchmarks/ensemble_cost.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
+        "load_average": [load_before, os.getloadavg()[0]],
         "members": MEMBERS,
         "repeats": args.repeats,
         "mnist": {"epochs": epochs, "steps": epochs * m, "n_train": len(mnist.x_train), "batch_size": BATCH},
@@ -132,12 +134,16 @@ def markdown(r: dict) -> str:
             label = {"map": "map", "ensemble": f"ensemble ({MEMBERS}, one vmap)",
                      "ensemble_loop": f"ensemble ({MEMBERS}, members_per_batch=1: a loop in the program)"}[name]
             lines.append(f"| {data_name} | {label} | {row['wall']:.1f} | {row['compile']:.1f} | {row['run']:.1f} | {row['accuracy']:.3f} |")
+    load = r.get("load_average")
+    if load is not None:  # results written before the load was recorded have none
+        lines[2] += f" Load average {load[0]:.1f} before, {load[1]:.1f} after (other work on the same cores)."
     spread = max(max(row["all_run"]) / min(row["all_run"]) for fits in r["rows"].values() for row in fits.values())
     lines += [
         "",
         (f"- moons: ensemble / MAP wall time **{r['moons_wall_ratio']:.2f}x** (target ≤ {TARGETS['moons_wall_ratio']}x); "
         f"run time alone {r['moons_run_ratio']:.2f}x (5,000 full-batch steps on 700 rows: each step does five "
-        "members' arithmetic), the rest is the vmapped program's longer compile."),
+        f"members' arithmetic); compile {r['rows']['moons']['ensemble']['compile']:.1f} s against "
+        f"{r['rows']['moons']['map']['compile']:.1f} s (benchmarks/README.md: where the time goes)."),
         (f"- MNIST 2×400 ({r['mnist']['epochs']} epoch(s), {r['mnist']['steps']} steps of {BATCH}): run time per member / MAP run time "
         f"**{r['mnist_per_member_ratio']:.2f}x** (target ≤ {TARGETS['mnist_per_member_ratio']}x)."),
         (f"- members_per_batch=1 (the same members, stepped one after the other inside the one program): moons wall "

@@ -351,6 +351,15 @@ def test_ensemble_cost_benchmark_quick(tmp_path):
     assert result["rows"]["moons"]["ensemble"]["accuracy"] > 0.8
 
 
+@pytest.mark.slow
+def test_ensemble_breakdown_benchmark_quick(tmp_path):
+    result = _run_benchmark("ensemble_breakdown", tmp_path)
+    assert set(result["compile_moons"]) == {"map", "ensemble", "ensemble, init vmapped"}
+    steps = result["steps"]["moons (700 rows, full batch)"]
+    assert {"map", "vmap, rows shared", "vmap, rows copied", "lax.map over members"} <= set(steps)
+    assert all(t["wall_us"] > 0 and t["cpu_us"] >= 0 for t in steps.values())
+
+
 def test_swag_warns_when_its_sgd_phase_leaves_the_mode():
     """At rate 0.05 the sinusoid's SGD phase diverges (weights in the hundreds, mean loss ~50×
     the pretrained one); at 0.002 it stays at the mode, and the fit says nothing."""

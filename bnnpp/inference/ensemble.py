@@ -49,7 +49,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 
-__all__ = ["EnsembleInfo", "EnsembleOptions", "build", "member_keys", "vmapped_map"]
+__all__ = ["COPY_ROWS_LIMIT", "EnsembleInfo", "EnsembleOptions", "build", "member_keys", "vmapped_map"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,11 @@ class EnsembleInfo(NamedTuple):
     loss: jax.Array
 
 
+COPY_ROWS_LIMIT = 1 << 22
+"""The most numbers (members x rows x features, 16 MiB of float32) for which an ensemble's
+step gives every member its own copy of a rank-2 minibatch (see :func:`vmapped_map`)."""
+
+
 def member_keys(key: jax.Array, members: int) -> jax.Array:
     """The members' keys ``(M, 2)``: member ``m`` gets ``fold_in(key, m)``."""
     return jax.vmap(lambda m: jax.random.fold_in(key, m))(jnp.arange(members))
@@ -101,6 +106,14 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     the result is the same, only memory and time differ (fewer members at once need less
     memory; on 2 CPU cores one vmap over all was the fastest, benchmarks/results/ensemble_cost.md).
 
+    Rows ``(B, D)`` (rank-2 inputs) are copied to every member, ``(M, B, D)``, when that copy
+    has at most :data:`COPY_ROWS_LIMIT` numbers: with the rows shared, ``vmap`` folds the
+    members into the first layer's weight, ``x @ W`` with ``W`` ``(M, D, H)`` becomes one
+    matmul against ``(D, M·H)``, which XLA CPU pays for with a transpose of ``W`` and of its
+    gradient at every step; with a copy it is one batched matmul. Inputs with more axes
+    (images) stay shared: there the folded form is one convolution with ``M·C`` filters,
+    cheaper than the grouped convolution a copy would give (benchmarks/README.md, ensemble).
+
     Returns:
         ``(init, step, sample, one)``: ``init(key, data)`` → :class:`MAPState` with a leading
         ``(M,)`` axis on every leaf; ``step(key, state, batch)`` → ``(state, loss (M,))``
@@ -112,9 +125,13 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     batch = options.batch_size or n
     opt = optimizer_of(options)  # the one map_estimate.build uses
     key_model = jax.random.PRNGKey(0)  # as map_estimate: the models draw nothing random at a fixed position
+    copy_rows = x.ndim == 2 and members * batch * x.shape[1] <= COPY_ROWS_LIMIT
 
     def init(key, data):
-        return jax.vmap(lambda k: one.init(k, data))(member_keys(key, members))
+        # a loop over members, not a vmap: the same values, and init runs once, but the vmapped
+        # init (threefry loops batched over members) compiled about twice as long as MAP's
+        # whole init and dominated the ensemble's extra compile time (benchmarks/README.md)
+        return jax.lax.map(lambda m: one.init(jax.random.fold_in(key, m), data), jnp.arange(members))
 
     def adversarial_step(key, state, batch_data):
         xb, yb = batch_data
@@ -140,6 +157,9 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     def step(key, state, batch_data):
         keys = member_keys(key, members)
         if members_per_batch is None or members_per_batch >= members:
+            if copy_rows:  # each member its own (identical) rows: batched matmuls from the first layer on
+                xb, yb = batch_data
+                return jax.vmap(member_step, in_axes=(0, 0, (0, None)))(keys, state, (jnp.broadcast_to(xb, (members, *xb.shape)), yb))
             return jax.vmap(member_step, in_axes=(0, 0, None))(keys, state, batch_data)
         return jax.lax.map(lambda ks: member_step(*ks, batch_data), (keys, state), batch_size=members_per_batch)
 
