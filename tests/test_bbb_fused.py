@@ -59,9 +59,9 @@ def test_mc_weight_draw_matches_autodiff_of_the_written_out_kl(prior):
     mu = jnp.asarray(rng.normal(0, 0.2, shape), jnp.float32)
     rho = jnp.asarray(rng.normal(-4, 1.5, shape), jnp.float32)  # σ from ~1e-4 to ~0.3: both mixture components matter
     key = jax.random.PRNGKey(2)
-    log_prior = lambda w: prior.log_prob(w, 1.0)  # noqa: E731
-    fused = lambda m, r: vl.mc_weight_draw(log_prior, m, r, key)  # noqa: E731
-    plain = lambda m, r: _written_out(log_prior, m, r, key)  # noqa: E731
+    log_prior = lambda w: prior.log_prob(w, 1.0)
+    fused = lambda m, r: vl.mc_weight_draw(log_prior, m, r, key)
+    plain = lambda m, r: _written_out(log_prior, m, r, key)
     out_f, vjp_f = jax.vjp(fused, mu, rho)
     out_p, vjp_p = jax.vjp(plain, mu, rho)
     for a, b in zip(out_f, out_p, strict=True):
