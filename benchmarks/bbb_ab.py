@@ -43,7 +43,8 @@ def _baseline_module(rev: str):
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--baseline", required=True, help="git revision whose variational_layers.py is the baseline")
+    ap.add_argument("--baseline", default="HEAD", help="git revision whose variational_layers.py is the baseline (default HEAD: "
+                    "the committed library, against the working tree's)")
     ap.add_argument("--rounds", type=int, default=None, help="rounds of (baseline BBB, BBB, MAP) (default 3; quick 1)")
     ap.add_argument("--quick", action="store_true", help="smoke run: 1 round on the first 2,560 training images")
     ap.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: $BNNPP_DATA_DIR, else ../shared/data)")

@@ -79,3 +79,21 @@ def test_mc_weight_draw_matches_autodiff_of_the_written_out_kl(prior):
 def test_softplus_is_jax_softplus():
     x = jnp.linspace(-120.0, 120.0, 200_001, dtype=jnp.float32)
     np.testing.assert_array_equal(np.asarray(vl.softplus(x)), np.asarray(jax.nn.softplus(x)))
+
+
+@pytest.mark.slow  # four compiled programs: ~1 minute on 2 cores
+def test_bbb_step_profile_quick(tmp_path):
+    """The step-profile benchmark runs and finds the BBB step's weight noise and matmuls."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bbb_step_profile.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--quick", "--results", str(tmp_path)], check=False, capture_output=True, text=True, timeout=900
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = json.loads((tmp_path / "bbb_step_profile.json").read_text())["rows"]
+    assert rows["map"]["noise"] == 0.0 and rows["bbb (local)"]["noise"] > 0.0
+    assert all(r["matmul"] > 0.0 and r["total_op_ms"] > 0.0 for r in rows.values())
