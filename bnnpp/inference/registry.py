@@ -212,7 +212,8 @@ def command_line_options() -> list[CommandLineOption]:
             text = known.help
             if spec.choices and known.choices and not set(spec.choices) & set(known.choices):
                 # one flag, unrelated choices (sgld's and vd's --variant): each method's own words
-                first = text if "; " in text else ", ".join(known.takers) + ": " + text
+                named = any(text.startswith(t + ": ") or text.startswith(t + ", ") for t in known.takers)
+                first = text if named else ", ".join(known.takers) + ": " + text
                 text = f"{first}; {name}: {spec.help}"
             merged[spec.flag] = CommandLineOption(
                 known.flag, known.dest, known.option, known.type, choices, text, {**known.takers, name: spec.default},

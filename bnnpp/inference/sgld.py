@@ -152,7 +152,7 @@ SCHEDULES = ("constant", "polynomial", "cyclical")
 class SGLDOptions(Options):
     """Options of ``method="sgld"`` (formulas in the module docstring)."""
 
-    variant: str = option("psgld", "stochastic-gradient MCMC variant (psgld: scale-free steps, the default; sgld: h must suit N and the curvature)", choices=VARIANTS)
+    variant: str = option("psgld", "stochastic-gradient MCMC variant (the default psgld's steps do not grow with N)", choices=VARIANTS)
     step_size: float | None = option(None, "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh; psgld: RMSprop's learning rate); default 1e-2 for psgld, 1e-3 for sgld and sghmc", check=optional(positive_float), type=float)
     learning_rate: float | None = option(None, "the common name of step_size (replaces it)", check=optional(positive_float), type=float)
     schedule: str = option("constant", "SG-MCMC step-size schedule", choices=SCHEDULES)
