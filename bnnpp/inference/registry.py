@@ -212,7 +212,7 @@ def command_line_options() -> list[CommandLineOption]:
             text = known.help
             if spec.choices and known.choices and not set(spec.choices) & set(known.choices):
                 # one flag, unrelated choices (sgld's and vd's --variant): each method's own words
-                named = any(text.startswith(t + ": ") or text.startswith(t + ", ") for t in known.takers)
+                named = any(text.startswith((t + ": ", t + ", ")) for t in known.takers)
                 first = text if named else ", ".join(known.takers) + ": " + text
                 text = f"{first}; {name}: {spec.help}"
             merged[spec.flag] = CommandLineOption(

@@ -132,8 +132,8 @@ from bnnpp.introspection import latent_sites
 
 __all__ = [
     "DEFAULTS",
-    "STEP_SIZES",
     "SCHEDULES",
+    "STEP_SIZES",
     "VARIANTS",
     "SGLDInfo",
     "SGLDOptions",
