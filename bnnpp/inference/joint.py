@@ -102,11 +102,7 @@ def init_uniform(shapes: dict[str, tuple[int, ...]], key, radius: float) -> dict
     Returns:
         site name → float array of the site's shape.
     """
-    keys = jax.random.split(key, max(1, len(shapes)))
-    return {
-        name: jax.random.uniform(k, shape, minval=-radius, maxval=radius)
-        for k, (name, shape) in zip(keys, shapes.items(), strict=False)
-    }
+    return init_glorot(shapes, key, radius, {}, frozenset())
 
 
 def init_glorot(shapes: dict[str, tuple[int, ...]], key, radius: float, limits: dict[str, float], biases: frozenset) -> dict[str, jnp.ndarray]:

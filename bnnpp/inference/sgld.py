@@ -114,7 +114,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Keys
-from bnnpp.inference.joint import glorot_limits, init_glorot, init_uniform, joint_terms
+from bnnpp.inference.joint import glorot_limits, init_glorot, joint_terms
 from bnnpp.inference.options import (
     Options,
     fraction,
@@ -205,7 +205,7 @@ class SGLDOptions(Options):
                 f"with schedule='cyclical' num_samples ({k}) must be a multiple of num_cycles ({c}): "
                 f"e.g. num_samples={max(c, k - k % c)} or num_cycles=1"
             )
-        step = STEP_SIZES[self.variant] if self.step_size is None else self.step_size
+        step = step_size_of(self.variant, self.step_size)
         if self.variant == "sghmc" and self.friction * step >= 1:
             raise ValueError(
                 f"friction × step_size must be < 1 for sghmc (got {self.friction} × {step}): lower either"
@@ -217,6 +217,11 @@ STEP_SIZES = {"psgld": 1e-2, "sgld": 1e-3, "sghmc": 1e-3}
 coordinate drifts about h per step, so from a start ~2 away the chains need ~2/h steps; at
 1e-3 they were still travelling after the 2,000 burn-in steps on the conjugate regression of
 ``tests/test_backends.py`` (one sd 2.8× the exact posterior's), at 1e-2 within 10%."""
+
+def step_size_of(variant: str, step_size: float | None) -> float:
+    """The base step size h: ``step_size``, or the variant's default (:data:`STEP_SIZES`)."""
+    return STEP_SIZES[variant] if step_size is None else step_size
+
 
 DEFAULTS = SGLDOptions.defaults()
 """Every option's default (the dict of bnnpp 0.1)."""
@@ -254,7 +259,7 @@ class Schedule:
     def from_options(cls, options: dict | SGLDOptions) -> Schedule:
         """The schedule of :class:`SGLDOptions` or a full option dict (as ``DEFAULTS``)."""
         opts = options.as_dict() if isinstance(options, SGLDOptions) else options
-        step = STEP_SIZES[opts["variant"]] if opts["step_size"] is None else opts["step_size"]
+        step = step_size_of(opts["variant"], opts["step_size"])
         return cls(
             opts["schedule"], float(step), int(opts["burn_in"]), int(opts["thinning"]),
             int(opts["num_samples"]), float(opts["decay_steps"]), float(opts["gamma"]), int(opts["num_cycles"]),
@@ -423,13 +428,10 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
     langevin = diffusions.overdamped_langevin()
     sghmc = diffusions.sghmc(alpha=float(options.friction))
 
-    if options.init_loc == "glorot":
-        # U(±2) weights start a wide layer saturated or exploding (pre-activation sd ≈ 8 at 50
-        # inputs); the first Langevin steps then overflow on a CNN (LeNet-5 on MNIST, h = 1e-3)
-        limits, biases = glorot_limits(find_layers(model, x[:1], y[:1]))
-        start = functools.partial(init_glorot, radius=options.init_radius, limits=limits, biases=biases)
-    else:
-        start = functools.partial(init_uniform, radius=options.init_radius)
+    # U(±2) weights start a wide layer saturated or exploding (pre-activation sd ≈ 8 at 50
+    # inputs); the first Langevin steps then overflow on a CNN (LeNet-5 on MNIST, h = 1e-3)
+    limits, biases = glorot_limits(find_layers(model, x[:1], y[:1])) if options.init_loc == "glorot" else ({}, frozenset())
+    start = functools.partial(init_glorot, radius=options.init_radius, limits=limits, biases=biases)
 
     def init(key, data):
         k_position, k_noise = jax.random.split(key)
