@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -166,7 +166,8 @@ class CommandLineOption:
         flag: ``--num-steps``; dest: the argparse destination (``num_steps``, the option
             name); option: the keyword of :func:`bnnpp.fit` (``num_steps``); type: ``int``,
             ``float``, ``str`` or ``bool`` (a switch); choices: the allowed values (union over
-            methods) or ``None``; help: the help text; takers: method → its default, for
+            methods) or ``None``; help: the help text (``"a: …; b: …"`` when methods whose
+            choices share none give it different meanings); takers: method → its default, for
             every method that takes it; aliases: older flags also accepted (``--steps``).
     """
 
@@ -189,6 +190,9 @@ def command_line_options() -> list[CommandLineOption]:
         TypeError: two methods give one flag different option names or types.
     """
     merged: dict[str, CommandLineOption] = {}
+    # per flag, its meanings: [takers, help, choices]; a method whose choices share none with a
+    # meaning's (sgld's and vd's --variant) starts its own, else it joins the first one
+    meanings: dict[str, list[list]] = {}
     for name in registered():
         for spec in get_method(name).options.specs():
             if spec.flag is None:
@@ -199,6 +203,7 @@ def command_line_options() -> list[CommandLineOption]:
                     spec.cli_flag, spec.flag, spec.name, spec.type, spec.choices, spec.help, {name: spec.default},
                     tuple("--" + a.replace("_", "-") for a in spec.aliases),
                 )
+                meanings[spec.flag] = [[[name], spec.help, set(spec.choices or ())]]
                 continue
             if (known.option, known.type) != (spec.name, spec.type):
                 raise TypeError(
@@ -209,14 +214,17 @@ def command_line_options() -> list[CommandLineOption]:
             if spec.choices is not None:
                 choices = tuple(dict.fromkeys((*(choices or ()), *spec.choices)))
             aliases = tuple(dict.fromkeys((*known.aliases, *("--" + a.replace("_", "-") for a in spec.aliases))))
-            text = known.help
-            if spec.choices and known.choices and not set(spec.choices) & set(known.choices):
-                # one flag, unrelated choices (sgld's and vd's --variant): each method's own words
-                named = any(text.startswith((t + ": ", t + ", ")) for t in known.takers)
-                first = text if named else ", ".join(known.takers) + ": " + text
-                text = f"{first}; {name}: {spec.help}"
+            groups = meanings[spec.flag]
+            if spec.choices and all(g[2] and not g[2] & set(spec.choices) for g in groups):
+                groups.append([[name], spec.help, set(spec.choices)])
+            else:
+                groups[0][0].append(name)
             merged[spec.flag] = CommandLineOption(
-                known.flag, known.dest, known.option, known.type, choices, text, {**known.takers, name: spec.default},
+                known.flag, known.dest, known.option, known.type, choices, known.help, {**known.takers, name: spec.default},
                 aliases,
             )
+    for flag, groups in meanings.items():
+        if len(groups) > 1:
+            text = "; ".join(f"{', '.join(takers)}: {text}" for takers, text, _ in groups)
+            merged[flag] = replace(merged[flag], help=text)
     return list(merged.values())
