@@ -1,7 +1,8 @@
 """BBB's seconds per epoch on MNIST 2×400 (scale mixture) with this checkout's library and with
 an earlier revision's ``bnnpp/inference/variational_layers.py``, side by side with MAP in one
 process: rounds of (BBB at the baseline revision, BBB now, MAP), 1 epoch each, set up as the
-timing mode of ``benchmarks/mnist_bbb.py`` (its ``bbb_options`` / ``map_options``).
+timing mode of ``benchmarks/mnist_bbb.py`` (its ``bbb_options`` / ``map_options``, prior cell
+and estimator).
 
 The baseline's module is read with ``git show REV:bnnpp/inference/variational_layers.py`` and
 its ``negative_elbo_terms`` replaces bbb's for the baseline fits (everything else — bbb.py, the
@@ -92,7 +93,8 @@ def main(argv=None) -> dict:
     lines = [
         "# bbb_ab", "", f"`{command}`, {result['date']}; {result['machine']}; load average (1 min) at each round: "
         + ", ".join(f"{x:.1f}" for x in load) + ".", "",
-        "MNIST 2×400, scale-mixture prior, batches of 128, local reparameterisation, 1 epoch per fit, rounds alternating.", "",
+        f"MNIST 2×400, scale-mixture prior {mnist_bbb.MIXTURE} (π, −log σ1, −log σ2), batches of 128, estimator "
+        f"{mnist_bbb.ESTIMATOR}, 1 epoch per fit, rounds alternating.", "",
         "| fit | s / epoch (median) | per round | / MAP |", "|---|---|---|---|",
     ]
     for k in names:

@@ -213,3 +213,27 @@ def test_mnist_bbb_variant_list_is_the_papers_grid():
     assert sorted(full + [(0.5, 0, 6)]) == sorted((p, a, b) for p in (0.25, 0.5, 0.75) for a in (0, 1, 2) for b in (6, 7, 8))
     cpu = [c["mixture"] for _, c in mod.variant_list(full=False) if c.get("mixture")]
     assert len(cpu) == 6 and all(sum(x != y for x, y in zip(c, (0.5, 0, 6), strict=True)) == 1 for c in cpu)
+
+
+def test_mnist_bbb_variant_selection():
+    """--only keeps the rows whose label contains the text, --mixture adds cells, --estimator
+    sets every row's estimator; a malformed cell is a one-line argparse error."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("mnist_bbb", Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_bbb.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    args = argparse.Namespace(full=False, only=["baseline"], mixture=[(0.75, 0, 8)], estimator="reparam")
+    rows = mod.selected_variants(args)
+    assert [label for label, _ in rows] == [
+        "baseline [reparam]", "baseline, seed 1 [reparam]", "mixture π=0.75, −log σ1=0, −log σ2=8 [reparam]",
+    ]
+    assert all(change["estimator"] == "reparam" for _, change in rows) and rows[2][1]["mixture"] == (0.75, 0, 8)
+    assert mod.BASELINE_VARIANT["estimator"] == "local"  # the ablations' reference is unchanged
+    assert mod._parse_cell(" 0.25, 1 ,7") == (0.25, 1, 7)
+    with pytest.raises(argparse.ArgumentTypeError, match="PI,A,B"):
+        mod._parse_cell("0.75,8")
+    with pytest.raises(SystemExit, match="no variant label"):
+        mod.selected_variants(argparse.Namespace(full=False, only=["nothing like it"], mixture=None, estimator=None))
