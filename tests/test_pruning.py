@@ -202,13 +202,19 @@ def test_mnist_bbb_variants_quick(tmp_path):
     assert not (tmp_path / "mnist_bbb.json").exists()
 
 
-def test_mnist_bbb_variant_list_is_the_papers_grid():
+def _mnist_bbb_module():
+    """benchmarks/mnist_bbb.py as a module (the benchmarks folder is not a package)."""
     import importlib.util
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location("mnist_bbb", Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_bbb.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_mnist_bbb_variant_list_is_the_papers_grid():
+    mod = _mnist_bbb_module()
     full = [c["mixture"] for _, c in mod.variant_list(full=True) if c.get("mixture")]
     assert sorted(full + [(0.5, 0, 6)]) == sorted((p, a, b) for p in (0.25, 0.5, 0.75) for a in (0, 1, 2) for b in (6, 7, 8))
     cpu = [c["mixture"] for _, c in mod.variant_list(full=False) if c.get("mixture")]
@@ -219,12 +225,8 @@ def test_mnist_bbb_variant_selection():
     """--only keeps the rows whose label contains the text, --mixture adds cells, --estimator
     sets every row's estimator; a malformed cell is a one-line argparse error."""
     import argparse
-    import importlib.util
-    from pathlib import Path
 
-    spec = importlib.util.spec_from_file_location("mnist_bbb", Path(__file__).resolve().parents[1] / "benchmarks" / "mnist_bbb.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _mnist_bbb_module()
     args = argparse.Namespace(full=False, only=["baseline"], mixture=[(0.75, 0, 8)], estimator="reparam")
     rows = mod.selected_variants(args)
     assert [label for label, _ in rows] == [

@@ -68,6 +68,7 @@ from bnnpp.inference.variational_layers import (  # noqa: F401  (re-exported: bb
     find_layers,
     gaussian_kl,
     negative_elbo_terms,
+    softplus,
 )
 from bnnpp.introspection import latent_sites
 from bnnpp.posterior import MeanFieldGaussian
@@ -264,7 +265,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
 
     def sample(key, state, num_samples):
         params = state.params
-        sigma = jax.tree_util.tree_map(jax.nn.softplus, params["rho"])
+        sigma = jax.tree_util.tree_map(softplus, params["rho"])  # the σ the ELBO was trained with
 
         def one(k):
             k_u, k_m = jax.random.split(k)
@@ -275,7 +276,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         return jax.vmap(one)(jax.random.split(key, num_samples))
 
     def approximation(state):
-        return MeanFieldGaussian(dict(state.params["loc"]), {k: jax.nn.softplus(v) for k, v in state.params["rho"].items()})
+        return MeanFieldGaussian(dict(state.params["loc"]), {k: softplus(v) for k, v in state.params["rho"].items()})
 
     def extras(state):
         if "prior" not in state.params:

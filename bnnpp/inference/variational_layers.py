@@ -169,9 +169,13 @@ def _noise_once(key, shape, dtype, runtime_scalar):
     return once(_bits_to_normal, once(partial(_threefry_bits, shape=shape), key))
 
 
+def _predicate(param):
+    """A runtime scalar for :func:`_noise_once`'s conditional: the parameter's first element."""
+    return jnp.ravel(param)[0] if param.size else jnp.zeros((), param.dtype)
+
+
 def _draw_values(log_prior, mu, rho, key):
-    runtime_scalar = jnp.ravel(rho)[0] if rho.size else jnp.zeros((), rho.dtype)  # unbatched: ρ is shared by the particles
-    eps = _noise_once(key, mu.shape, mu.dtype, runtime_scalar)
+    eps = _noise_once(key, mu.shape, mu.dtype, _predicate(rho))  # unbatched: ρ is shared by the particles
     sigma = softplus(rho)
     w = mu + sigma * eps
     return sigma, eps, w
@@ -230,8 +234,7 @@ def _weight_draw(key, mu_w, sigma_w, mu_b, sigma_b):
     The noise is ``jax.random.normal``'s, computed once (:func:`_noise_once`; the σ's first
     element is its runtime predicate)."""
     k_w, k_b, k_out, k_in = jax.random.split(key, 4)
-    runtime_scalar = jnp.ravel(sigma_w)[0] if sigma_w.size else jnp.zeros((), mu_w.dtype)
-    eps_w = _noise_once(k_w, mu_w.shape, mu_w.dtype, runtime_scalar)
+    eps_w = _noise_once(k_w, mu_w.shape, mu_w.dtype, _predicate(sigma_w))
     eps_b = jax.random.normal(k_b, mu_b.shape, mu_b.dtype)
     return k_out, k_in, eps_w, mu_w + sigma_w * eps_w, mu_b + sigma_b * eps_b
 
