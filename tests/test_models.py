@@ -101,3 +101,19 @@ def test_mlp_bad_arguments(kwargs, match):
 def test_spec_round_trip():
     m = models.mlp((4, 3), activation="relu", num_classes=3, prior=priors.cauchy(priors.half_cauchy(0.5), per="unit"))
     assert models.from_spec(m.spec()).spec() == m.spec()
+
+
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_mlp_outputs_match_a_rows_major_numpy_forward(activation):
+    # the model holds its activations features x rows (mlp.MLP.__call__); the numbers must be
+    # those of the textbook h = act(x @ w + b) chain, up to float32 reassociation
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(9, 3)).astype(np.float32)
+    tr = _trace(models.mlp((4, 6), activation=activation, num_classes=3), x, np.zeros(9, np.int32))
+    act = np.tanh if activation == "tanh" else (lambda a: np.maximum(a, 0.0))
+    h = x.astype(np.float64)
+    for i in range(3):
+        h = h @ np.asarray(tr[f"dense_{i}.w"]["value"], np.float64) + np.asarray(tr[f"dense_{i}.b"]["value"], np.float64)
+        if i < 2:
+            h = act(h)
+    np.testing.assert_allclose(np.asarray(tr["logits"]["value"]), h, rtol=1e-5, atol=1e-5)

@@ -25,6 +25,7 @@ apart the modes are. ``stats.traces["loss"]`` is ``(steps, M)``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -48,6 +49,7 @@ from bnnpp.inference.options import (
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.introspection import latent_sites
 
 __all__ = ["COPY_ROWS_LIMIT", "EnsembleInfo", "EnsembleOptions", "build", "member_keys", "vmapped_map"]
 
@@ -106,13 +108,16 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     the result is the same, only memory and time differ (fewer members at once need less
     memory; on 2 CPU cores one vmap over all was the fastest, benchmarks/results/ensemble_cost.md).
 
-    Rows ``(B, D)`` (rank-2 inputs) are copied to every member, ``(M, B, D)``, when that copy
-    has at most :data:`COPY_ROWS_LIMIT` numbers: with the rows shared, ``vmap`` folds the
-    members into the first layer's weight, ``x @ W`` with ``W`` ``(M, D, H)`` becomes one
-    matmul against ``(D, M·H)``, which XLA CPU pays for with a transpose of ``W`` and of its
-    gradient at every step; with a copy it is one batched matmul. Inputs with more axes
+    Rows ``(B, D)`` (rank-2 inputs) are copied to every member, ``(M, B, D)``, when the
+    minibatch is smaller than twice a member's parameters (``B·D < 2P``) and the copy has at
+    most :data:`COPY_ROWS_LIMIT` numbers. With the rows shared, ``vmap`` folds the members into
+    the first layer's weight, ``x @ W`` with ``W`` ``(M, D, H)`` becomes one matmul against
+    ``(D, M·H)``, which XLA CPU pays for with a transpose of ``W`` and of its gradient (about
+    ``2P`` numbers) at every step; with a copy it is one batched matmul on ``M·B·D`` copied
+    numbers. MNIST 2×400 in batches of 128 copies; moons' 700 rows of a 47-weight net are
+    shared, one wide first-layer matmul (benchmarks/README.md, ensemble). Inputs with more axes
     (images) stay shared: there the folded form is one convolution with ``M·C`` filters,
-    cheaper than the grouped convolution a copy would give (benchmarks/README.md, ensemble).
+    cheaper than the grouped convolution a copy would give.
 
     Returns:
         ``(init, step, sample, one)``: ``init(key, data)`` → :class:`MAPState` with a leading
@@ -125,7 +130,8 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     batch = options.batch_size or n
     opt = optimizer_of(options)  # the one map_estimate.build uses
     key_model = jax.random.PRNGKey(0)  # as map_estimate: the models draw nothing random at a fixed position
-    copy_rows = x.ndim == 2 and members * batch * x.shape[1] <= COPY_ROWS_LIMIT
+    params = sum(math.prod(s.shape) for s in latent_sites(model, x, y).values())
+    copy_rows = x.ndim == 2 and batch * x.shape[1] < 2 * params and members * batch * x.shape[1] <= COPY_ROWS_LIMIT
 
     def init(key, data):
         # a loop over members, not a vmap: the same values, and init runs once, but the vmapped

@@ -93,10 +93,16 @@ class MLP:
             h = numpyro.subsample(x, event_dim=1)
         shared = self.prior.sample_scale("network") if self.prior.per == "network" else None
         widths = (*self.hidden, self.num_outputs)
+        # The hidden activations are held transposed (features × rows) and each layer gets
+        # hT.T: with the default dense layer the transposes cancel in XLA and every matmul,
+        # bias and activation works with the rows as the minor axis (see layers._dense_default).
+        # A handler that answers the layer sees the usual (n, in) inputs and returns (n, units).
+        ht = h.T
         for i, units in enumerate(widths):
-            h = dense(f"dense_{i}", h, units, self.prior, scale=shared)
+            ht = dense(f"dense_{i}", ht.T, units, self.prior, scale=shared).T
             if i < len(widths) - 1:
-                h = self._act(h)
+                ht = self._act(ht)
+        h = ht.T
         observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs)
 
     def spec(self) -> dict:
