@@ -1,9 +1,10 @@
 """The MLP's activation layout on XLA CPU: rows × features (how ``bnnpp.models.mlp`` ran
-until 2026-11-24) against features × rows (how it runs now), side by side in one process.
+until 2026-11-24) against features × rows (how it runs now), and NumPyro's Categorical
+against bnnpp's (class axis first), side by side in one process.
 
 One step is the MAP step on the model's log joint (value, gradient, Adam) through bnnpp's
 own model code: the rows-major forward is rebuilt here from the library's layers, the
-features-major one is ``MLP.__call__`` itself. Each is timed for one network and for five
+features-major one is ``MLP.__call__`` itself (see :data:`LAYOUTS`). Each is timed for one network and for five
 members under ``vmap`` (how ``method="ensemble"`` steps), in compiled loops of steps that run
 alternately ``--repeats`` times; the fastest counts.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib
 import os
 import sys
 import time
@@ -57,19 +59,26 @@ def rows_major_call(self, x, y=None, *, subsample_size=None):
     observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs)
 
 
+LAYOUTS = ("rows × features", "features × rows", "features × rows, class axis first")
+"""The three versions timed: the MLP as it was (NumPyro's Categorical on ``(n, C)`` logits),
+the features-major MLP with NumPyro's Categorical, and the library now (its
+``CategoricalLogits``, whose reductions run over the class axis moved first)."""
+
+
 def _programs(model, x, y, steps: int) -> dict:
-    """Compiled loops of ``steps`` MAP steps for each layout, one network and five members:
-    name → (compiled, state)."""
+    """Compiled loops of ``steps`` MAP steps for each version in :data:`LAYOUTS`, one
+    network and five members: (version, structure) → (compiled, state)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
+    import numpyro.distributions as dist
     import optax
 
     from bnnpp.inference.joint import joint_terms
     from bnnpp.introspection import latent_sites
-    from bnnpp.models.mlp import MLP
-
-    features_major = MLP.__call__
+    mlp_module = importlib.import_module("bnnpp.models.mlp")  # the module (bnnpp.models.mlp is also the builder function)
+    now = (mlp_module.MLP.__call__, mlp_module.CategoricalLogits)
+    versions = dict(zip(LAYOUTS, ((rows_major_call, dist.CategoricalLogits), (now[0], dist.CategoricalLogits), now), strict=True))
     sites = latent_sites(model, x, y)
     rng = np.random.default_rng(0)
     u = {k: jnp.asarray(rng.uniform(-0.1, 0.1, size=s.shape), jnp.float32) for k, s in sites.items()}
@@ -77,16 +86,17 @@ def _programs(model, x, y, steps: int) -> dict:
     opt = optax.adam(1e-3)
     key = np.zeros(2, np.uint32)
     out = {}
-    for layout, call in (("rows × features", rows_major_call), ("features × rows", features_major)):
-        def step(state, call=call):
+    for layout, (call, categorical) in versions.items():
+        def step(state, call=call, categorical=categorical):
             pos, opt_state = state
 
             def loss(v):
-                MLP.__call__ = call  # traced now: the layout in force while this program is built
+                # traced now: the version in force while this program is built
+                mlp_module.MLP.__call__, mlp_module.CategoricalLogits = call, categorical
                 try:
                     log_prior, log_lik, _ = joint_terms(model, v, x, y, key)
                 finally:
-                    MLP.__call__ = features_major
+                    mlp_module.MLP.__call__, mlp_module.CategoricalLogits = now
                 return -(log_prior + log_lik)
 
             grads = jax.grad(loss)(pos)
@@ -152,16 +162,17 @@ def main(argv=None) -> dict:
 
 def markdown(r: dict) -> str:
     lines = [
-        "# mlp_layout: the MLP's activations rows × features (before) or features × rows (now)", "",
+        "# mlp_layout: the MLP's activations rows × features (before) or features × rows (now), and its Categorical", "",
         f"`{r['produced_by']}`, {r['date']}, {r['machine']}; load average {r['load_average'][0]:.1f} before, "
         f"{r['load_average'][1]:.1f} after. One MAP step (log joint through bnnpp's model, gradient, Adam) in a compiled "
         f"loop; fastest of {r['repeats']} alternating runs.", "",
-        "| network | structure | rows × features µs | features × rows µs | speed-up |", "|---|---|---|---|---|",
+        "| network | structure | " + " | ".join(f"{v} µs" for v in LAYOUTS) + " | speed-up, first to last |",
+        "|---|---|" + "---|" * (len(LAYOUTS) + 1),
     ]
     for case, us in r["us_per_step"].items():
         for label in ("one network", f"{MEMBERS} members, vmap"):
-            old, new = us[f"rows × features | {label}"], us[f"features × rows | {label}"]
-            lines.append(f"| {case} | {label} | {old:.1f} | {new:.1f} | {old / new:.2f}x |")
+            times = [us[f"{v} | {label}"] for v in LAYOUTS]
+            lines.append(f"| {case} | {label} | " + " | ".join(f"{t:.1f}" for t in times) + f" | {times[0] / times[-1]:.2f}x |")
     return "\n".join(lines) + "\n"
 
 

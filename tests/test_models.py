@@ -117,3 +117,31 @@ def test_mlp_outputs_match_a_rows_major_numpy_forward(activation):
         if i < 2:
             h = act(h)
     np.testing.assert_allclose(np.asarray(tr["logits"]["value"]), h, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("logits_shape", "value_shape"), [((6, 3), (6,)), ((6, 3), (4, 6)), ((3,), (5,)), ((2, 6, 4), (6,))]
+)
+def test_categorical_log_prob_is_the_log_softmax_of_the_label(logits_shape, value_shape):
+    # mlp's CategoricalLogits moves the class axis first for speed; its log-probabilities must
+    # be NumPy's log-softmax at the label, broadcast like NumPyro's Categorical
+    from bnnpp.models.mlp import CategoricalLogits
+
+    rng = np.random.default_rng(0)
+    logits = rng.normal(scale=3.0, size=logits_shape).astype(np.float32)
+    classes = logits_shape[-1]
+    value = rng.integers(0, classes, size=value_shape)
+    got = np.asarray(CategoricalLogits(logits).log_prob(value))
+    lz = logits.astype(np.float64)
+    log_softmax = lz - np.log(np.exp(lz - lz.max(-1, keepdims=True)).sum(-1, keepdims=True)) - lz.max(-1, keepdims=True)
+    shape = np.broadcast_shapes(value_shape, logits_shape[:-1])
+    want = np.take_along_axis(np.broadcast_to(log_softmax, (*shape, classes)), np.broadcast_to(value, shape)[..., None], -1)[..., 0]
+    assert got.shape == shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_categorical_log_prob_of_a_label_out_of_range_is_minus_inf():
+    from bnnpp.models.mlp import CategoricalLogits
+
+    lp = np.asarray(CategoricalLogits(np.zeros((3, 2), np.float32)).log_prob(np.array([0, 2, -1])))
+    assert np.isfinite(lp[0]) and (lp[1:] == -np.inf).all()  # as numpyro's Categorical
