@@ -20,7 +20,8 @@ What it measures:
   Monte-Carlo KL);
 * the BBB training run: test error at the variational means after every epoch (the
   ``validation_data`` hook of the bbb backend, on the device), the final test error and NLL of
-  the posterior predictive from 10 draws, and the pruning table (SNR and magnitude, 0–98%).
+  the posterior predictive from 100 draws (and from the first 10 of them), and the pruning
+  table (SNR and magnitude, 0–98%; 10 draws per prediction).
 
     python benchmarks/mnist_bbb.py --quick        # smoke run, ~2 minutes on an idle 2-core CPU
     python benchmarks/mnist_bbb.py                # the 30-minute CPU run: EPOCHS epochs, fewer if they do not fit
@@ -178,9 +179,11 @@ def timing(model, data, rounds: int, epochs: int, seed: int, gaussian: bool, est
 
 
 def train(model, data, epochs: int, seed: int, progress: bool, schedule: str = "constant", estimator: str = ESTIMATOR) -> tuple[object, dict]:
-    """The BBB run: the test error at the variational means after every epoch, then 10 draws."""
+    """The BBB run: the test error at the variational means after every epoch, then the
+    posterior predictive from all 100 stored draws (the headline: 10 draws, as in the variants
+    table, leave a Monte-Carlo error of about 0.1 point, Singh's report) and from the first 10."""
     import bnnpp
-    from bnnpp import metrics
+    from bnnpp import evaluation, metrics
 
     m = len(data.x_train) // BATCH
     t0 = time.perf_counter()
@@ -190,6 +193,7 @@ def train(model, data, epochs: int, seed: int, progress: bool, schedule: str = "
     )
     fit_s = time.perf_counter() - t0
     pred = post.predict(data.x_test, num_samples=10)
+    probs_all = evaluation.predict_probs(post, data.x_test).mean(0)  # (n, C), in batches: 100 draws at once would need ~5 GB
     steps = post.info.get("val_step")
     curve = [
         {"epoch": int(s) / m, "test_error_at_means": float(e)}
@@ -204,6 +208,8 @@ def train(model, data, epochs: int, seed: int, progress: bool, schedule: str = "
         "fit_seconds": fit_s,
         "test_error_10_draws": 1.0 - metrics.accuracy(pred.mean, data.y_test),
         "test_nll_10_draws": metrics.nll(pred.mean, data.y_test),
+        "test_error_100_draws": 1.0 - metrics.accuracy(probs_all, data.y_test),
+        "test_nll_100_draws": metrics.nll(probs_all, data.y_test),
         "curve": curve,
     }
 
@@ -243,8 +249,9 @@ def _markdown(r: dict) -> str:
         "## BBB training",
         "",
         (f"{tr['epochs']} epochs ({tr['steps_run']} steps), fit {tr['fit_seconds']:.0f} s (compile {tr['compile_seconds']:.1f} s, "
-        f"run {tr['run_seconds']:.0f} s). Final test error from 10 posterior draws: **{tr['test_error_10_draws']:.2%}** "
-        f"(NLL {tr['test_nll_10_draws']:.4f})."),
+        f"run {tr['run_seconds']:.0f} s). Final test error of the posterior predictive from 100 draws: "
+        f"**{tr['test_error_100_draws']:.2%}** (NLL {tr['test_nll_100_draws']:.4f}); from the first 10 draws "
+        f"{tr['test_error_10_draws']:.2%} (NLL {tr['test_nll_10_draws']:.4f})."),
     ]
     if r["targets"].get("test_error") is not None:
         lines.append(f"Target {r['targets']['test_error_target']:.1%}: {ok(r['targets']['test_error'])}.")
@@ -498,7 +505,8 @@ def main(argv=None) -> dict:
         epochs = min(EPOCHS, fit)
         print(f"budget {args.budget_minutes:g} min at {per_epoch:.2f} s/epoch: {fit} epochs fit; training {epochs}", flush=True)
     post, tr = train(model, data, epochs, args.seed, args.progress, args.lr_schedule, estimator)
-    print(f"BBB {epochs} epochs: test error {tr['test_error_10_draws']:.2%} (10 draws), fit {tr['fit_seconds']:.0f} s", flush=True)
+    print(f"BBB {epochs} epochs: test error {tr['test_error_100_draws']:.2%} (100 draws), {tr['test_error_10_draws']:.2%} (10 draws), "
+          f"fit {tr['fit_seconds']:.0f} s", flush=True)
     rows = pruning.pruning_table(post, data.x_test, data.y_test, num_samples=10)
     peak = _peak_gb()
 
@@ -522,7 +530,7 @@ def main(argv=None) -> dict:
             "ratio": t["ratio_bbb_over_map"] <= TARGETS["ratio"],
             "peak_memory": peak <= TARGETS["peak_memory_gb"],
             "test_error_target": target_err,
-            "test_error": (tr["test_error_10_draws"] <= target_err) if judged else None,
+            "test_error": (tr["test_error_100_draws"] <= target_err) if judged else None,
         },
         "published": PUBLISHED,
     }

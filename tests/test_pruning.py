@@ -173,6 +173,7 @@ def test_mnist_bbb_benchmark_quick(tmp_path):
     assert len(r["training"]["curve"]) == r["training"]["epochs"] == 2
     assert {(row["rule"], row["fraction"]) for row in r["pruning"]} == {(k, f) for k in pruning.RULES for f in (0, 0.25, 0.5, 0.75, 0.95, 0.98)}
     assert 0 < r["training"]["test_error_10_draws"] < 0.2
+    assert 0 < r["training"]["test_error_100_draws"] < 0.2
     assert (tmp_path / "mnist_bbb.md").read_text().startswith("# mnist_bbb (quick)")
 
 
