@@ -85,6 +85,7 @@ def _programs(model, x, y, steps: int) -> dict:
     members = jax.tree_util.tree_map(lambda a: jnp.stack([a * (1 + 0.01 * m) for m in range(MEMBERS)]), u)
     opt = optax.adam(1e-3)
     key = np.zeros(2, np.uint32)
+    copies = jnp.broadcast_to(x, (MEMBERS, *x.shape))  # method="ensemble" copies small minibatches (B*D < 2P)
     out = {}
     for layout, (call, categorical) in versions.items():
         def step(state, xv, call=call, categorical=categorical):
@@ -103,7 +104,6 @@ def _programs(model, x, y, steps: int) -> dict:
             updates, opt_state = opt.update(grads, opt_state, pos)
             return optax.apply_updates(pos, updates), opt_state
 
-        copies = jnp.broadcast_to(x, (MEMBERS, *x.shape))  # method="ensemble" copies small minibatches (B*D < 2P)
         one = jax.jit(lambda s, step=step: jax.lax.fori_loop(0, steps, lambda i, c: step(c, x), s))
         many = jax.jit(lambda s, step=step: jax.lax.fori_loop(0, steps, lambda i, c: jax.vmap(step, (0, None))(c, x), s))
         copied = jax.jit(lambda s, step=step: jax.lax.fori_loop(0, steps, lambda i, c: jax.vmap(step)(c, copies), s))
@@ -166,9 +166,10 @@ def main(argv=None) -> dict:
 def markdown(r: dict) -> str:
     lines = [
         "# mlp_layout: the MLP's activations rows × features (before) or features × rows (now), and its Categorical", "",
-        f"`{r['produced_by']}`, {r['date']}, {r['machine']}; load average {r['load_average'][0]:.1f} before, "
-        f"{r['load_average'][1]:.1f} after. One MAP step (log joint through bnnpp's model, gradient, Adam) in a compiled "
-        f"loop; fastest of {r['repeats']} alternating runs.", "",
+        (f"`{r['produced_by']}`, {r['date']}, {r['machine']}; load average {r['load_average'][0]:.1f} before, "
+         f"{r['load_average'][1]:.1f} after. One MAP step (log joint through bnnpp's model, gradient, Adam) in a compiled "
+         f"loop; fastest of {r['repeats']} alternating runs."),
+        "",
         "| network | structure | " + " | ".join(f"{v} µs" for v in LAYOUTS) + " | speed-up, first to last |",
         "|---|---|" + "---|" * (len(LAYOUTS) + 1),
     ]

@@ -23,10 +23,13 @@ ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
     "softplus": jax.nn.softplus,
     "identity": lambda h: h,
 }
+
+
 class CategoricalLogits(dist.CategoricalLogits):
     """NumPyro's ``Categorical(logits=...)`` with its log-probability computed with the
-    class axis moved first: ``log p(k) = logits_k − logsumexp_c logits_c``, the same numbers. :class:`MLP` holds its logits as ``(C, n)`` and hands the
-    distribution their transpose; moving the axis back cancels that transpose, so the
+    class axis moved first: ``log p(k) = logits_k − logsumexp_c logits_c``, the same
+    numbers. :class:`MLP` holds its logits as ``(C, n)`` and hands the distribution their
+    transpose; moving the axis back cancels that transpose, so the
     reductions over the C classes run with the n rows as the minor axis, which XLA CPU
     vectorises (NumPyro's ``take_along_axis`` over a trailing axis of 2 classes took about a
     third of a 5-member moons ensemble's step; benchmarks/README.md, ensemble_cost). A
