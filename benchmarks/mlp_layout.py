@@ -50,9 +50,10 @@ def rows_major_call(self, x, y=None, *, subsample_size=None):
     data = numpyro.plate("data", x.shape[0], subsample_size=subsample_size)
     with data:
         h = numpyro.subsample(x, event_dim=1)
+    shared = self.prior.sample_scale("network") if self.prior.per == "network" else None
     widths = (*self.hidden, self.num_outputs)
     for i, units in enumerate(widths):
-        scale = layers._layer_scale(f"dense_{i}", self.prior, units, None, "dense")
+        scale = layers._layer_scale(f"dense_{i}", self.prior, units, shared, "dense")
         h = layers._send("dense", f"dense_{i}", _rows_major_default, (f"dense_{i}", h, units, self.prior, scale), {})
         if i < len(widths) - 1:
             h = self._act(h)

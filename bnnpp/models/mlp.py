@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpyro
 import numpyro.distributions as dist
+from numpyro.distributions.util import validate_sample
 
 from bnnpp.models.layers import dense
 from bnnpp.priors import Prior, normal, prior_from_spec
@@ -35,9 +36,8 @@ class CategoricalLogits(dist.CategoricalLogits):
     third of a 5-member moons ensemble's step; benchmarks/README.md, ensemble_cost). A
     label outside ``0..C-1`` has log-probability −inf, as with NumPyro's."""
 
+    @validate_sample
     def log_prob(self, value):
-        if self._validate_args:
-            self._validate_sample(value)
         batch = jax.lax.broadcast_shapes(jnp.shape(value), self.batch_shape)
         classes = jnp.shape(self.logits)[-1]
         lt = jnp.moveaxis(self.logits, -1, 0)  # (C, *batch_shape)
