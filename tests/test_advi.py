@@ -1,4 +1,5 @@
-"""ADVI against closed-form posteriors, on moons, and its NaN handling."""
+"""ADVI against closed-form posteriors, on moons, and its NaN handling; advi's and bbb's
+learning-rate schedule."""
 
 from __future__ import annotations
 
@@ -221,3 +222,35 @@ def test_advi_chunk_hlo_does_not_depend_on_the_hash_seed(tmp_path):
         env = {**__import__("os").environ, "PYTHONHASHSEED": h, "JAX_PLATFORMS": "cpu"}
         out.add(subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, check=True).stdout)
     assert len(out) == 1
+
+
+@pytest.mark.parametrize("method", ["advi", "bbb"])
+def test_cosine_schedule_is_the_default_and_decays_adam_to_zero(method):
+    """With a constant gradient Adam's bias-corrected step is exactly −lr(t), so the updates
+    trace the schedule: lr at t = 0, lr·(1 + cos(π t / T)) / 2 after, about 0 at the end."""
+    from bnnpp.inference.options import optimizer_of
+
+    spec = bnnpp.inference.get_method(method)
+    options = spec.parse({"num_steps": 100})
+    assert options.schedule == "cosine"
+    opt = optimizer_of(options, 100)
+    params = {"w": jnp.zeros(3)}
+    state = opt.init(params)
+    steps = []
+    for _ in range(100):
+        updates, state = opt.update({"w": jnp.ones(3)}, state, params)
+        steps.append(float(updates["w"][0]))
+    lr = options.learning_rate
+    expected = [-lr * 0.5 * (1 + np.cos(np.pi * t / 100)) for t in range(100)]
+    np.testing.assert_allclose(steps, expected, rtol=1e-4, atol=1e-9)  # float32 Adam's bias corrections: ~1e-5 relative
+    constant = optimizer_of(spec.parse({"schedule": "constant"}), 100)
+    updates, _ = constant.update({"w": jnp.ones(3)}, constant.init(params), params)
+    assert float(updates["w"][0]) == pytest.approx(-lr, rel=1e-5)
+
+
+@pytest.mark.parametrize("method", ["advi", "bbb"])
+def test_schedule_and_optimizer_together_are_refused(method):
+    with pytest.raises(ValueError, match="either optimizer or schedule"):
+        bnnpp.inference.get_method(method).parse({"optimizer": optax.sgd(0.1), "schedule": "constant"})
+    with pytest.raises(ValueError, match="schedule"):
+        bnnpp.inference.get_method(method).parse({"schedule": "linear"})

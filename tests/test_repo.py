@@ -69,6 +69,16 @@ def test_sweep_benchmark_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_vi_schedule_benchmark_quick(tmp_path):
+    result = _run_quick("vi_schedule", tmp_path)
+    assert {(r["method"], r["schedule"]) for r in result["classification"]} == {
+        (m, s) for m in ("advi", "bbb") for s in ("constant", "cosine")
+    }
+    assert all(0 <= r["accuracy"] <= 1 and r["nll"] > 0 for r in result["classification"])
+    assert result["uci"] == []  # --quick reads no UCI data
+
+
+@pytest.mark.slow
 def test_regression_benchmark_quick(tmp_path):
     result = _run_quick("regression", tmp_path)
     assert {r["method"] for r in result["rows"]} == {"bbb", "advi", "sgld", "nuts"}

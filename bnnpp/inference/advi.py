@@ -114,13 +114,17 @@ class SortedTraceELBO(Trace_ELBO):
 class ADVIOptions(Options):
     """Options of ``method="advi"``."""
 
-    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
+    exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("epochs", "num_steps"))
 
     num_steps: int = option(10_000, "optimisation steps", check=positive_int, flag="steps")
     epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
-    learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
-    optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
+    learning_rate: float = option(1e-2, "Adam learning rate (the start of the schedule)", check=positive_float)
+    schedule: str = option(
+        "cosine", "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, benchmarks/README.md) or constant",
+        choices=("cosine", "constant"),
+    )
+    optimizer: Any = option(None, "any optax transformation (replaces learning_rate and schedule)", check=optimizer, flag=False)
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     guide: str = option("normal", "variational family (normal = mean-field)", choices=tuple(GUIDES))
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
@@ -156,9 +160,9 @@ def _keys(root) -> Keys:
 
 def build(model, x, y, options: ADVIOptions) -> Algorithm:
     """ADVI as an :class:`Algorithm` over NumPyro's ``SVIState``."""
-    opt = optimizer_of(options)
-    guide = GUIDES[options.guide](model, init_loc_fn=_init_locations(model, x, y, options), init_scale=options.init_scale)
     n = int(x.shape[0])
+    opt = optimizer_of(options, steps_for(options, n))
+    guide = GUIDES[options.guide](model, init_loc_fn=_init_locations(model, x, y, options), init_scale=options.init_scale)
     batch = options.batch_size or n
     # the guide is built on the model itself (its sites); the ELBO sees the rescaled likelihood
     elbo_model = model if batch == n else ScaleObserved(model, factor=n / batch)

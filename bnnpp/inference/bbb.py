@@ -87,13 +87,17 @@ __all__ = [
 class BBBOptions(Options):
     """Options of ``method="bbb"`` (see :func:`build`)."""
 
-    exclusive = (("optimizer", "learning_rate"), ("num_steps", "epochs"))
+    exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("num_steps", "epochs"))
 
     epochs: int = option(5000, "passes over the training data", check=positive_int)
     num_steps: int | None = option(None, "optimisation steps (replaces epochs)", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
-    learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
-    optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
+    learning_rate: float = option(1e-2, "Adam learning rate (the start of the schedule)", check=positive_float)
+    schedule: str = option(
+        "cosine", "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, benchmarks/README.md) or constant",
+        choices=("cosine", "constant"),
+    )
+    optimizer: Any = option(None, "any optax transformation (replaces learning_rate and schedule)", check=optimizer, flag=False)
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     kl: str = option("analytic", "closed-form KL where prior and q are Gaussian, or Monte-Carlo", choices=("analytic", "mc"))
     kl_weighting: str = option("uniform", "KL weight per minibatch: 1/M or 2^(M-i)/(2^M-1)", choices=("uniform", "blundell"))
@@ -215,7 +219,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
             "learn_prior=True trains a scale mixture's π, σ1, σ2: build the network with priors.scale_mixture() "
             "(CLI: --prior scale-mixture)"
         )
-    opt = optimizer_of(options)
+    opt = optimizer_of(options, steps_for(options, n))
     num_batches = n // batch
     weights = jnp.asarray(num_batches * kl_weights(num_batches, options.kl_weighting), jnp.float32)
     lik_scale = n / batch

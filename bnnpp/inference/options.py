@@ -16,7 +16,8 @@ one-line message; :meth:`Options.check` (override it) adds checks across fields 
 One vocabulary across methods: a method trained in steps names its length ``num_steps`` and,
 where passes over the data make sense, also takes ``epochs`` (exactly one of the two;
 :func:`steps_for` converts with the data size and ``batch_size``); minibatches are
-``batch_size``, draws kept ``num_samples``, the optimiser ``learning_rate`` or ``optimizer``;
+``batch_size``, draws kept ``num_samples``, the optimiser ``learning_rate`` or ``optimizer``
+and its learning-rate curve ``schedule``;
 the seed is :func:`bnnpp.fit`'s ``seed``. :meth:`Options.resolve` fixes such derived
 lengths once the number of training rows is known, before the method is built.
 """
@@ -124,10 +125,19 @@ def one_of(name: str, value, choices: tuple) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
-def optimizer_of(options) -> Any:
+def optimizer_of(options, num_steps: int | None = None) -> Any:
     """The optax transformation of options with ``optimizer`` and ``learning_rate`` fields:
-    ``options.optimizer`` when given, else Adam at ``options.learning_rate``."""
-    return options.optimizer if options.optimizer is not None else optax.adam(options.learning_rate)
+    ``options.optimizer`` when given, else Adam at ``options.learning_rate`` — held constant,
+    or, for options with ``schedule="cosine"``, decayed to 0 by a half cosine over the
+    ``num_steps`` steps of the run (Loshchilov & Hutter 2017; ``optax.cosine_decay_schedule``;
+    the step count lives in Adam's state, so a resumed fit continues the same curve)."""
+    if options.optimizer is not None:
+        return options.optimizer
+    if getattr(options, "schedule", "constant") == "cosine":
+        if num_steps is None:
+            raise TypeError("optimizer_of: a cosine schedule needs the run's num_steps")
+        return optax.adam(optax.cosine_decay_schedule(options.learning_rate, max(int(num_steps), 1)))
+    return optax.adam(options.learning_rate)
 
 
 def check_batch_size(batch_size: int | None, x: np.ndarray) -> None:
