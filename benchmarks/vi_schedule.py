@@ -10,11 +10,15 @@ at its default.
   take an hour per method here).
 * moons and circles (2-5-5-2 tanh, inverse-gamma prior per layer, seed 0): test accuracy and
   NLL, so that the change does not cost the classification acceptance tests.
+* the 32-point sinusoid (``benchmarks/regression.py``'s data, network and options, under its
+  scale-mixture prior and under N(0, 1)), ``--sinusoid-seeds`` fit seeds: test NLL on the grid
+  (two thirds of it outside the data) and the epistemic sd ratio ±1.2 / 0 — how far the
+  band widens off the data.
 
     python benchmarks/vi_schedule.py --data-dir ../shared/data
     python benchmarks/vi_schedule.py --quick          # moons only, short fits (a smoke test)
 
-Writes ``results/vi_schedule.{json,md}`` (``--results``).
+Writes ``results/vi_schedule.{json,md}`` (``--results``). About 40 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -79,6 +83,26 @@ def classification(quick: bool) -> list[dict]:
     return rows
 
 
+def sinusoid(seeds: int) -> list[dict]:
+    """Test NLL and epistemic sd ratio per prior, method, schedule and fit seed."""
+    import regression
+
+    import bnnpp
+
+    data = bnnpp.data.sinusoid(seed=0)
+    rows = []
+    for prior in ("mixture", "normal"):
+        for method in METHODS:
+            for schedule in SCHEDULES:
+                fits = [regression.run(method, {**regression.FULL[method], "schedule": schedule}, data, s, prior)[0]
+                        for s in range(seeds)]
+                rows.append({"prior": prior, "method": method, "schedule": schedule, "seeds": seeds,
+                             "test_nll": [f["test_nll"] for f in fits], "epistemic_ratio": [f["epistemic_ratio"] for f in fits],
+                             "train_rmse": [f["train_rmse"] for f in fits]})
+                print({k: rows[-1][k] for k in ("prior", "method", "schedule")}, np.round(rows[-1]["test_nll"], 2), flush=True)
+    return rows
+
+
 def markdown(result: dict) -> str:
     lines = ["# advi and bbb: constant learning rate or cosine decay", "",
              f"`{result['produced_by']}`, {result['date']}, {result['machine']}.", ""]
@@ -97,6 +121,15 @@ def markdown(result: dict) -> str:
             lines.append("")
             lines.append(f"- {m}: cosine − constant validation LL per set: " + ", ".join(f"{v:+.3f}" for v in diffs)
                          + f"; better (> +0.01) on {sum(v > 0.01 for v in diffs)}, worse (< −0.01) on {sum(v < -0.01 for v in diffs)} of {len(diffs)}.")
+    if result["sinusoid"]:
+        k = result["sinusoid"][0]["seeds"]
+        lines += ["", f"## The 32-point sinusoid (benchmarks/regression.py's data, net and options; fit seeds 0–{k - 1})", "",
+                  ("Test NLL on the 300-point grid over [−1.5, 1.5] (the data lie in [−0.5, 0.5]) and the epistemic sd "
+                   "ratio ±1.2 / 0: mean and median over the seeds, then every seed's."), "",
+                  "| prior | method | schedule | NLL mean | NLL median | epistemic ratio mean | NLL per seed |", "|---|---|---|---|---|---|---|"]
+        for r in result["sinusoid"]:
+            lines.append(f"| {r['prior']} | {r['method']} | {r['schedule']} | {np.mean(r['test_nll']):.2f} | {np.median(r['test_nll']):.2f} | "
+                         f"{np.mean(r['epistemic_ratio']):.2f} | {', '.join(f'{v:.1f}' for v in r['test_nll'])} |")
     lines += ["", "## moons and circles (2-5-5-2 tanh, inverse-gamma prior per layer, seed 0, test set)", "",
               "| data | method | schedule | accuracy | NLL |", "|---|---|---|---|---|"]
     lines += [f"| {r['data']} | {r['method']} | {r['schedule']} | {r['accuracy']:.3f} | {r['nll']:.3f} |" for r in result["classification"]]
@@ -108,21 +141,23 @@ def main(argv=None) -> dict:
     ap.add_argument("--data-dir", default=os.environ.get("BNNPP_DATA_DIR"), help="folder holding the UCI sets (UCI skipped without)")
     ap.add_argument("--sets", default=",".join(SETS), help="comma-separated UCI sets")
     ap.add_argument("--splits", type=int, default=3, help="first K training splits")
-    ap.add_argument("--quick", action="store_true", help="moons only, short fits, no UCI")
+    ap.add_argument("--sinusoid-seeds", type=int, default=8, help="fit seeds on the sinusoid (0: skip it)")
+    ap.add_argument("--quick", action="store_true", help="moons only, short fits, no UCI, no sinusoid")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     sets = [s for s in args.sets.split(",") if s]
     bad = [s for s in sets if s not in SETS]
     if bad:
         raise SystemExit(f"unknown set(s) {', '.join(bad)}; choose from {', '.join(SETS)}")
-    if args.splits < 1:
-        raise SystemExit("--splits must be at least 1")
+    if args.splits < 1 or args.sinusoid_seeds < 0:
+        raise SystemExit("--splits must be at least 1 and --sinusoid-seeds at least 0")
     t0 = time.perf_counter()
     cls = classification(args.quick)
+    sin = sinusoid(args.sinusoid_seeds) if args.sinusoid_seeds and not args.quick else []
     uc = uci_rows(args.data_dir, sets, args.splits) if args.data_dir and not args.quick else []
     cmd = ("python benchmarks/vi_schedule.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     result = {"benchmark": "vi_schedule", "produced_by": cmd, "date": dt.date.today().isoformat(), "machine": machine(),
-              "uci": uc, "classification": cls, "seconds": time.perf_counter() - t0}
+              "uci": uc, "sinusoid": sin, "classification": cls, "seconds": time.perf_counter() - t0}
     md = markdown(result)
     write_results(args.results, "vi_schedule", result, md)
     print(md)
