@@ -113,7 +113,7 @@ def _rows(epochs: int, num_batches: int) -> dict:
         "laplace all layers (kron, layerwise δ)": ("laplace", {**map_opts, "prior_structure": "layerwise", "num_samples": 20}),
         "laplace all layers (kron, δ by validation)": ("laplace", {**map_opts, "prior_precision": "validation", "num_samples": 20}),
         "laplace last-layer (kron, probit link)": ("laplace", {**map_opts, "subset": "last_layer", "link": "probit", "num_samples": 20}),
-        "bbb": ("bbb", {"epochs": epochs, "batch_size": BATCH, "learning_rate": 1e-3, "num_samples": 20}),
+        "bbb": ("bbb", {"epochs": epochs, "batch_size": BATCH, "learning_rate": 1e-3, "schedule": "constant", "num_samples": 20}),
         "lenet5 last-layer (kron), 1 MAP epoch": ("laplace", {**map_opts, "num_steps": num_batches, "subset": "last_layer", "num_samples": 20}),
     }
 

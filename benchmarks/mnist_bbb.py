@@ -105,6 +105,7 @@ def bbb_options(epochs: int, num_batches: int, **extra) -> dict:
         "epochs": epochs,
         "batch_size": BATCH,
         "learning_rate": LEARNING_RATE,
+        "schedule": "constant",  # this script's runs set their own curve (_with_schedule), not bbb's default cosine to 0
         "estimator": ESTIMATOR,
         "kl_weighting": "blundell",
         "chunk_size": num_batches,  # one compiled chunk = one epoch
@@ -121,7 +122,7 @@ def _with_schedule(options: dict, schedule: str, num_steps: int) -> dict:
         return options
     import optax
 
-    out = {k: v for k, v in options.items() if k != "learning_rate"}
+    out = {k: v for k, v in options.items() if k not in ("learning_rate", "schedule")}  # an optimizer replaces both
     out["optimizer"] = optax.adam(optax.cosine_decay_schedule(LEARNING_RATE, num_steps, alpha=0.01))
     return out
 

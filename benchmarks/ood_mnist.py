@@ -64,8 +64,9 @@ def options(method: str, epochs: int, m: int, swag_epochs: int) -> dict:
         return {**common, "num_steps": epochs * m, "rate": 0.1, "learning_rate": LEARNING_RATE, "init_radius": INIT_RADIUS,
                 "num_samples": 50}
     if method == "bbb":
-        return {**common, "epochs": epochs, "learning_rate": LEARNING_RATE, "estimator": "local", "kl_weighting": "blundell",
-                "num_samples": 50}
+        # constant Adam like the other fits here (bbb's default became a cosine decay after these results)
+        return {**common, "epochs": epochs, "learning_rate": LEARNING_RATE, "schedule": "constant", "estimator": "local",
+                "kl_weighting": "blundell", "num_samples": 50}
     raise ValueError(method)
 
 

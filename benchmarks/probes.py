@@ -79,7 +79,7 @@ def sinusoid_probe(epochs: int) -> list[dict]:
     m = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=1.0, prior=priors.scale_mixture(0.2, 1.0, 0.1))
     rows = []
     for opts in ({"init_scale": 0.05}, {"init_scale": 0.3}, {"init_scale": 0.05, "estimator": "reparam"}):
-        post = bnnpp.fit(m, d, method="bbb", epochs=epochs, learning_rate=0.03, num_samples=500, progress=False, **opts)
+        post = bnnpp.fit(m, d, method="bbb", epochs=epochs, learning_rate=0.03, schedule="constant", num_samples=500, progress=False, **opts)
         e = post.predict(np.array([[-1.2], [0.0], [1.2]], np.float32)).epistemic_std
         rows.append({
             "options": opts,

@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 FULL = {
     "bbb": {"epochs": 5000, "learning_rate": 1e-2, "num_samples": 1000},
-    "bbb-post": {"method": "bbb", "epochs": 1500, "learning_rate": 0.03, "num_samples": 500},
+    "bbb-post": {"method": "bbb", "epochs": 1500, "learning_rate": 0.03, "schedule": "constant", "num_samples": 500},  # the post's constant Adam
     "advi": {"num_steps": 10_000, "num_samples": 1000},
     "sgld": {"num_chains": 4, "burn_in": 5000, "num_samples": 250, "thinning": 20, "variant": "sgld", "step_size": 1e-4},
     "nuts": {"num_chains": 4, "num_warmup": 1000, "num_samples": 1000},
