@@ -254,3 +254,21 @@ def test_schedule_and_optimizer_together_are_refused(method):
         bnnpp.inference.get_method(method).parse({"optimizer": optax.sgd(0.1), "schedule": "constant"})
     with pytest.raises(ValueError, match="schedule"):
         bnnpp.inference.get_method(method).parse({"schedule": "linear"})
+
+
+@pytest.mark.parametrize("method", ["advi", "bbb"])
+def test_default_fit_runs_on_the_cosine_schedule(method):
+    """The build wires the schedule in: the default fit is the fit with the same cosine given
+    as an explicit optax optimizer (same draws), and differs from the constant-rate fit."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+    net = bnnpp.models.mlp((3,), num_classes=2)
+    steps = {"num_steps": 30} if method == "advi" else {"epochs": 30}
+
+    def fit(**o):
+        return np.asarray(bnnpp.fit(net, (x, y), method=method, seed=0, progress=False, num_samples=5, **steps, **o).samples["dense_0.w"])
+
+    cosine = optax.adam(optax.cosine_decay_schedule(1e-2, 30))
+    np.testing.assert_array_equal(fit(), fit(optimizer=cosine))
+    assert not np.allclose(fit(), fit(schedule="constant"))
