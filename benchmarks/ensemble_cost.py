@@ -1,4 +1,4 @@
-"""What training M ensemble members as one vmapped program costs against one MAP fit,
+"""What training M ensemble members as one program costs against one MAP fit,
 measured side by side in one process (each fit compiled cold: the library API does not use
 JAX's persistent cache).
 
@@ -8,8 +8,11 @@ JAX's persistent cache).
 * **MNIST 2×400** (784-400-400-10 ReLU, N(0, 1) prior, batches of 128, Adam 1e-3):
   compute-bound on 2 cores, so the target is the run time (compile excluded) per member ≤
   1.1 × one MAP fit's, on the same steps.
+* **layouts**: the same per-member ratio for 2×100 … 2×800 MLPs with the members all stepped
+  every step (``layout="vmap"``) and stepped in turn through each chunk (``"in_turn"``): the
+  measurement behind ``layout="auto"``'s threshold (``bnnpp.inference.ensemble.IN_TURN_BYTES``).
 
-    python benchmarks/ensemble_cost.py            # moons + MNIST (2 epochs each fit; ~3 CPU minutes)
+    python benchmarks/ensemble_cost.py            # moons + MNIST (2 epochs each fit) + layouts (~10 CPU minutes)
     python benchmarks/ensemble_cost.py --quick    # moons + MNIST on 5,000 images, 1 epoch (< 1 minute)
 
 Writes ``--results``/ensemble_cost.{json,md}. MNIST from ``--data-dir`` or ``$BNNPP_DATA_DIR``.
@@ -33,18 +36,22 @@ TARGETS = {"moons_wall_ratio": 1.5, "mnist_per_member_ratio": 1.1}
 
 
 def _pair(model, data, repeats: int, map_options: dict, ensemble_options: dict) -> dict:
-    """MAP, the ensemble (one vmap) and the ensemble looping over members inside its program,
-    fitted in turn ``repeats`` times; each fit's fastest run (on a shared machine the minimum
-    is the least disturbed measurement) and every run's times."""
-    runs = {"map": [], "ensemble": [], "ensemble_loop": []}
+    """MAP; the ensemble with its default layout (``auto``); the ensemble with the other layout
+    (``vmap`` / ``in_turn``); and the ensemble stepping one member at a time every step
+    (``members_per_batch=1``): fitted in turn ``repeats`` times; each fit's fastest run (on a
+    shared machine the minimum is the least disturbed measurement) and every run's times."""
+    runs = {"map": [], "ensemble": [], "ensemble_other": [], "ensemble_loop": []}
     for _ in range(repeats):
         runs["map"].append(_timed(model, data, "map", **map_options))
         runs["ensemble"].append(_timed(model, data, "ensemble", members=MEMBERS, **ensemble_options))
+        other = "vmap" if runs["ensemble"][-1]["layout"] == "in_turn" else "in_turn"
+        runs["ensemble_other"].append(_timed(model, data, "ensemble", members=MEMBERS, layout=other, **ensemble_options))
         runs["ensemble_loop"].append(_timed(model, data, "ensemble", members=MEMBERS, members_per_batch=1, **ensemble_options))
     out = {}
     for name, rs in runs.items():
         out[name] = {k: min(r[k] for r in rs) for k in ("wall", "compile", "run")}
-        out[name].update(accuracy=rs[0]["accuracy"], steps=rs[0]["steps"], all_wall=[r["wall"] for r in rs], all_run=[r["run"] for r in rs])
+        out[name].update(accuracy=rs[0]["accuracy"], steps=rs[0]["steps"], layout=rs[0]["layout"],
+                         all_wall=[r["wall"] for r in rs], all_run=[r["run"] for r in rs])
     return out
 
 
@@ -57,7 +64,30 @@ def _timed(model, data, method: str, **options) -> dict:
     wall = time.perf_counter() - t0
     acc = float((probs.mean(0).argmax(-1) == data.y_test).mean())
     return {"wall": wall, "compile": post.stats.compile_seconds, "run": post.stats.run_seconds, "accuracy": acc,
-            "steps": post.stats.steps_run}
+            "steps": post.stats.steps_run, "layout": post.stats.extras.get("layout")}
+
+
+def _layouts(mnist, widths: list[int], repeats: int, common: dict) -> list[dict]:
+    """Per-member run time over one MAP fit's, for both layouts, on 2×width MNIST MLPs: where
+    stepping the members in turn starts to pay (``ensemble.IN_TURN_BYTES``)."""
+    import bnnpp
+    from bnnpp import priors
+
+    out = []
+    for width in widths:
+        net = bnnpp.models.mlp((width, width), activation="relu", num_classes=10, prior=priors.normal(1.0))
+        params = 784 * width + width + width * width + width + width * 10 + 10
+        runs = {"map": [], "vmap": [], "in_turn": []}
+        for _ in range(repeats):
+            runs["map"].append(_timed(net, mnist, "map", **common)["run"])
+            for layout in ("vmap", "in_turn"):
+                runs[layout].append(_timed(net, mnist, "ensemble", members=MEMBERS, layout=layout, **common)["run"])
+        best = {k: min(v) for k, v in runs.items()}
+        row = {"width": width, "params": params, "state_mib": MEMBERS * params * 16 / 2**20, "runs": runs,
+               **{f"{k}_per_member": best[k] / MEMBERS / best["map"] for k in ("vmap", "in_turn")}}
+        print("layouts", row, flush=True)
+        out.append(row)
+    return out
 
 
 def main(argv=None) -> dict:
@@ -67,6 +97,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--repeats", type=int, default=2, help="fits of each kind, alternating; the fastest counts (default 2)")
     ap.add_argument("--moons-repeats", type=int, default=5, help="the same for the moons fits, whose wall time is mostly "
                     "compilation and varies most from fit to fit (default 5; a moons fit takes ~2 s)")
+    ap.add_argument("--widths", default="100,200,300,400,800", help="hidden widths of the layouts table (2 layers each; "
+                    "'' to skip it; --quick: 100,400)")
     ap.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: $BNNPP_DATA_DIR, else ../shared/data)")
     ap.add_argument("--results", default=os.path.join(HERE, "results"), help="folder for ensemble_cost.{json,md}")
     args = ap.parse_args(argv)
@@ -92,12 +124,14 @@ def main(argv=None) -> dict:
     common = {"num_steps": epochs * m, "batch_size": BATCH, "learning_rate": 1e-3, "init_radius": 0.07, "chunk_size": m}
     rows["mnist"] = _pair(net, mnist, args.repeats, common, common)
     print("mnist", rows["mnist"], flush=True)
+    widths = "100,400" if args.quick and args.widths == ap.get_default("widths") else args.widths
+    layouts = _layouts(mnist, [int(w) for w in widths.split(",") if w], args.repeats, {**common, "num_steps": m})
 
     moons_ratio = rows["moons"]["ensemble"]["wall"] / rows["moons"]["map"]["wall"]
     moons_run_ratio = rows["moons"]["ensemble"]["run"] / rows["moons"]["map"]["run"]
     per_member = rows["mnist"]["ensemble"]["run"] / MEMBERS / rows["mnist"]["map"]["run"]
-    loop = {"moons_wall_ratio": rows["moons"]["ensemble_loop"]["wall"] / rows["moons"]["map"]["wall"],
-            "mnist_per_member_ratio": rows["mnist"]["ensemble_loop"]["run"] / MEMBERS / rows["mnist"]["map"]["run"]}
+    ratios = lambda name: {"moons_wall_ratio": rows["moons"][name]["wall"] / rows["moons"]["map"]["wall"],
+                           "mnist_per_member_ratio": rows["mnist"][name]["run"] / MEMBERS / rows["mnist"]["map"]["run"]}
     result = {
         "benchmark": "ensemble_cost",
         "produced_by": " ".join(["python benchmarks/ensemble_cost.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -112,7 +146,9 @@ def main(argv=None) -> dict:
         "moons_wall_ratio": moons_ratio,
         "moons_run_ratio": moons_run_ratio,
         "mnist_per_member_ratio": per_member,
-        "loop": loop,
+        "other_layout": ratios("ensemble_other"),
+        "loop": ratios("ensemble_loop"),
+        "layouts": layouts,
         "targets": TARGETS,
     }
     md = markdown(result)
@@ -124,7 +160,7 @@ def main(argv=None) -> dict:
 def markdown(r: dict) -> str:
     """The table of a result dict (also to re-render a saved ensemble_cost.json)."""
     lines = [
-        "# ensemble_cost: 5 members in one vmapped program vs one MAP fit",
+        "# ensemble_cost: 5 members in one program vs one MAP fit",
         "",
         (f"`{r['produced_by']}`, {r['date']}, {r['machine']}. Both fits of a row run in one process, "
         f"alternately, {r.get('moons_repeats', r['repeats'])} times each on moons and {r['repeats']} times on MNIST, each "
@@ -135,8 +171,10 @@ def markdown(r: dict) -> str:
     ]
     for data_name, fits in r["rows"].items():
         for name, row in fits.items():
-            label = {"map": "map", "ensemble": f"ensemble ({MEMBERS}, one vmap)",
-                     "ensemble_loop": f"ensemble ({MEMBERS}, members_per_batch=1: a loop in the program)"}[name]
+            layout = {"vmap": "one vmap", "in_turn": "members in turn through each chunk"}
+            label = {"map": "map", "ensemble": f"ensemble ({MEMBERS}, default: {layout.get(row.get('layout'), 'one vmap')})",
+                     "ensemble_other": f"ensemble ({MEMBERS}, layout={row.get('layout')})",
+                     "ensemble_loop": f"ensemble ({MEMBERS}, members_per_batch=1: one member at a time every step)"}[name]
             lines.append(f"| {data_name} | {label} | {row['wall']:.1f} | {row['compile']:.1f} | {row['run']:.1f} | {row['accuracy']:.3f} |")
     load = r.get("load_average")
     if load is not None:  # results written before the load was recorded have none
@@ -150,12 +188,30 @@ def markdown(r: dict) -> str:
         f"{r['rows']['moons']['map']['compile']:.1f} s (benchmarks/README.md: where the time goes)."),
         (f"- MNIST 2×400 ({r['mnist']['epochs']} epoch(s), {r['mnist']['steps']} steps of {BATCH}): run time per member / MAP run time "
         f"**{r['mnist_per_member_ratio']:.2f}x** (target ≤ {TARGETS['mnist_per_member_ratio']}x)."),
-        (f"- members_per_batch=1 (the same members, stepped one after the other inside the one program): moons wall "
+        *([] if "other_layout" not in r else [
+            (f"- The other layout (moons: members in turn; MNIST: one vmap): moons wall "
+             f"**{r['other_layout']['moons_wall_ratio']:.2f}x**, MNIST per member **{r['other_layout']['mnist_per_member_ratio']:.2f}x**.")]),
+        (f"- members_per_batch=1 (the same members, one after the other inside every step): moons wall "
          f"**{r['loop']['moons_wall_ratio']:.2f}x**, MNIST per member **{r['loop']['mnist_per_member_ratio']:.2f}x**."),
         _moons_walls(r["rows"]["moons"]),
         (f"- Repeats of one fit differ by up to {spread:.2f}x in run time (every run: `all_run` in the JSON): the "
          "machine's 2 cores are shared, so ratios of these minima are the least disturbed estimate, not exact."),
     ]
+    if r.get("layouts"):
+        lines += [
+            "",
+            "## layouts: where stepping the members in turn pays",
+            "",
+            (f"MNIST 2×width ReLU MLPs, {MEMBERS} members, 1 epoch of {BATCH}-row batches; run time per member over one MAP "
+             "fit's, fastest of the repeats. Members' state = parameters, gradients and Adam's two moments, float32. "
+             "`layout=\"auto\"` steps members in turn on a CPU above 20 MiB."),
+            "",
+            "| hidden | weights | members' state MiB | vmap | in turn |",
+            "|---|---|---|---|---|",
+        ]
+        for row in r["layouts"]:
+            lines.append(f"| 2×{row['width']} | {row['params']:,} | {row['state_mib']:.0f} | {row['vmap_per_member']:.2f}x "
+                         f"| {row['in_turn_per_member']:.2f}x |")
     return "\n".join(lines) + "\n"
 
 

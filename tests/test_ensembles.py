@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -20,8 +21,8 @@ import pytest
 
 import bnnpp
 from bnnpp.inference import ensemble, map_estimate, mc_dropout
-from bnnpp.inference.algorithm import Keys, default_keys
-from bnnpp.inference.runner import trace_fit
+from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
+from bnnpp.inference.runner import run, trace_fit
 from bnnpp.inference.swag import SWAGMoments, collect, swag_draw
 
 
@@ -83,6 +84,77 @@ def test_members_per_batch_is_the_same_fit(small_moons, net):
     np.testing.assert_allclose(looped.samples["dense_0.w"], one_vmap.samples["dense_0.w"], rtol=1e-5, atol=1e-6)
 
 
+def test_in_turn_layout_is_the_same_fit(small_moons, net):
+    """Members stepped in turn through each chunk (layout="in_turn") = all members every step."""
+    x, y = small_moons
+    kw = {"method": "ensemble", "seed": 2, "progress": False, "members": 3, "num_steps": 60, "batch_size": 16, "chunk_size": 25}
+    together = bnnpp.fit(net, (x, y), layout="vmap", **kw)
+    in_turn = bnnpp.fit(net, (x, y), layout="in_turn", **kw)
+    assert together.stats.extras["layout"] == "vmap" and in_turn.stats.extras["layout"] == "in_turn"
+    # float32 reassociation only (see test_members_are_the_one_by_one_map_fits)
+    for site, v in together.samples.items():
+        np.testing.assert_allclose(in_turn.samples[site], v, rtol=1e-5, atol=1e-5)
+    assert in_turn.stats.traces["loss"].shape == (60, 3)
+    np.testing.assert_allclose(in_turn.stats.traces["loss"], together.stats.traces["loss"], rtol=1e-5)
+
+
+def _three_weights(x, y=None):
+    import numpyro
+    import numpyro.distributions as dist
+
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
+    numpyro.sample("y", dist.Normal(x[:, 0] * w.sum(), 1.0), obs=y)
+
+
+class _Loss(NamedTuple):
+    loss: jax.Array
+
+
+def _members_counter(nan_at, member_step: bool) -> Algorithm:
+    """Two members counting steps (w += 1); member m's loss is NaN from step nan_at[m] on."""
+
+    def one(key, state, batch):
+        count, limit, w = state
+        return (count + 1, limit, w + 1.0), _Loss(jnp.where(count >= limit, jnp.nan, count.astype(jnp.float32)))
+
+    def step(key, state, batch):
+        return jax.vmap(one, in_axes=(0, 0, None))(ensemble.member_keys(key, 2), state, batch)
+
+    init = lambda key, data: (jnp.zeros(2, jnp.int32), jnp.asarray(nan_at, jnp.int32), jnp.zeros((2, 3)))
+    sample = lambda key, state, n: {"w": state[2][:, None]}
+    return Algorithm(init, step, sample, num_steps=100, num_chains=2, member_step=one if member_step else None)
+
+
+@pytest.mark.parametrize("nan_at", [(1000, 37), (41, 1000), (1000, 1000)])
+def test_in_turn_chunks_stop_where_vmapped_ones_do(nan_at):
+    """A member that fails stops the fit at the same step, with the same last finite state, and
+    the same per-member loss rows, whether members are stepped in turn or together."""
+    x, y = np.ones((4, 1), np.float32), np.zeros(4, np.float32)
+    posts = []
+    for in_turn in (False, True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            posts.append(run(_members_counter(nan_at, in_turn), _three_weights, x, y, method="counter", seed=0, options={},
+                             progress=False, chunk_size=16))
+    together, in_turn = posts
+    expected = min(nan_at) if min(nan_at) < 100 else None
+    assert together.stats.stopped_at == in_turn.stats.stopped_at == expected
+    np.testing.assert_array_equal(in_turn.samples["w"], together.samples["w"])
+    np.testing.assert_array_equal(in_turn.stats.traces["loss"], together.stats.traces["loss"])
+    assert np.all(in_turn.samples["w"] == (expected if expected is not None else 100))
+
+
+def test_auto_layout_steps_big_members_in_turn_on_cpu():
+    limit_params = ensemble.IN_TURN_BYTES // (5 * 16)
+    assert ensemble.resolve_layout("auto", 5, limit_params + 1, "cpu") == "in_turn"
+    assert ensemble.resolve_layout("auto", 5, limit_params, "cpu") == "vmap"
+    assert ensemble.resolve_layout("auto", 5, 10 * limit_params, "gpu") == "vmap"
+    assert ensemble.resolve_layout("vmap", 5, 10 * limit_params, "cpu") == "vmap"
+    # MNIST 2x400 (478k weights), 5 members: in turn; moons' 2-5-5-2 net: vmap
+    assert ensemble.resolve_layout("auto", 5, 478_410, "cpu") == "in_turn"
+    assert ensemble.resolve_layout("auto", 5, 47, "cpu") == "vmap"
+
+
 def test_trace_fit_pools_members(small_moons, net):
     x, y = small_moons
     alg = ensemble.build(net, x, y, ensemble.EnsembleOptions(members=3, num_steps=5))
@@ -95,8 +167,8 @@ def test_adversarial_training_uses_the_sign_step(small_moons, net):
     plain loss by exactly half the likelihood gap between x' = x + ε sign(∇ₓℓ) and x."""
     x, y = small_moons
     opts = ensemble.EnsembleOptions(members=1, num_steps=1, adversarial_epsilon=0.1)
-    _, adv_step, _, _ = ensemble.vmapped_map(net, x, y, ensemble.map_options(opts, num_steps=1), 1, adversarial_epsilon=0.1)
-    init, plain_step, _, _ = ensemble.vmapped_map(net, x, y, ensemble.map_options(opts, num_steps=1), 1)
+    _, adv_step, _, _, _ = ensemble.vmapped_map(net, x, y, ensemble.map_options(opts, num_steps=1), 1, adversarial_epsilon=0.1)
+    init, plain_step, _, _, _ = ensemble.vmapped_map(net, x, y, ensemble.map_options(opts, num_steps=1), 1)
     state = jax.jit(init)(jax.random.PRNGKey(0), (x, y))
     adv_loss, plain_loss = jax.jit(lambda s: (adv_step(jax.random.PRNGKey(1), s, (x, y))[1], plain_step(jax.random.PRNGKey(1), s, (x, y))[1]))(state)
     u = jax.tree_util.tree_map(lambda v: v[0], state.position)
@@ -277,6 +349,8 @@ def test_vmapped_sweep_runs_the_new_methods(method, options):
         ("ensemble", {"members": 0}, "members must be an integer"),
         ("ensemble", {"epochs": 3, "num_steps": 10}, "pass either epochs or num_steps"),
         ("ensemble", {"adversarial_epsilon": -0.1}, "adversarial_epsilon must be a number in"),
+        ("ensemble", {"layout": "rows"}, "layout must be one of"),
+        ("ensemble", {"layout": "in_turn", "members_per_batch": 2}, "pass either members_per_batch or layout"),
         ("swag", {"rank": 1}, "rank must be at least 2"),
         ("swag", {"swag_epochs": 3, "collect_every": 2}, "raise swag_epochs"),
         ("swag", {"schedule": "linear"}, "schedule must be one of"),

@@ -226,6 +226,8 @@ def test_four_devices_bbb_ensemble_sgld_and_2d_mesh():
     e4 = bnnpp.fit(net, ds, progress=False, devices=4, **ens)
     e22 = bnnpp.fit(net, ds, progress=False, mesh="data=2,members=2", **ens)
     res.update(ens_diff=diff(e1, e4), ens_placement=e4.info["placement"], mesh_diff=diff(e1, e22), mesh_placement=e22.info["placement"])
+    turn4 = bnnpp.fit(net, ds, progress=False, devices=4, layout="in_turn", **ens)  # members on devices: stepped together
+    res.update(turn_diff=diff(e1, turn4), turn_layout=turn4.info["layout"], e1_layout=e1.info["layout"])
     opts = dict(method="sgld", num_chains=4, burn_in=20, num_samples=5, thinning=2, batch_size=100)
     s1 = bnnpp.fit(net, ds, progress=False, **opts)
     s4 = bnnpp.fit(net, ds, progress=False, devices=4, **opts)
@@ -234,6 +236,7 @@ def test_four_devices_bbb_ensemble_sgld_and_2d_mesh():
     """, devices=4)
     assert out["bbb_diff"] < ATOL
     assert out["ens_diff"] < ATOL and out["mesh_diff"] < ATOL
+    assert out["turn_diff"] < ATOL and out["turn_layout"] == "vmap" and out["e1_layout"] == "vmap"
     assert set(out["ens_placement"]["chains_per_device"].values()) == {1} and len(out["ens_placement"]["chains_per_device"]) == 4
     m = out["mesh_placement"]
     assert m["mesh"] == {"data": 2, "members": 2} and m["per_device_batch"] == 20

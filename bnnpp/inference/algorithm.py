@@ -78,6 +78,17 @@ class Algorithm(NamedTuple):
             :func:`default_keys`.
         postfix: ``postfix(traces) -> dict`` of progress-bar entries from a chunk's ``info``
             (host arrays); default: the mean loss.
+        member_step: for ``num_chains = M`` independent members (no ``emit``) whose state
+            leaves all carry a leading ``(M,)`` axis and whose ``step`` is this function
+            ``vmap``-ped over members (member ``m`` gets ``fold_in(key, m)``, every member the
+            same batch): ``member_step(key, member_state, batch) -> (member_state, info)``.
+            When given, the runner's fast chunks step the members **in turn** — member 0
+            through the whole chunk, then member 1, ... — in the same program, instead of all
+            members every step: the same updates (up to float reassociation), with only one
+            member's state in use at a time (what keeps it in cache on a CPU; see
+            :mod:`bnnpp.inference.ensemble`). Not used on a device mesh, where the members
+            are split over the ``members`` axis and stepped together; the runner records
+            which in ``extras["layout"]`` (``"in_turn"`` or ``"vmap"``).
 
     Facts:
         num_steps: steps to run. batch_size: rows per step (``None``: the full data).
@@ -102,3 +113,4 @@ class Algorithm(NamedTuple):
     extras: Callable[[ArrayTree], dict] | None = None
     keys: Callable[[jax.Array], Keys] | None = None
     postfix: Callable[[NamedTuple], dict] | None = None
+    member_step: Callable[[jax.Array, ArrayTree, Any], tuple[ArrayTree, NamedTuple]] | None = None

@@ -1,5 +1,5 @@
 """``ensemble``: deep ensembles (Lakshminarayanan, Pritzel & Blundell 2017) — M independently
-initialised MAP fits trained side by side as **one** vmapped program.
+initialised MAP fits trained side by side as **one** compiled program.
 
 Each member minimises the model's negative log joint on the unconstrained space (the
 log-likelihood, a proper scoring rule, plus the prior as weight decay), exactly the
@@ -16,6 +16,18 @@ scores the fast-gradient-sign inputs ``x' = x + ε sign(∇ₓ ℓ(θ, x, y))`` 
 ``½ (log p(y|x, θ) + log p(y|x', θ))`` — the paper's ``ℓ(x) + ℓ(x')`` halved, so that the
 balance with the prior (weight decay) is unchanged. ``ε`` is in the units of ``x`` (the
 paper used 1% of the input range).
+
+How the members share the program (``layout``): with ``"vmap"`` every step updates all
+members at once; with ``"in_turn"`` each compiled chunk of steps runs member 0 through all
+of its steps, then member 1, ... (the runner's ``Algorithm.member_step``), on the same
+minibatches and keys, so the fit is the same up to float reassociation. On a CPU a step of
+all members sweeps every member's parameters, gradients and Adam moments through memory;
+once those exceed the cache (MNIST 2×400: 5 × 7.7 MB against a 32 MB L3) each vmapped
+step pays main-memory traffic that a member stepped on its own does not (per member 1.14×
+one MAP fit's time vmapped, 1.00× in turn; benchmarks/results/ensemble_cost.md). The
+default ``"auto"`` therefore steps members in turn on a CPU above :data:`IN_TURN_BYTES` of
+members' state and vmaps them otherwise (small nets, where one wide step beats five narrow
+ones, and accelerators). Either way it is one program, compiled once.
 
 The posterior: ArviZ ``chain`` = member, one draw per member (its mode), so
 ``Posterior.samples[site]`` is ``(M, 1, *site_shape)``, ``predict`` averages the members'
@@ -51,16 +63,16 @@ from bnnpp.inference.options import (
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites
 
-__all__ = ["COPY_ROWS_LIMIT", "EnsembleInfo", "EnsembleOptions", "build", "member_keys", "vmapped_map"]
+__all__ = ["COPY_ROWS_LIMIT", "IN_TURN_BYTES", "EnsembleInfo", "EnsembleOptions", "build", "member_keys", "resolve_layout", "vmapped_map"]
 
 
 @dataclass(frozen=True)
 class EnsembleOptions(Options):
     """Options of ``method="ensemble"``."""
 
-    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
+    exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"), ("members_per_batch", "layout"))
 
-    members: int = option(5, "ensemble members M (independent MAP fits, trained as one vmapped program)", check=positive_int)
+    members: int = option(5, "ensemble members M (independent MAP fits, trained as one program)", check=positive_int)
     num_steps: int = option(5_000, "optimisation steps of every member", check=positive_int, flag="steps")
     epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
@@ -68,6 +80,13 @@ class EnsembleOptions(Options):
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
     init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space, each from its own key", check=positive_float)
     members_per_batch: int | None = option(None, "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)", check=optional(positive_int), type=int)
+    layout: str = option(
+        "auto",
+        "vmap: every step updates all members at once; in_turn: each compiled chunk runs member 0's steps, then member 1's, ... "
+        "(same updates, one member's state in cache at a time); auto: in_turn on a CPU when the members' training state "
+        "exceeds 20 MiB, else vmap",
+        choices=("auto", "vmap", "in_turn"),
+    )
     adversarial_epsilon: float = option(0.0, "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)", check=fraction(0.0, float("inf"), low_open=False, high_open=True))
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
@@ -80,6 +99,29 @@ class EnsembleInfo(NamedTuple):
     """loss: every member's (minibatch estimate of its) negative log joint, ``(M,)``."""
 
     loss: jax.Array
+
+
+IN_TURN_BYTES = 20 << 20
+"""``layout="auto"`` steps the members in turn on a CPU when their training state — parameters,
+gradients and Adam's two moments, ``M × P × 4`` float32 numbers — is larger than this (20 MiB).
+
+Measured on the 2-core CPU here (32 MiB L3; MNIST 2×width ReLU MLPs, 5 members, one epoch of
+128-row batches; run time per member over one MAP fit's, vmap / in turn;
+``benchmarks/results/ensemble_cost.md``, layouts table): 7 MiB (2×100) 0.70 / 0.93,
+15 MiB (2×200) 0.86 / 0.97, 25 MiB (2×300) 1.00 / 1.00, 36 MiB (2×400) 1.11 / 0.99,
+97 MiB (2×800) 1.34 / 1.01. Past the cache every vmapped step sweeps all members' state
+through main memory, while a member stepped alone keeps its own in cache from one step to
+the next; below it one wide step beats five narrow ones. On accelerators ``auto`` is always
+vmap (their parallelism is the point; no such cache effect was measured)."""
+
+
+def resolve_layout(layout: str, members: int, params: int, backend: str | None = None) -> str:
+    """``"vmap"`` or ``"in_turn"``: ``layout`` with ``"auto"`` decided by :data:`IN_TURN_BYTES`
+    for ``members`` networks of ``params`` numbers on ``backend`` (default: JAX's)."""
+    if layout != "auto":
+        return layout
+    backend = backend or jax.default_backend()
+    return "in_turn" if backend == "cpu" and members * params * 4 * 4 > IN_TURN_BYTES else "vmap"
 
 
 COPY_ROWS_LIMIT = 1 << 22
@@ -106,7 +148,8 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
     groups inside the program (``jax.lax.map(..., batch_size=b)``; ``None``: one vmap over all);
     the result is the same, only memory and time differ (fewer members at once need less
-    memory; on 2 CPU cores one vmap over all was the fastest, benchmarks/results/ensemble_cost.md).
+    memory; on 2 CPU cores it was slower than both one vmap over all and the members in turn
+    through each chunk, benchmarks/results/ensemble_cost.md).
 
     Rows ``(B, D)`` (rank-2 inputs) are copied to every member, ``(M, B, D)``, when the
     minibatch is smaller than twice a member's parameters (``B·D < 2P``) and the copy has at
@@ -120,10 +163,12 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     cheaper than the grouped convolution a copy would give.
 
     Returns:
-        ``(init, step, sample, one)``: ``init(key, data)`` → :class:`MAPState` with a leading
-        ``(M,)`` axis on every leaf; ``step(key, state, batch)`` → ``(state, loss (M,))``
-        (every member on the same batch); ``sample(state)`` → ``{site: (M, *site_shape)}``
-        constrained modes; ``one`` is the single-member MAP :class:`Algorithm`.
+        ``(init, step, sample, one, member_step)``: ``init(key, data)`` → :class:`MAPState`
+        with a leading ``(M,)`` axis on every leaf; ``step(key, state, batch)`` → ``(state,
+        loss (M,))`` (every member on the same batch); ``sample(state)`` → ``{site: (M,
+        *site_shape)}`` constrained modes; ``one`` is the single-member MAP
+        :class:`Algorithm`; ``member_step(key, state, batch)`` → ``(state, loss ())`` is one
+        member's step, which ``step`` vmaps with the keys ``fold_in(key, m)``.
     """
     one = build_map(model, x, y, options)
     n = x.shape[0]
@@ -172,7 +217,7 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     def sample(state):
         return jax.vmap(lambda s: jax.tree_util.tree_map(lambda v: v[0], one.sample(None, s, 1)))(state)
 
-    return init, step, sample, one
+    return init, step, sample, one, member_step
 
 
 def build(model, x, y, options: EnsembleOptions) -> Algorithm:
@@ -180,13 +225,19 @@ def build(model, x, y, options: EnsembleOptions) -> Algorithm:
     ``{site: (M, num_samples, *site_shape)}``, each member's mode repeated."""
     members = options.members
     num_steps = options.steps_for(x.shape[0])
-    init, vstep, modes, _ = vmapped_map(
+    init, vstep, modes, _, one_step = vmapped_map(
         model, x, y, map_options(options, num_steps=num_steps), members, adversarial_epsilon=options.adversarial_epsilon,
         members_per_batch=options.members_per_batch,
     )
+    params = sum(math.prod(s.shape) for s in latent_sites(model, x, y).values())
+    layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)
 
     def step(key, state, batch_data):
         state, loss = vstep(key, state, batch_data)
+        return state, EnsembleInfo(loss)
+
+    def member_step(key, state, batch_data):
+        state, loss = one_step(key, state, batch_data)
         return state, EnsembleInfo(loss)
 
     def sample(key, state, num_samples):
@@ -195,9 +246,10 @@ def build(model, x, y, options: EnsembleOptions) -> Algorithm:
     return Algorithm(
         init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size,
         name=f"ensemble ({members})", num_chains=members,
-        extras=lambda state: {"members": members},
+        extras=lambda state: {"members": members, "layout": "vmap"},  # the runner says "in_turn" when it used member_step
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+        member_step=member_step if layout == "in_turn" else None,
     )
 
 
-register(Method("ensemble", EnsembleOptions, build=build, summary="deep ensemble: M MAP fits trained as one vmapped program (Lakshminarayanan et al. 2017)"))
+register(Method("ensemble", EnsembleOptions, build=build, summary="deep ensemble: M MAP fits trained as one compiled program (Lakshminarayanan et al. 2017)"))

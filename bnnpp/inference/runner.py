@@ -251,6 +251,11 @@ def _unit(plan: _Plan, rs: RunState, index, data):
     return rs, (info, emitted, bad), all_finite((info, emitted)) & (bad < 0)
 
 
+def _blank(shapes):
+    """The row of a unit that did not run: NaN (-1 for integers) in every leaf of ``shapes``."""
+    return jax.tree_util.tree_map(lambda s: jnp.full(s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else -1, s.dtype), shapes)
+
+
 def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shardings=None):
     """Lower (not compile) one chunk of ``chunk_size`` units in a ``lax.scan``:
     ``((rs, stopped, bad_unit), start, data) -> (carry, rows)``. ``shardings``: ``(rs, data,
@@ -267,6 +272,17 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
     row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], rs_shape, data_shape)
 
     def chunk(carry, start, data):
+        if guard == "loss" and shardings is None and plan.ends is None and plan.algorithm.member_step is not None:
+            carry, rows = _members_in_turn(plan, carry, start, data, chunk_size, num_units, row_shape)
+        else:
+            carry, rows = _steps_together(carry, start, data)
+        if guard == "loss":  # one whole-state check per chunk instead of one per step
+            rs, stopped, bad_unit = carry
+            broken = ~all_finite(rs.state)
+            carry = (rs, jnp.logical_or(stopped, broken), jnp.where(broken & (bad_unit < 0), start, bad_unit))
+        return carry, rows
+
+    def _steps_together(carry, start, data):
         def body(c, i):
             rs, stopped, bad_unit = c
             index = start + i
@@ -277,10 +293,7 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
                 return new, row, (ok & all_finite(new.state)) if guard == "step" else ok
 
             def skip(r):
-                row = jax.tree_util.tree_map(
-                    lambda s: jnp.full(s.shape, jnp.nan if jnp.issubdtype(s.dtype, jnp.inexact) else -1, s.dtype), row_shape
-                )
-                return r, row, jnp.array(True)
+                return r, _blank(row_shape), jnp.array(True)
 
             new, row, ok = jax.lax.cond(active, do, skip, rs)
             bad = jnp.logical_and(active, ~ok)
@@ -288,12 +301,7 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
                 new = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, rs)
             return (new, jnp.logical_or(stopped, bad), jnp.where(bad, index, bad_unit)), row
 
-        carry, rows = jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
-        if guard == "loss":  # one whole-state check per chunk instead of one per step
-            rs, stopped, bad_unit = carry
-            broken = ~all_finite(rs.state)
-            carry = (rs, jnp.logical_or(stopped, broken), jnp.where(broken & (bad_unit < 0), start, bad_unit))
-        return carry, rows
+        return jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
 
     carry = (rs_shape, jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
     if shardings is None:
@@ -303,6 +311,53 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
     return jax.jit(chunk, in_shardings=(carry_sh, rep, data_sh), out_shardings=(carry_sh, rep)).lower(
         carry, jax.ShapeDtypeStruct((), jnp.int32), data_shape
     )
+
+
+def _members_in_turn(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape):
+    """The fast (``guard="loss"``) chunk of an algorithm with ``member_step``: member 0 takes
+    every step of the chunk, then member 1, ... (``lax.map`` over members of a ``lax.scan``
+    over steps), each on the batches and with the keys the all-members ``step`` would give it
+    (``fold_in(step key, m)``). Returns ``(carry, rows)`` shaped as the all-members chunk's:
+    rows ``(chunk, M, ...)``; a member that meets a non-finite loss stops there, the chunk is
+    flagged at the earliest such step over members and :func:`_drive` re-runs it with every
+    member stepped together under the exact per-step guard."""
+    algorithm = plan.algorithm
+    rs, stopped, _ = carry
+    member_row = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), row_shape[0])
+
+    def one_member(args):
+        m, state = args
+
+        def body(c, i):
+            r, halted = c
+            index = start + i
+            active = jnp.logical_and(~halted, index < num_units)
+
+            def do(r):
+                batch, perm = _minibatch(plan, r.t, r.perm, data)
+                key = jax.random.fold_in(jax.random.fold_in(plan.keys.steps, r.t), m)
+                new, info = algorithm.member_step(key, r.state, batch)
+                return RunState(new, r.t + 1, perm), info, all_finite(info)
+
+            def skip(r):
+                return r, _blank(member_row), jnp.array(True)
+
+            new, info, ok = jax.lax.cond(active, do, skip, r)
+            bad = jnp.logical_and(active, ~ok)
+            return (new, jnp.logical_or(halted, bad)), (info, jnp.where(bad, index, -1))
+
+        (r, halted), (infos, bads) = jax.lax.scan(body, (rs._replace(state=state), stopped), jnp.arange(chunk_size, dtype=jnp.int32))
+        first_bad = jnp.min(jnp.where(bads >= 0, bads, jnp.iinfo(jnp.int32).max))
+        return r.state, r.t, r.perm, infos, halted, first_bad
+
+    members = jnp.arange(algorithm.num_chains, dtype=jnp.int32)
+    states, ts, perms, infos, halted, first_bad = jax.lax.map(one_member, (members, rs.state))
+    # (M, chunk, ...) -> (chunk, M, ...), as the vmapped step's info
+    infos = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, 1), infos)
+    failed = jnp.any(halted) & ~stopped
+    bad_unit = jnp.where(failed, jnp.min(first_bad), carry[2])
+    rows = (infos, None, jnp.full((chunk_size,), -1, jnp.int32))
+    return (RunState(states, ts[0], perms[0]), jnp.logical_or(stopped, failed), bad_unit), rows
 
 
 def compile_all(lowered: dict[str, Any]) -> dict[str, Any]:
@@ -593,6 +648,8 @@ def run(
         approximation = jax.tree_util.tree_map(np.asarray, approximation)
     if algorithm.extras is not None:
         extras.update(algorithm.extras(host_state))
+    if algorithm.member_step is not None:  # how the members were stepped (on a mesh: together)
+        extras["layout"] = "in_turn" if place is None else "vmap"
     if place is not None:
         held = (0, int(x.shape[0])) if share is None else (share.start, share.stop)
         extras["placement"] = {

@@ -193,7 +193,7 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     period = num_batches * options.collect_every  # steps between collections
     pretrain = options.pretrain_steps
     num_steps = pretrain + options.swag_epochs * num_batches
-    init_pre, step_pre, _, one = vmapped_map(model, x, y, map_options(options, num_steps=max(pretrain, 1)), members)
+    init_pre, step_pre, _, one, _ = vmapped_map(model, x, y, map_options(options, num_steps=max(pretrain, 1)), members)
     zero = {k: jnp.zeros(s.shape) for k, s in latent_sites(model, x, y).items()}
     flat_zero, unravel = ravel_pytree(zero)  # the (D,) layout of every latent site, unconstrained
     dim = int(flat_zero.shape[0])
