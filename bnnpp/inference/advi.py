@@ -45,6 +45,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    schedule_option,
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
@@ -120,10 +121,7 @@ class ADVIOptions(Options):
     epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate (the start of the schedule)", check=positive_float)
-    schedule: str = option(
-        "cosine", "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, benchmarks/README.md) or constant",
-        choices=("cosine", "constant"),
-    )
+    schedule: str = schedule_option()
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate and schedule)", check=optimizer, flag=False)
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     guide: str = option("normal", "variational family (normal = mean-field)", choices=tuple(GUIDES))

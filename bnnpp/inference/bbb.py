@@ -57,6 +57,7 @@ from bnnpp.inference.options import (
     optional,
     positive_float,
     positive_int,
+    schedule_option,
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
@@ -93,10 +94,7 @@ class BBBOptions(Options):
     num_steps: int | None = option(None, "optimisation steps (replaces epochs)", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate (the start of the schedule)", check=positive_float)
-    schedule: str = option(
-        "cosine", "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, benchmarks/README.md) or constant",
-        choices=("cosine", "constant"),
-    )
+    schedule: str = schedule_option()
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate and schedule)", check=optimizer, flag=False)
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     kl: str = option("analytic", "closed-form KL where prior and q are Gaussian, or Monte-Carlo", choices=("analytic", "mc"))

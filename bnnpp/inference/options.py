@@ -46,6 +46,7 @@ __all__ = [
     "optional",
     "positive_float",
     "positive_int",
+    "schedule_option",
     "steps_for",
 ]
 
@@ -123,6 +124,19 @@ def one_of(name: str, value, choices: tuple) -> None:
     """Raise unless ``value`` is one of ``choices``."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
+
+
+def schedule_option() -> Any:
+    """The ``schedule`` field of a method whose Adam rate :func:`optimizer_of` may decay:
+    ``"cosine"`` (default: to 0 over the run) or ``"constant"``. The evidence for the default
+    is in benchmarks/README.md (vi_schedule): better UCI validation optima for advi and bbb,
+    at the price of narrower bands off the data on the sinusoid. Declare it together with
+    the exclusive pair ``("optimizer", "schedule")``."""
+    return option(
+        "cosine", "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, narrower bands off the data "
+        "on the sinusoid; benchmarks/README.md) or constant",
+        choices=("cosine", "constant"),
+    )
 
 
 def optimizer_of(options, num_steps: int | None = None) -> Any:
