@@ -58,7 +58,10 @@ PUBLISHED = {
     "wine": {"vi": (-0.98, 0.01, 0.65, 0.01), "pbp": (-0.97, 0.01, 0.64, 0.01), "mc_dropout": (-0.93, 0.06, 0.62, 0.04), "ensemble": (-0.94, 0.12, 0.64, 0.04)},
     "yacht": {"vi": (-3.43, 0.16, 6.89, 0.67), "pbp": (-1.63, 0.02, 1.02, 0.05), "mc_dropout": (-1.55, 0.12, 1.11, 0.38), "ensemble": (-1.18, 0.21, 1.58, 0.48)},
 }
-VARIATIONAL = ("advi", "bbb")
+#: The methods whose fit is a variational posterior, for the "best variational method" verdict:
+#: mean-field ADVI, Bayes by Backprop and (sparse) variational dropout (Molchanov et al. 2017;
+#: a Gaussian q per weight under the log-uniform prior).
+VARIATIONAL = ("advi", "bbb", "vd")
 
 QUICK = {
     "map": {"num_steps": 300},
