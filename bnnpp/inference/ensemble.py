@@ -23,7 +23,7 @@ of its steps, then member 1, ... (the runner's ``Algorithm.member_step``), on th
 minibatches and keys, so the fit is the same up to float reassociation. On a CPU a step of
 all members sweeps every member's parameters, gradients and Adam moments through memory;
 once those exceed the cache (MNIST 2×400: 5 × 7.7 MB against a 32 MB L3) each vmapped
-step pays main-memory traffic that a member stepped on its own does not (per member 1.14×
+step pays main-memory traffic that a member stepped on its own does not (per member 1.11×
 one MAP fit's time vmapped, 1.00× in turn; benchmarks/results/ensemble_cost.md). The
 default ``"auto"`` therefore steps members in turn on a CPU above :data:`IN_TURN_BYTES` of
 members' state and vmaps them otherwise (small nets, where one wide step beats five narrow

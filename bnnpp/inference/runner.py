@@ -8,7 +8,9 @@ It owns, once for all methods:
   per-step tuning.
 * **chunked ``lax.scan``**: steps run in compiled chunks of ``chunk_size``; the progress bar
   moves between chunks, so there is no host round-trip per step. Every chunk has the same
-  shape (steps past the end are masked), so it compiles once.
+  shape (steps past the end are masked), so it compiles once. Independent members with an
+  ``Algorithm.member_step`` (a deep ensemble on a CPU) are stepped in turn within a chunk,
+  each member through all of its steps, instead of all members every step.
 * **minibatches on the device**: with ``batch_size = B < N`` the rows are reshuffled at the
   start of every epoch of ``M = N // B`` steps (``jax.random.permutation`` with the key
   ``fold_in(keys.data, epoch)``) and step ``t`` takes the ``t mod M``-th block of ``B``
@@ -37,7 +39,7 @@ It owns, once for all methods:
 :func:`trace_fit` is the same fit as one pure function, without the guard, the bar or the
 host: what :func:`bnnpp.sweep.sweep` ``vmap``s over seeds and prior hyperparameters.
 
-The file is about 530 lines because it is the one driver: the unit of work, the chunk and its
+The file is about 700 lines because it is the one driver: the unit of work, the chunk and its
 guard, the loop with its checkpoints and signals, and the construction of the Posterior are
 kept together so that the whole path of a fit reads top to bottom (checkpoint storage and
 validation live in their own modules).
