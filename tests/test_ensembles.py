@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_advi import _three_weights  # a 3-weight NumPyro model
 
 import bnnpp
 from bnnpp.inference import ensemble, map_estimate, mc_dropout
@@ -96,14 +97,6 @@ def test_in_turn_layout_is_the_same_fit(small_moons, net):
         np.testing.assert_allclose(in_turn.samples[site], v, rtol=1e-5, atol=1e-5)
     assert in_turn.stats.traces["loss"].shape == (60, 3)
     np.testing.assert_allclose(in_turn.stats.traces["loss"], together.stats.traces["loss"], rtol=1e-5)
-
-
-def _three_weights(x, y=None):
-    import numpyro
-    import numpyro.distributions as dist
-
-    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([3]).to_event(1))
-    numpyro.sample("y", dist.Normal(x[:, 0] * w.sum(), 1.0), obs=y)
 
 
 class _Loss(NamedTuple):

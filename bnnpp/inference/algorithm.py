@@ -88,7 +88,8 @@ class Algorithm(NamedTuple):
             member's state in use at a time (what keeps it in cache on a CPU; see
             :mod:`bnnpp.inference.ensemble`). Not used on a device mesh, where the members
             are split over the ``members`` axis and stepped together; the runner records
-            which in ``extras["layout"]`` (``"in_turn"`` or ``"vmap"``).
+            which in ``extras["layout"]`` (``"in_turn"`` or ``"vmap"``, for every algorithm with
+            independent members).
 
     Facts:
         num_steps: steps to run. batch_size: rows per step (``None``: the full data).

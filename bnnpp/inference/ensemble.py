@@ -246,7 +246,7 @@ def build(model, x, y, options: EnsembleOptions) -> Algorithm:
     return Algorithm(
         init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size,
         name=f"ensemble ({members})", num_chains=members,
-        extras=lambda state: {"members": members, "layout": "vmap"},  # the runner says "in_turn" when it used member_step
+        extras=lambda state: {"members": members},  # the runner adds "layout"
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
         member_step=member_step if layout == "in_turn" else None,
     )

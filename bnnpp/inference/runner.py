@@ -277,33 +277,12 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
         if guard == "loss" and shardings is None and plan.ends is None and plan.algorithm.member_step is not None:
             carry, rows = _members_in_turn(plan, carry, start, data, chunk_size, num_units, row_shape)
         else:
-            carry, rows = _steps_together(carry, start, data)
+            carry, rows = _scan_units(plan, carry, start, data, chunk_size, num_units, row_shape, guard)
         if guard == "loss":  # one whole-state check per chunk instead of one per step
             rs, stopped, bad_unit = carry
             broken = ~all_finite(rs.state)
             carry = (rs, jnp.logical_or(stopped, broken), jnp.where(broken & (bad_unit < 0), start, bad_unit))
         return carry, rows
-
-    def _steps_together(carry, start, data):
-        def body(c, i):
-            rs, stopped, bad_unit = c
-            index = start + i
-            active = jnp.logical_and(~stopped, index < num_units)
-
-            def do(r):
-                new, row, ok = _unit(plan, r, index, data)
-                return new, row, (ok & all_finite(new.state)) if guard == "step" else ok
-
-            def skip(r):
-                return r, _blank(row_shape), jnp.array(True)
-
-            new, row, ok = jax.lax.cond(active, do, skip, rs)
-            bad = jnp.logical_and(active, ~ok)
-            if guard == "step":
-                new = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, rs)
-            return (new, jnp.logical_or(stopped, bad), jnp.where(bad, index, bad_unit)), row
-
-        return jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
 
     carry = (rs_shape, jax.ShapeDtypeStruct((), jnp.bool_), jax.ShapeDtypeStruct((), jnp.int32))
     if shardings is None:
@@ -315,51 +294,59 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
     )
 
 
+def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape, guard: str):
+    """``chunk_size`` units from ``start`` in a ``lax.scan``, each checked as ``guard`` says
+    (:func:`_lower_chunk`): ``(carry, rows)``."""
+
+    def body(c, i):
+        rs, stopped, bad_unit = c
+        index = start + i
+        active = jnp.logical_and(~stopped, index < num_units)
+
+        def do(r):
+            new, row, ok = _unit(plan, r, index, data)
+            return new, row, (ok & all_finite(new.state)) if guard == "step" else ok
+
+        def skip(r):
+            return r, _blank(row_shape), jnp.array(True)
+
+        new, row, ok = jax.lax.cond(active, do, skip, rs)
+        bad = jnp.logical_and(active, ~ok)
+        if guard == "step":
+            new = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, rs)
+        return (new, jnp.logical_or(stopped, bad), jnp.where(bad, index, bad_unit)), row
+
+    return jax.lax.scan(body, carry, jnp.arange(chunk_size, dtype=jnp.int32))
+
+
 def _members_in_turn(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape):
     """The fast (``guard="loss"``) chunk of an algorithm with ``member_step``: member 0 takes
-    every step of the chunk, then member 1, ... (``lax.map`` over members of a ``lax.scan``
-    over steps), each on the batches and with the keys the all-members ``step`` would give it
-    (``fold_in(step key, m)``). Returns ``(carry, rows)`` shaped as the all-members chunk's:
-    rows ``(chunk, M, ...)``; a member that meets a non-finite loss stops there, the chunk is
-    flagged at the earliest such step over members and :func:`_drive` re-runs it with every
-    member stepped together under the exact per-step guard."""
+    every step of the chunk, then member 1, ... (``lax.map`` over members of
+    :func:`_scan_units` with ``member_step`` as the step), each on the batches and with the
+    keys the all-members ``step`` would give it (``fold_in(step key, m)``). Returns ``(carry,
+    rows)`` shaped as the all-members chunk's: rows ``(chunk, M, ...)``; a member that meets a
+    non-finite loss stops there, the chunk is flagged at the earliest such step over members
+    and :func:`_drive` re-runs it with every member stepped together under the exact
+    per-step guard."""
     algorithm = plan.algorithm
-    rs, stopped, _ = carry
-    member_row = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), row_shape[0])
+    rs, stopped, bad_unit = carry
+    info_shape, *rest = row_shape
+    member_rows = (jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape[1:], s.dtype), info_shape), *rest)
 
     def one_member(args):
         m, state = args
-
-        def body(c, i):
-            r, halted = c
-            index = start + i
-            active = jnp.logical_and(~halted, index < num_units)
-
-            def do(r):
-                batch, perm = _minibatch(plan, r.t, r.perm, data)
-                key = jax.random.fold_in(jax.random.fold_in(plan.keys.steps, r.t), m)
-                new, info = algorithm.member_step(key, r.state, batch)
-                return RunState(new, r.t + 1, perm), info, all_finite(info)
-
-            def skip(r):
-                return r, _blank(member_row), jnp.array(True)
-
-            new, info, ok = jax.lax.cond(active, do, skip, r)
-            bad = jnp.logical_and(active, ~ok)
-            return (new, jnp.logical_or(halted, bad)), (info, jnp.where(bad, index, -1))
-
-        (r, halted), (infos, bads) = jax.lax.scan(body, (rs._replace(state=state), stopped), jnp.arange(chunk_size, dtype=jnp.int32))
-        first_bad = jnp.min(jnp.where(bads >= 0, bads, jnp.iinfo(jnp.int32).max))
-        return r.state, r.t, r.perm, infos, halted, first_bad
+        step = lambda key, st, batch: algorithm.member_step(jax.random.fold_in(key, m), st, batch)
+        member_plan = plan._replace(algorithm=algorithm._replace(step=step))
+        (r, halted, bad), rows = _scan_units(member_plan, (rs._replace(state=state), stopped, bad_unit), start, data,
+                                             chunk_size, num_units, member_rows, "loss")
+        return r.state, r.t, r.perm, rows, halted, jnp.where(halted, bad, jnp.iinfo(jnp.int32).max)
 
     members = jnp.arange(algorithm.num_chains, dtype=jnp.int32)
-    states, ts, perms, infos, halted, first_bad = jax.lax.map(one_member, (members, rs.state))
-    # (M, chunk, ...) -> (chunk, M, ...), as the vmapped step's info
-    infos = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, 1), infos)
+    states, ts, perms, rows, halted, bads = jax.lax.map(one_member, (members, rs.state))
+    infos, _, flags = rows
+    infos = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, 1), infos)  # (M, chunk, ...) -> (chunk, M, ...)
     failed = jnp.any(halted) & ~stopped
-    bad_unit = jnp.where(failed, jnp.min(first_bad), carry[2])
-    rows = (infos, None, jnp.full((chunk_size,), -1, jnp.int32))
-    return (RunState(states, ts[0], perms[0]), jnp.logical_or(stopped, failed), bad_unit), rows
+    return (RunState(states, ts[0], perms[0]), stopped | failed, jnp.where(failed, jnp.min(bads), bad_unit)), (infos, None, flags[0])
 
 
 def compile_all(lowered: dict[str, Any]) -> dict[str, Any]:
@@ -650,8 +637,8 @@ def run(
         approximation = jax.tree_util.tree_map(np.asarray, approximation)
     if algorithm.extras is not None:
         extras.update(algorithm.extras(host_state))
-    if algorithm.member_step is not None:  # how the members were stepped (on a mesh: together)
-        extras["layout"] = "in_turn" if place is None else "vmap"
+    if algorithm.num_chains > 1 and algorithm.emit is None:  # how the independent members were stepped
+        extras["layout"] = "in_turn" if algorithm.member_step is not None and place is None else "vmap"
     if place is not None:
         held = (0, int(x.shape[0])) if share is None else (share.start, share.stop)
         extras["placement"] = {
