@@ -8,13 +8,18 @@ ensembles (Lakshminarayanan et al. 2017, Table 1).
 Protocol per set, method and split:
 
 1. The split's training rows are divided 80/20 (seeded) into a fitting part and a
-   validation part. Each weight prior of the grid (``N(0, 1)``, and ``N(0, s²)`` with one
-   scale per layer, ``s ~ HalfNormal(1)``) is fitted on the fitting part and scored by its
-   validation log-likelihood. The test split is never looked at.
-2. The chosen prior is fitted again on the whole training split (standardised on it) and
+   validation part. Each model of the grid is fitted on the fitting part and scored by its
+   validation log-likelihood; the test split is never looked at. The grid crosses the weight
+   prior (``N(0, 1)``, and ``N(0, s²)`` with one scale per layer, ``s ~ HalfNormal(1)``) with
+   the observation noise (``--likelihoods``): ``gaussian``, one learned sd for all rows
+   (``noise ~ HalfNormal(1)`` on the standardised targets, as in Gal & Ghahramani 2016), and
+   ``heteroscedastic``, an sd the network predicts per row from a second output unit (Nix &
+   Weigend 1994; as in Lakshminarayanan et al. 2017). A fit whose validation score is not
+   finite is never chosen.
+2. The chosen model is fitted again on the whole training split (standardised on it) and
    scored on the test split.
 
-The observation sd is learned (``noise ~ HalfNormal(1)`` on the standardised targets). Every
+Every
 method runs at its own defaults (what a user gets with no options) unless ``--set`` says
 otherwise. All splits of a set are fitted in one ``jax.vmap``-ed program per method and
 prior (:func:`bnnpp.inference.runner.trace_fit`): same shapes, different data and seeds.
@@ -34,6 +39,7 @@ import datetime as dt
 import os
 import sys
 import time
+from collections import Counter
 
 import numpy as np
 from _common import machine, write_results
@@ -71,16 +77,25 @@ QUICK = {
 }
 
 
+LIKELIHOODS = ("gaussian", "heteroscedastic")
+
+
 def _priors():
     from bnnpp import priors
 
     return {"normal(1)": priors.normal(1.0), "normal(half_normal(1)) per layer": priors.normal(priors.half_normal(1.0))}
 
 
-def _model(prior, hidden: int):
+def _grid(likelihoods=LIKELIHOODS) -> dict:
+    """The validation grid: ``{label: (prior, likelihood)}``, every prior with every likelihood."""
+    return {(f"{label}, {lik}" if len(likelihoods) > 1 else label): (prior, lik)
+            for lik in likelihoods for label, prior in _priors().items()}
+
+
+def _model(prior, hidden: int, likelihood: str = "gaussian"):
     import bnnpp
 
-    return bnnpp.models.mlp((hidden,), activation="relu", likelihood="gaussian", noise=None, prior=prior)
+    return bnnpp.models.mlp((hidden,), activation="relu", likelihood=likelihood, prior=prior)
 
 
 def _scores(loc: np.ndarray, scale: np.ndarray, y: np.ndarray, y_scale: float) -> tuple[float, float]:
@@ -92,8 +107,8 @@ def _scores(loc: np.ndarray, scale: np.ndarray, y: np.ndarray, y_scale: float) -
     return float(ll), float(metrics.rmse(loc.mean(0), y) * y_scale)
 
 
-def fit_vmapped(method: str, prior, hidden: int, xs, ys, x_evals, options: dict, seeds):
-    """Fit ``method`` to every split at once: ``xs``/``ys`` ``(K, n, d)``/``(K, n)``;
+def fit_vmapped(method: str, spec: tuple, hidden: int, xs, ys, x_evals, options: dict, seeds):
+    """Fit ``method`` with the model ``spec`` = ``(prior, likelihood)`` to every split at once: ``xs``/``ys`` ``(K, n, d)``/``(K, n)``;
     returns the predictive ``loc``/``scale`` draws at ``x_evals`` ``(K, S, m)`` each."""
     import jax
     import jax.numpy as jnp
@@ -105,7 +120,7 @@ def fit_vmapped(method: str, prior, hidden: int, xs, ys, x_evals, options: dict,
     chosen = get_method(method)
     parsed = chosen.parse(options)
     parsed.check_data(xs[0], ys[0])
-    model = _model(prior, hidden)
+    model = _model(spec[0], hidden, spec[1])
     algorithm = chosen.build(model, xs[0], ys[0], parsed)
 
     def one(x, y, x_eval, seed):
@@ -120,44 +135,47 @@ def fit_vmapped(method: str, prior, hidden: int, xs, ys, x_evals, options: dict,
     return np.asarray(loc, np.float64), np.asarray(scale, np.float64)
 
 
-def fit_one(method: str, prior, hidden: int, d, options: dict, seed: int, x_eval):
+def fit_one(method: str, spec: tuple, hidden: int, d, options: dict, seed: int, x_eval):
     """One split with ``bnnpp.fit`` (methods with their own driver, e.g. nuts)."""
     import bnnpp
 
-    post = bnnpp.fit(_model(prior, hidden), (d[0], d[1]), method=method, seed=seed, progress=False, **options)
+    post = bnnpp.fit(_model(spec[0], hidden, spec[1]), (d[0], d[1]), method=method, seed=seed, progress=False, **options)
     p = post.predict(x_eval)
     return p.draws, p.noise
 
 
-def fit_splits(method: str, prior, hidden: int, datasets: list, x_evals: list, options: dict, seeds: list[int]):
+def fit_splits(method: str, spec: tuple, hidden: int, datasets: list, x_evals: list, options: dict, seeds: list[int]):
     """Fit ``method`` to each dataset's training rows and predict at its ``x_evals`` entry:
     all at once (:func:`fit_vmapped`) for methods the runner drives, one by one otherwise.
     Returns ``loc``, ``scale`` ``(K, S, m)``."""
     import bnnpp
 
     if bnnpp.inference.get_method(method).build is not None:
-        return fit_vmapped(method, prior, hidden, np.stack([d.x_train for d in datasets]), np.stack([d.y_train for d in datasets]),
+        return fit_vmapped(method, spec, hidden, np.stack([d.x_train for d in datasets]), np.stack([d.y_train for d in datasets]),
                            np.stack(x_evals), options, seeds)
-    outs = [fit_one(method, prior, hidden, (d.x_train, d.y_train), options, seed, xe)
+    outs = [fit_one(method, spec, hidden, (d.x_train, d.y_train), options, seed, xe)
             for d, xe, seed in zip(datasets, x_evals, seeds, strict=True)]
     return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
 
 
-def run_set(name: str, method: str, splits: list[int], data_dir: str, options: dict, seed: int) -> dict:
-    """Validation choice of the prior, then the test scores, for every split of one set."""
+def run_set(name: str, method: str, splits: list[int], data_dir: str, options: dict, seed: int,
+            likelihoods=LIKELIHOODS) -> dict:
+    """Validation choice of the prior and likelihood, then the test scores, for every split of one set."""
     import bnnpp
 
     hidden = 100 if name == "protein" else 50
-    grid = _priors()
+    grid = _grid(likelihoods)
     val = [bnnpp.data.uci(name, s, data_dir, validation=0.2, seed=seed) for s in splits]
     full = [bnnpp.data.uci(name, s, data_dir) for s in splits]
     t0 = time.perf_counter()
     val_ll = {}
-    for label, prior in grid.items():
-        loc, scale = fit_splits(method, prior, hidden, val, [d.x_val for d in val], options, [seed + s for s in splits])
+    for label, spec in grid.items():
+        loc, scale = fit_splits(method, spec, hidden, val, [d.x_val for d in val], options, [seed + s for s in splits])
         val_ll[label] = [_scores(loc[k], scale[k], d.y_val, d.y_scale)[0] for k, d in enumerate(val)]
+    # a fit that diverged on the fitting part scores nan: it is never chosen
+    ranked = {lab: np.nan_to_num(np.asarray(v), nan=-np.inf) for lab, v in val_ll.items()}
     labels = list(grid)
-    chosen = [labels[int(np.argmax([val_ll[lab][k] for lab in labels]))] for k in range(len(splits))]
+    chosen = [labels[int(np.argmax([ranked[lab][k] for lab in labels]))] for k in range(len(splits))]
     lls, rmses = np.zeros(len(splits)), np.zeros(len(splits))
     for label in set(chosen):
         idx = [k for k, c in enumerate(chosen) if c == label]
@@ -169,8 +187,8 @@ def run_set(name: str, method: str, splits: list[int], data_dir: str, options: d
     return {
         "set": name, "method": method, "splits": splits, "hidden": hidden,
         "test_ll": float(lls.mean()), "test_ll_se": se(lls), "rmse": float(rmses.mean()), "rmse_se": se(rmses),
-        "per_split": {"test_ll": lls.tolist(), "rmse": rmses.tolist(), "prior": chosen},
-        "val_ll": {lab: float(np.mean(v)) for lab, v in val_ll.items()},
+        "per_split": {"test_ll": lls.tolist(), "rmse": rmses.tolist(), "model": chosen},
+        "val_ll": {lab: float(np.mean(v)) for lab, v in val_ll.items()}, "val_nonfinite": {lab: int(np.sum(~np.isfinite(v))) for lab, v in val_ll.items()},
         "seconds": time.perf_counter() - t0, "options": options,
     }
 
@@ -227,7 +245,7 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _assemble(rows, sets, overrides, quick, cmd, seconds, done):
+def _assemble(rows, sets, overrides, quick, cmd, seconds, done, likelihoods=LIKELIHOODS):
     verdict = {}
     for name in sets:
         cands = [r for r in rows if r["set"] == name and r["method"] in VARIATIONAL]
@@ -242,9 +260,11 @@ def _assemble(rows, sets, overrides, quick, cmd, seconds, done):
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "protocol": (
-            "1 hidden layer of 50 ReLU units (100 for protein), learned noise sd (HalfNormal(1) on standardised targets); "
-            "the weight prior chosen per split among N(0,1) and N(0,s²), s~HalfNormal(1) per layer, by the log-likelihood "
-            "of a 20% validation part of the training split; then refitted on the whole training split. Methods at their "
+            "1 hidden layer of 50 ReLU units (100 for protein); inputs and targets standardised on the training split. "
+            "The model chosen per split, by the log-likelihood of a 20% validation part of the training split, among the "
+            "weight priors N(0,1) and N(0,s²), s~HalfNormal(1) per layer, crossed with the observation noise "
+            f"{' and '.join(likelihoods)} (gaussian: one learned sd, HalfNormal(1) on the standardised targets; "
+            "heteroscedastic: an sd per row from a second output unit); then refitted on the whole training split. Methods at their "
             "defaults" + ("" if not overrides else f" except {overrides}") + (" (quick mode: short fits)" if quick else "") + "."
             + ("" if done else " PARTIAL: written after each set and method; the run did not reach the end.")
         ),
@@ -264,6 +284,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--splits", type=int, default=None, help="first K splits only (default: all)")
     ap.add_argument("--set", dest="sets_opts", action="append", default=[], metavar="METHOD.OPTION=VALUE",
                     help="override one method option (JSON value), repeatable")
+    ap.add_argument("--likelihoods", default=",".join(LIKELIHOODS),
+                    help=f"comma-separated observation models of the validation grid (from {', '.join(LIKELIHOODS)})")
     ap.add_argument("--quick", action="store_true", help="2 splits, short fits (a smoke test, not a result)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="", help="suffix of the result file names")
@@ -291,6 +313,9 @@ def main(argv=None) -> dict:
             overrides.setdefault(m, {})[opt] = json.loads(value)
         except json.JSONDecodeError:
             overrides.setdefault(m, {})[opt] = value
+    likelihoods = tuple(v for v in args.likelihoods.split(",") if v)
+    if not likelihoods or any(v not in LIKELIHOODS for v in likelihoods):
+        raise SystemExit(f"--likelihoods: choose from {', '.join(LIKELIHOODS)} (got {args.likelihoods!r})")
     nuts_sets = set(args.nuts_sets.split(","))
     cmd = ("python benchmarks/uci.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     name_out = "uci" + (f"_{args.tag}" if args.tag else "")
@@ -303,13 +328,13 @@ def main(argv=None) -> dict:
             if m == "nuts" and name not in nuts_sets:
                 continue
             options = {**(QUICK.get(m, {}) if args.quick else {}), **overrides.get(m, {})}
-            row = run_set(name, m, list(range(k)), args.data_dir, options, args.seed)
+            row = run_set(name, m, list(range(k)), args.data_dir, options, args.seed, likelihoods)
             rows.append(row)
             print(f"{name:9s} {m:6s} test LL {row['test_ll']:7.3f} ± {row['test_ll_se'] or 0:.3f}  RMSE {row['rmse']:.3f}  "
-                  f"({k} splits, {row['seconds']:.0f} s; priors {sorted(set(row['per_split']['prior']))})", flush=True)
-            partial = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, False)
+                  f"({k} splits, {row['seconds']:.0f} s; models {dict(Counter(row['per_split']['model']))})", flush=True)
+            partial = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, False, likelihoods)
             write_results(args.results, name_out, partial, markdown(partial))
-    result = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, True)
+    result = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, True, likelihoods)
     md = markdown(result)
     write_results(args.results, name_out, result, md)
     print(md)

@@ -81,7 +81,7 @@ def uci_rows(data_dir: str, splits: int) -> list[dict]:
     rows = []
     for name in ("yacht", "boston"):
         for label in ("old default (uniform ±2, σ0 = 0.1)", "new default (glorot, σ0 = 0.01)"):
-            r = uci.run_set(name, "advi", list(range(splits)), data_dir, ADVI_VARIANTS[label], 0)
+            r = uci.run_set(name, "advi", list(range(splits)), data_dir, ADVI_VARIANTS[label], 0, ("gaussian",))
             rows.append({"data": name, "variant": label, "test_ll": r["test_ll"], "test_ll_se": r["test_ll_se"], "rmse": r["rmse"],
                          "splits": splits, "seconds": r["seconds"]})
             print(f"{name:8s} advi {label:36s} test LL {r['test_ll']:.3f} RMSE {r['rmse']:.3f}", flush=True)
