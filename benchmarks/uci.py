@@ -187,7 +187,7 @@ def run_set(name: str, method: str, splits: list[int], data_dir: str, options: d
     return {
         "set": name, "method": method, "splits": splits, "hidden": hidden,
         "test_ll": float(lls.mean()), "test_ll_se": se(lls), "rmse": float(rmses.mean()), "rmse_se": se(rmses),
-        "per_split": {"test_ll": lls.tolist(), "rmse": rmses.tolist(), "model": chosen},
+        "per_split": {"test_ll": lls.tolist(), "rmse": rmses.tolist(), "prior": chosen, "likelihood": [grid[c][1] for c in chosen]},  # prior: the chosen grid entry
         "val_ll": {lab: float(np.mean(v)) for lab, v in val_ll.items()}, "val_nonfinite": {lab: int(np.sum(~np.isfinite(v))) for lab, v in val_ll.items()},
         "seconds": time.perf_counter() - t0, "options": options,
     }
@@ -331,7 +331,7 @@ def main(argv=None) -> dict:
             row = run_set(name, m, list(range(k)), args.data_dir, options, args.seed, likelihoods)
             rows.append(row)
             print(f"{name:9s} {m:6s} test LL {row['test_ll']:7.3f} ± {row['test_ll_se'] or 0:.3f}  RMSE {row['rmse']:.3f}  "
-                  f"({k} splits, {row['seconds']:.0f} s; models {dict(Counter(row['per_split']['model']))})", flush=True)
+                  f"({k} splits, {row['seconds']:.0f} s; models {dict(Counter(row['per_split']['prior']))})", flush=True)
             partial = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, False, likelihoods)
             write_results(args.results, name_out, partial, markdown(partial))
     result = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, True, likelihoods)

@@ -158,7 +158,8 @@ def test_uci_benchmark_quick(tmp_path):
     assert result["complete"] and {(r["set"], r["method"]) for r in result["rows"]} == {("yacht", "map"), ("yacht", "bbb")}
     for r in result["rows"]:
         assert len(r["per_split"]["test_ll"]) == 2 and np.isfinite(r["test_ll"]) and r["rmse"] > 0
-        assert set(r["per_split"]["model"]) <= set(r["val_ll"]) and len(r["val_ll"]) == 4  # 2 priors x 2 likelihoods
+        assert set(r["per_split"]["prior"]) <= set(r["val_ll"]) and len(r["val_ll"]) == 4  # 2 priors x 2 likelihoods
+        assert set(r["per_split"]["likelihood"]) <= {"gaussian", "heteroscedastic"}
     assert result["verdict"]["yacht"]["method"] == "bbb"
     assert "MC dropout (pub.)" in (tmp_path / "uci.md").read_text()
 
