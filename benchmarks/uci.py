@@ -15,7 +15,9 @@ Protocol per set, method and split:
    (``noise ~ HalfNormal(1)`` on the standardised targets, as in Gal & Ghahramani 2016), and
    ``heteroscedastic``, an sd the network predicts per row from a second output unit (Nix &
    Weigend 1994; as in Lakshminarayanan et al. 2017). A fit whose validation score is not
-   finite is never chosen.
+   finite is never chosen. Every fit stops at its first non-finite step and keeps the state
+   before it, as ``bnnpp.fit`` does (:func:`bnnpp.inference.runner.guarded_trace_fit`); the
+   result counts such stops.
 2. The chosen model is fitted again on the whole training split (standardised on it) and
    scored on the test split.
 
@@ -109,12 +111,14 @@ def _scores(loc: np.ndarray, scale: np.ndarray, y: np.ndarray, y_scale: float) -
 
 def fit_vmapped(method: str, spec: tuple, hidden: int, xs, ys, x_evals, options: dict, seeds):
     """Fit ``method`` with the model ``spec`` = ``(prior, likelihood)`` to every split at once: ``xs``/``ys`` ``(K, n, d)``/``(K, n)``;
-    returns the predictive ``loc``/``scale`` draws at ``x_evals`` ``(K, S, m)`` each."""
+    returns the predictive ``loc``/``scale`` draws at ``x_evals`` ``(K, S, m)`` each, and ``(K,)``
+    the step at which each fit stopped on a non-finite loss (-1: it ran to the end; the fit then
+    keeps the state before that step, as ``bnnpp.fit`` does)."""
     import jax
     import jax.numpy as jnp
 
     from bnnpp.inference.registry import get_method
-    from bnnpp.inference.runner import trace_fit
+    from bnnpp.inference.runner import guarded_trace_fit
     from bnnpp.introspection import observation
 
     chosen = get_method(method)
@@ -124,15 +128,15 @@ def fit_vmapped(method: str, spec: tuple, hidden: int, xs, ys, x_evals, options:
     algorithm = chosen.build(model, xs[0], ys[0], parsed)
 
     def one(x, y, x_eval, seed):
-        draws, _ = trace_fit(algorithm, jax.random.PRNGKey(seed), x, y)
+        draws, _, stopped_at = guarded_trace_fit(algorithm, jax.random.PRNGKey(seed), x, y)
         s = next(iter(draws.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(0), s)
         # draws in batches of 50: all 1,000 at once hold (1000, n, hidden) activations, 33 GB for protein
         out = jax.lax.map(lambda dk: observation(model, dk[0], dk[1], x_eval, None), (draws, keys), batch_size=50)
-        return out["loc"], out["scale"]
+        return out["loc"], out["scale"], stopped_at
 
-    loc, scale = jax.jit(jax.vmap(one))(jnp.asarray(xs), jnp.asarray(ys), jnp.asarray(x_evals), jnp.asarray(seeds, jnp.int32))
-    return np.asarray(loc, np.float64), np.asarray(scale, np.float64)
+    loc, scale, stopped = jax.jit(jax.vmap(one))(jnp.asarray(xs), jnp.asarray(ys), jnp.asarray(x_evals), jnp.asarray(seeds, jnp.int32))
+    return np.asarray(loc, np.float64), np.asarray(scale, np.float64), np.asarray(stopped)
 
 
 def fit_one(method: str, spec: tuple, hidden: int, d, options: dict, seed: int, x_eval):
@@ -141,13 +145,13 @@ def fit_one(method: str, spec: tuple, hidden: int, d, options: dict, seed: int, 
 
     post = bnnpp.fit(_model(spec[0], hidden, spec[1]), (d[0], d[1]), method=method, seed=seed, progress=False, **options)
     p = post.predict(x_eval)
-    return p.draws, p.noise
+    return p.draws, p.noise, -1 if post.stats.stopped_at is None else post.stats.stopped_at
 
 
 def fit_splits(method: str, spec: tuple, hidden: int, datasets: list, x_evals: list, options: dict, seeds: list[int]):
     """Fit ``method`` to each dataset's training rows and predict at its ``x_evals`` entry:
     all at once (:func:`fit_vmapped`) for methods the runner drives, one by one otherwise.
-    Returns ``loc``, ``scale`` ``(K, S, m)``."""
+    Returns ``loc``, ``scale`` ``(K, S, m)`` and the stop steps ``(K,)`` (-1: no stop)."""
     import bnnpp
 
     if bnnpp.inference.get_method(method).build is not None:
@@ -155,7 +159,7 @@ def fit_splits(method: str, spec: tuple, hidden: int, datasets: list, x_evals: l
                            np.stack(x_evals), options, seeds)
     outs = [fit_one(method, spec, hidden, (d.x_train, d.y_train), options, seed, xe)
             for d, xe, seed in zip(datasets, x_evals, seeds, strict=True)]
-    return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs])
+    return np.stack([o[0] for o in outs]), np.stack([o[1] for o in outs]), np.asarray([o[2] for o in outs])
 
 
 def run_set(name: str, method: str, splits: list[int], data_dir: str, options: dict, seed: int,
@@ -168,27 +172,31 @@ def run_set(name: str, method: str, splits: list[int], data_dir: str, options: d
     val = [bnnpp.data.uci(name, s, data_dir, validation=0.2, seed=seed) for s in splits]
     full = [bnnpp.data.uci(name, s, data_dir) for s in splits]
     t0 = time.perf_counter()
-    val_ll = {}
+    val_ll, val_stopped = {}, {}
     for label, spec in grid.items():
-        loc, scale = fit_splits(method, spec, hidden, val, [d.x_val for d in val], options, [seed + s for s in splits])
+        loc, scale, stops = fit_splits(method, spec, hidden, val, [d.x_val for d in val], options, [seed + s for s in splits])
+        val_stopped[label] = int(np.sum(stops >= 0))
         val_ll[label] = [_scores(loc[k], scale[k], d.y_val, d.y_scale)[0] for k, d in enumerate(val)]
     # a fit that diverged on the fitting part scores nan: it is never chosen
     ranked = {lab: np.nan_to_num(np.asarray(v), nan=-np.inf) for lab, v in val_ll.items()}
     labels = list(grid)
     chosen = [labels[int(np.argmax([ranked[lab][k] for lab in labels]))] for k in range(len(splits))]
-    lls, rmses = np.zeros(len(splits)), np.zeros(len(splits))
+    lls, rmses, stopped = np.zeros(len(splits)), np.zeros(len(splits)), np.full(len(splits), -1)
     for label in set(chosen):
         idx = [k for k, c in enumerate(chosen) if c == label]
         ds = [full[k] for k in idx]
-        loc, scale = fit_splits(method, grid[label], hidden, ds, [d.x_test for d in ds], options, [seed + splits[k] for k in idx])
+        loc, scale, stops = fit_splits(method, grid[label], hidden, ds, [d.x_test for d in ds], options, [seed + splits[k] for k in idx])
         for j, (k, d) in enumerate(zip(idx, ds, strict=True)):
             lls[k], rmses[k] = _scores(loc[j], scale[j], d.y_test, d.y_scale)
+            stopped[k] = stops[j]
     se = (lambda v: float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else None)
     return {
         "set": name, "method": method, "splits": splits, "hidden": hidden,
         "test_ll": float(lls.mean()), "test_ll_se": se(lls), "rmse": float(rmses.mean()), "rmse_se": se(rmses),
-        "per_split": {"test_ll": lls.tolist(), "rmse": rmses.tolist(), "prior": chosen, "likelihood": [grid[c][1] for c in chosen]},  # prior: the chosen grid entry
+        "per_split": {"test_ll": lls.tolist(), "rmse": rmses.tolist(), "prior": chosen, "likelihood": [grid[c][1] for c in chosen],  # prior: the chosen grid entry
+                      "stopped_at": stopped.tolist()},
         "val_ll": {lab: float(np.mean(v)) for lab, v in val_ll.items()}, "val_nonfinite": {lab: int(np.sum(~np.isfinite(v))) for lab, v in val_ll.items()},
+        "val_stopped": val_stopped,
         "seconds": time.perf_counter() - t0, "options": options,
     }
 
@@ -264,7 +272,8 @@ def _assemble(rows, sets, overrides, quick, cmd, seconds, done, likelihoods=LIKE
             "The model chosen per split, by the log-likelihood of a 20% validation part of the training split, among the "
             "weight priors N(0,1) and N(0,s²), s~HalfNormal(1) per layer, crossed with the observation noise "
             f"{' and '.join(likelihoods)} (gaussian: one learned sd, HalfNormal(1) on the standardised targets; "
-            "heteroscedastic: an sd per row from a second output unit); then refitted on the whole training split. Methods at their "
+            "heteroscedastic: an sd per row from a second output unit); then refitted on the whole training split. A fit stops at "
+            "its first non-finite step and keeps the state before it, as bnnpp.fit does. Methods at their "
             "defaults" + ("" if not overrides else f" except {overrides}") + (" (quick mode: short fits)" if quick else "") + "."
             + ("" if done else " PARTIAL: written after each set and method; the run did not reach the end.")
         ),
@@ -331,7 +340,8 @@ def main(argv=None) -> dict:
             row = run_set(name, m, list(range(k)), args.data_dir, options, args.seed, likelihoods)
             rows.append(row)
             print(f"{name:9s} {m:6s} test LL {row['test_ll']:7.3f} ± {row['test_ll_se'] or 0:.3f}  RMSE {row['rmse']:.3f}  "
-                  f"({k} splits, {row['seconds']:.0f} s; models {dict(Counter(row['per_split']['prior']))})", flush=True)
+                  f"({k} splits, {row['seconds']:.0f} s; models {dict(Counter(row['per_split']['prior']))}; "
+                  f"stopped early: {int(np.sum(np.asarray(row['per_split']['stopped_at']) >= 0))} test, {sum(row['val_stopped'].values())} validation fits)", flush=True)
             partial = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, False, likelihoods)
             write_results(args.results, name_out, partial, markdown(partial))
     result = _assemble(rows, sets, overrides, args.quick, cmd, time.perf_counter() - t_all, True, likelihoods)

@@ -51,7 +51,7 @@ def uci_rows(data_dir: str, sets, splits: int) -> list[dict]:
         for method in METHODS:
             for schedule in SCHEDULES:
                 t = time.perf_counter()
-                loc, scale = uci.fit_splits(method, (priors.normal(1.0), "gaussian"), 50, val, [d.x_val for d in val],
+                loc, scale, _ = uci.fit_splits(method, (priors.normal(1.0), "gaussian"), 50, val, [d.x_val for d in val],
                                             {"schedule": schedule}, list(range(splits)))
                 scores = [uci._scores(loc[k], scale[k], d.y_val, d.y_scale) for k, d in enumerate(val)]
                 row = {"set": name, "method": method, "schedule": schedule, "splits": splits,

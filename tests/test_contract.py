@@ -248,3 +248,25 @@ def test_old_paths_warn_and_still_work():
     with pytest.warns(DeprecationWarning, match="map_estimate"):
         from bnnpp.inference import map as old_map  # noqa: F401
     assert old_map.build is bnnpp.inference.map_estimate.build
+
+
+def test_guarded_trace_fit_stops_where_fit_does_inside_vmap():
+    """benchmarks/uci.py fits all splits in one vmap-ed guarded_trace_fit: each fit stops at its
+    own first non-finite step with the state before it, as bnnpp.fit does (trace_fit steps on)."""
+    from bnnpp.inference.runner import guarded_trace_fit, trace_fit
+
+    x = np.ones((50, 1), np.float32)
+    y = np.full(50, 5.0, np.float32)
+    options = NAN_OPTIONS["map"]
+    with pytest.warns(RuntimeWarning, match="NaN/inf at step"):
+        post = bnnpp.fit(exploding, (x, y), method="map", seed=0, progress=False, **options)
+    chosen = get_method("map")
+    alg = chosen.build(exploding, x, y, chosen.parse(options))
+    ys = jnp.stack([jnp.asarray(y), jnp.zeros(50)])  # the second fit never leaves w < 2: no stop
+    draws, _, stopped_at = jax.jit(jax.vmap(lambda yy: guarded_trace_fit(alg, jax.random.PRNGKey(0), jnp.asarray(x), yy)))(ys)
+    assert int(stopped_at[0]) == post.stats.stopped_at and int(stopped_at[1]) == -1
+    np.testing.assert_allclose(np.asarray(draws["w"][0]), post.samples["w"].reshape(-1), rtol=1e-6)
+    assert np.all(np.isfinite(np.asarray(draws["w"])))
+    assert np.all(np.asarray(draws["w"][0]) < 2.5)  # stopped at the cliff (w just past 2)
+    unguarded, _ = trace_fit(alg, jax.random.PRNGKey(0), jnp.asarray(x), jnp.asarray(y))
+    assert np.all(np.asarray(unguarded["w"]) > 4.0)  # trace_fit steps on past the NaN loss, to the data

@@ -37,7 +37,8 @@ It owns, once for all methods:
   seconds.
 
 :func:`trace_fit` is the same fit as one pure function, without the guard, the bar or the
-host: what :func:`bnnpp.sweep.sweep` ``vmap``s over seeds and prior hyperparameters.
+host: what :func:`bnnpp.sweep.sweep` ``vmap``s over seeds and prior hyperparameters;
+:func:`guarded_trace_fit` adds the guard's stop at the first non-finite step (``benchmarks/uci.py``).
 
 The file is about 700 lines because it is the one driver: the unit of work, the chunk and its
 guard, the loop with its checkpoints and signals, and the construction of the Posterior are
@@ -75,7 +76,7 @@ from bnnpp.inference.validation import validation_batches, validation_error
 from bnnpp.introspection import latent_sites
 from bnnpp.posterior import MAX_SAVED_DATA, FitStats, Posterior
 
-__all__ = ["RunState", "all_finite", "default_chunk_size", "run", "segments", "trace_fit"]
+__all__ = ["RunState", "all_finite", "default_chunk_size", "guarded_trace_fit", "run", "segments", "trace_fit"]
 
 PIECES = 100
 """Runs of steps between kept draws are cut so that they take at most about this many segments."""
@@ -679,21 +680,50 @@ def trace_fit(algorithm: Algorithm, root: jax.Array, x, y) -> tuple[dict, Any]:
         ``(draws, info)``: draws ``{site: (S, *site_shape)}`` (chains pooled for emitting
         samplers) and the last unit's ``info``.
     """
+    draws, info, _ = _trace(algorithm, root, x, y, guard=False)
+    return draws, info
+
+
+def guarded_trace_fit(algorithm: Algorithm, root: jax.Array, x, y) -> tuple[dict, Any, jax.Array]:
+    """:func:`trace_fit` with :func:`run`'s guard: a step whose loss, outputs or new state are
+    not finite is not applied and the fit stops there, keeping the state before it (what
+    :func:`run` keeps, with its warning; here the caller reads ``stopped_at``). A sampler that
+    emits draws keeps NaN rows for the units it did not run.
+
+    Returns:
+        ``(draws, info, stopped_at)``: as :func:`trace_fit` (``info`` the last unit attempted),
+        and the int32 index of the first non-finite unit (a step, for non-emitting algorithms),
+        -1 when every unit ran.
+    """
+    return _trace(algorithm, root, x, y, guard=True)
+
+
+def _trace(algorithm: Algorithm, root, x, y, guard: bool):
     n = int(x.shape[0])
     plan = _plan(algorithm, _keys_of(algorithm, root), n)
     data = (x, y)
+    num_units = _num_units(plan)
+    if guard:
+        rs0 = _init(plan, data)
+        abstract = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), (rs0, data))
+        row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], *abstract)
+        carry = (rs0, jnp.bool_(False), jnp.int32(-1))
+        (rs, _, stopped_at), (info, emitted, _) = _scan_units(plan, carry, jnp.int32(0), data, num_units, num_units, row_shape, "step")
+        # the last unit attempted: the bad one when stopped (the later rows are blanks)
+        last = jnp.where(stopped_at >= 0, stopped_at, num_units - 1)
+        last_info = jax.tree_util.tree_map(lambda a: a[last], info)
+    else:
+        def body(rs, index):
+            rs, row, _ = _unit(plan, rs, index, data)
+            return rs, row
 
-    def body(rs, index):
-        rs, row, _ = _unit(plan, rs, index, data)
-        return rs, row
-
-    rs, (info, emitted, _) = jax.lax.scan(body, _init(plan, data), jnp.arange(_num_units(plan), dtype=jnp.int32))
-    last_info = jax.tree_util.tree_map(lambda a: a[-1], info)
+        rs, (info, emitted, _) = jax.lax.scan(body, _init(plan, data), jnp.arange(num_units, dtype=jnp.int32))
+        last_info, stopped_at = jax.tree_util.tree_map(lambda a: a[-1], info), jnp.int32(-1)
     if plan.ends is None:
         draws = algorithm.sample(plan.keys.sample, rs.state, algorithm.num_samples)
         if algorithm.num_chains > 1:  # (chains, draws, ...) pooled
             draws = jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), draws)
-        return draws, last_info
+        return draws, last_info, stopped_at
     kept = np.flatnonzero(plan.keep)
     draws = jax.tree_util.tree_map(lambda a: a[kept].reshape(-1, *a.shape[2:]), emitted[0])
-    return draws, last_info
+    return draws, last_info, stopped_at
