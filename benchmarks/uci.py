@@ -21,10 +21,10 @@ Protocol per set, method and split:
 2. The chosen model is fitted again on the whole training split (standardised on it) and
    scored on the test split.
 
-Every
-method runs at its own defaults (what a user gets with no options) unless ``--set`` says
-otherwise. All splits of a set are fitted in one ``jax.vmap``-ed program per method and
-prior (:func:`bnnpp.inference.runner.trace_fit`): same shapes, different data and seeds.
+Every method runs at its own defaults (what a user gets with no options) unless ``--set``
+says otherwise. All splits of a set are fitted in one ``jax.vmap``-ed program per method and
+grid entry (:func:`bnnpp.inference.runner.guarded_trace_fit`): same shapes, different data
+and seeds.
 NUTS (``--nuts-sets``, default the three smallest sets) runs split by split.
 
     python benchmarks/uci.py --data-dir ../shared/data                 # the full run
@@ -110,8 +110,8 @@ def _scores(loc: np.ndarray, scale: np.ndarray, y: np.ndarray, y_scale: float) -
 
 
 def fit_vmapped(method: str, spec: tuple, hidden: int, xs, ys, x_evals, options: dict, seeds):
-    """Fit ``method`` with the model ``spec`` = ``(prior, likelihood)`` to every split at once: ``xs``/``ys`` ``(K, n, d)``/``(K, n)``;
-    returns the predictive ``loc``/``scale`` draws at ``x_evals`` ``(K, S, m)`` each, and ``(K,)``
+    """Fit ``method`` with the model ``spec`` = ``(prior, likelihood)`` to every split at once,
+    ``xs``/``ys`` ``(K, n, d)``/``(K, n)``; returns the predictive ``loc``/``scale`` draws at ``x_evals`` ``(K, S, m)`` each, and ``(K,)``
     the step at which each fit stopped on a non-finite loss (-1: it ran to the end; the fit then
     keeps the state before that step, as ``bnnpp.fit`` does)."""
     import jax
