@@ -154,3 +154,21 @@ def test_heteroscedastic_fit_learns_where_the_noise_is():
     # 100 points per side estimate an sd to about ±7% (1/√(2·100)); MAP's plug-in sd and the
     # net's smooth step between the halves widen that: within a factor 2 of the truth
     assert 0.025 < low < 0.1 and 0.25 < high < 1.0
+
+
+def test_heteroscedastic_sd_is_softplus_of_the_head_and_stays_finite():
+    """sd = softplus(h) + 1e-6 for the second head h: at h = 200 an exp link would overflow
+    float32 (past 88.7) and the log-likelihood would be nan; softplus keeps it finite."""
+    from numpyro import handlers
+
+    model = bnnpp.models.mlp((), likelihood="heteroscedastic")  # linear: h = x·w + b
+    x = np.array([[-3.0], [0.0], [2.0]], np.float32)
+    y = np.zeros(3, np.float32)
+    w, b = np.array([[0.5, 100.0]], np.float32), np.array([0.1, 0.0], np.float32)
+    tr = handlers.trace(handlers.substitute(model, data={"dense_0.w": w, "dense_0.b": b})).get_trace(x, y)
+    head = x[:, 0].astype(np.float64) * 100.0  # -300, 0, 200
+    sd = np.logaddexp(0.0, head) + 1e-6
+    np.testing.assert_allclose(np.exp(np.asarray(tr["log_sd"]["value"], np.float64)), sd, rtol=1e-5)
+    ll = np.asarray(tr["y"]["fn"].log_prob(y), np.float64)
+    assert np.all(np.isfinite(ll))
+    np.testing.assert_allclose(ll, stats.norm.logpdf(0.0, x[:, 0] * 0.5 + 0.1, sd), rtol=1e-4)

@@ -165,9 +165,10 @@ def observe(
     Likelihoods (K = ``outputs`` targets per row, or one with ``outputs=None`` and ``y``
     ``(n,)``): categorical ``h`` ``(n, C)``; bernoulli ``h[:, 0]`` logits; gaussian
     N(mean, σ²); student_t StudentT(df, mean, σ) (robust to outliers); poisson
-    Poisson(exp(h)) (``h`` the log rate, counts ``y``); heteroscedastic N(mean, exp(log_sd)²)
-    with ``mean = h[:, :K]`` and ``log_sd = h[:, K:]`` (Nix & Weigend 1994: the network also
-    predicts its noise). With ``outputs=K`` a row of ``y`` ``(n, K)`` is one event
+    Poisson(exp(h)) (``h`` the log rate, counts ``y``); heteroscedastic N(mean, sd²)
+    with ``mean = h[:, :K]`` and ``sd = softplus(h[:, K:]) + 1e-6`` (Nix & Weigend 1994: the
+    network also predicts its noise; the softplus link of Lakshminarayanan et al. 2017), its
+    log recorded as the deterministic ``log_sd``. With ``outputs=K`` a row of ``y`` ``(n, K)`` is one event
     (``.to_event(1)``), so the log-likelihood has one value per row.
     """
     if likelihood in LEARNED_NOISE:
@@ -191,7 +192,11 @@ def observe(
         else:
             mean = numpyro.deterministic("mean", head(h[..., :k]))
             if likelihood == "heteroscedastic":
-                fn = dist.Normal(mean, jnp.exp(numpyro.deterministic("log_sd", head(h[..., k:]))))
+                # softplus, not exp: an exp link lets a weight draw push one row's sd past
+                # float32 range (seen on protein); + 1e-6 as Lakshminarayanan et al. (2017, §2.2.1)
+                sd = jax.nn.softplus(head(h[..., k:])) + 1e-6
+                numpyro.deterministic("log_sd", jnp.log(sd))
+                fn = dist.Normal(mean, sd)
             elif likelihood == "student_t":
                 fn = dist.StudentT(df, mean, sigma)
             else:
@@ -271,7 +276,7 @@ def mlp(
         likelihood: ``"categorical"`` (labels ``0..num_classes-1``), ``"bernoulli"`` (labels 0/1),
             or for real targets ``"gaussian"``, ``"student_t"`` (heavy tails, ``df`` degrees
             of freedom), ``"heteroscedastic"`` (Gaussian whose sd the network predicts with a
-            second output head, ``exp(log_sd)``), or ``"poisson"`` (counts; the output is the
+            second output head, ``softplus(h) + 1e-6``), or ``"poisson"`` (counts; the output is the
             log rate). See :func:`observe`.
         num_classes: number of classes; required for ``"categorical"``.
         noise: gaussian / student_t only: a float fixes the observation scale σ; ``None`` learns
