@@ -16,6 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ from bnnpp.data import Dataset
 from bnnpp.inference import fit
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.registry import get_method, registered
-from bnnpp.inference.runner import trace_fit
+from bnnpp.inference.runner import guarded_trace_fit
 from bnnpp.introspection import observation
 
 __all__ = ["Config", "grid", "summarise", "sweep"]
@@ -169,10 +170,13 @@ def _test_scores(mean_probs: np.ndarray, y: np.ndarray) -> dict:
 
 def _vmapped_group(method, dataset, template, numbers, seeds, hidden, activation, options, model_fn=None):
     """Fit every (numbers[i], seeds[i]) of one structure group in one compiled program: the
-    method's algorithm traced whole by :func:`bnnpp.inference.runner.trace_fit` and ``vmap``-ed.
+    method's algorithm traced whole by :func:`bnnpp.inference.runner.guarded_trace_fit` and
+    ``vmap``-ed: a fit stops at its first non-finite step and keeps the state before it, as
+    :func:`bnnpp.fit` (the ``vmap=False`` path) does.
 
     Returns:
-        Mean test probabilities ``(B, n_test, C)`` and the last step's losses ``(B,)``.
+        Mean test probabilities ``(B, n_test, C)``, the last step's losses ``(B,)`` and the
+        step each fit stopped at ``(B,)`` (-1: it ran to the end).
     """
     x, y = check_data(dataset, _model(dataset, template, hidden, activation, model_fn))
     xj, yj = jnp.asarray(x), jnp.asarray(y)
@@ -180,11 +184,11 @@ def _vmapped_group(method, dataset, template, numbers, seeds, hidden, activation
 
     def one(nums, seed):
         model = _model(dataset, _with_numbers(template, nums), hidden, activation, model_fn)
-        draws, info = trace_fit(method.build(model, x, y, options), jax.random.PRNGKey(seed), xj, yj)
+        draws, info, stopped_at = guarded_trace_fit(method.build(model, x, y, options), jax.random.PRNGKey(seed), xj, yj)
         s = next(iter(draws.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(0), s)  # as Posterior.predict(x, seed=0)
         probs = jax.vmap(lambda d, k: observation(model, d, k, x_test, None)["probs"])(draws, keys)
-        return probs.mean(0), info.loss
+        return probs.mean(0), info.loss, stopped_at
 
     return jax.jit(jax.vmap(one))(jnp.asarray(numbers), jnp.asarray(seeds, jnp.int32))
 
@@ -221,7 +225,8 @@ def sweep(
     Returns:
         ``{"runs": [...], "seconds": float, "compiled_groups": int}``; each run is a dict with
         ``data``, ``label``, ``weight_prior``, ``hyperprior``, ``scale``, ``seed``,
-        ``accuracy`` and ``nll`` (test set, from the posterior-predictive mean probability).
+        ``accuracy`` and ``nll`` (test set, from the posterior-predictive mean probability) and
+        ``stopped_at`` (the step at which the fit met a non-finite loss and stopped, else ``None``).
     """
     if not configs:
         raise ValueError("the sweep grid is empty: pass at least one configuration (see bnnpp.sweep.grid)")
@@ -251,20 +256,28 @@ def sweep(
         for d, group in tqdm(work, desc=f"sweep ({method}, vmapped groups)", disable=not progress, leave=False):
             cells = [(c, s) for c in group for s in seeds]
             numbers = np.stack([_numbers(c.prior) for c, _ in cells]) if _numbers(group[0].prior).size else np.zeros((len(cells), 0), np.float32)
-            probs, _ = jax.device_get(
+            probs, _, stops = jax.device_get(
                 _vmapped_group(chosen, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, parsed, model_fn)
             )
-            for (c, s), p in zip(cells, np.asarray(probs), strict=True):
-                runs.append(_row(d, c, s, _test_scores(p, d.y_test)))
+            for (c, s), p, stop in zip(cells, np.asarray(probs), np.asarray(stops), strict=True):
+                runs.append(_row(d, c, s, _test_scores(p, d.y_test), None if stop < 0 else int(stop)))
+        stopped = [r for r in runs if r["stopped_at"] is not None]
+        if stopped:  # the vmap=False path warns per fit (bnnpp.fit)
+            warnings.warn(
+                f"{method}: {len(stopped)} of {len(runs)} sweep fits met a NaN/inf loss and stopped there, keeping the "
+                f"state before it (e.g. {stopped[0]['label']}, seed {stopped[0]['seed']}, at step {stopped[0]['stopped_at']}; "
+                "each run's 'stopped_at'). Lower the learning rate or use a tighter prior.",
+                RuntimeWarning, stacklevel=2,
+            )
     else:
         work = [(d, c, s) for d in datasets for c in configs for s in seeds]
         for d, c, s in tqdm(work, desc=f"sweep ({method}, one by one)", disable=not progress, leave=False):
             post = fit(_model(d, c.prior, hidden, activation, model_fn), d, method=method, seed=s, progress=False, **options)
-            runs.append(_row(d, c, s, _test_scores(post.predict(d.x_test).mean, d.y_test)))
+            runs.append(_row(d, c, s, _test_scores(post.predict(d.x_test).mean, d.y_test), post.stats.stopped_at))
     return {"runs": runs, "seconds": time.perf_counter() - t0, "compiled_groups": len(groups) * len(datasets) if vmap else len(runs)}
 
 
-def _row(d: Dataset, c: Config, seed: int, scores: dict) -> dict:
+def _row(d: Dataset, c: Config, seed: int, scores: dict, stopped_at: int | None) -> dict:
     return {
         "data": d.name,
         "label": c.label,
@@ -273,6 +286,7 @@ def _row(d: Dataset, c: Config, seed: int, scores: dict) -> dict:
         "scale": c.scale,
         "seed": seed,
         **scores,
+        "stopped_at": stopped_at,
     }
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
 import pytest
 
 import bnnpp
@@ -69,6 +73,35 @@ def test_vmapped_sweep_equals_one_by_one_for_every_runner_method(method, options
     # every method the runner drives shares the contract, so the sweep vmaps it
     configs = sw.grid(("normal",), ("fixed",), fixed_scales=(0.5, 2.0))
     _compare(method, options, configs)
+
+
+def _cliff_classifier(prior):
+    """Logits (0, w·x₀) on moons, whose labels pull w to about 1.5; the log joint turns NaN once w > 1."""
+
+    def model(x, y=None):
+        w = numpyro.sample("w", dist.Normal(0.0, 10.0))
+        numpyro.factor("cliff", jnp.where(w > 1.0, jnp.nan, 0.0))
+        logits = jnp.stack([jnp.zeros(x.shape[0]), w * x[:, 0]], -1)
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Categorical(logits=logits), obs=y)
+
+    return model
+
+
+def test_vmapped_sweep_stops_a_diverging_fit_as_one_by_one_does():
+    """A grid point whose loss turns NaN: the vmapped sweep keeps the state before it, as
+    bnnpp.fit does in the vmap=False path, instead of NaN scores; each run says where it stopped."""
+    d = bnnpp.data.moons(n=120)
+    configs = sw.grid(("normal",), ("fixed",), fixed_scales=(1.0,))
+    options = {"num_steps": 400, "learning_rate": 0.05, "init_radius": 0.1}
+    with pytest.warns(RuntimeWarning, match="1 of 1 sweep fits met a NaN/inf loss"):
+        together = sw.sweep([d], configs, method="map", seeds=(0,), progress=False, model_fn=_cliff_classifier, **options)
+    with pytest.warns(RuntimeWarning, match="NaN/inf at step"):
+        alone = sw.sweep([d], configs, method="map", seeds=(0,), progress=False, vmap=False, model_fn=_cliff_classifier, **options)
+    (a,), (b,) = together["runs"], alone["runs"]
+    assert a["stopped_at"] is not None and a["stopped_at"] == b["stopped_at"] > 0
+    assert np.isfinite(a["nll"]) and a["accuracy"] == b["accuracy"]
+    assert a["nll"] == pytest.approx(b["nll"], abs=1e-5)
 
 
 @pytest.mark.slow
