@@ -30,6 +30,11 @@ NUTS (``--nuts-sets``, default the three smallest sets) runs split by split.
     python benchmarks/uci.py --data-dir ../shared/data                 # the full run
     python benchmarks/uci.py --data-dir ../shared/data --quick         # 2 splits, short fits
     python benchmarks/uci.py --sets yacht,boston --methods advi,bbb    # a part
+    python benchmarks/uci.py --summary results/uci_a.json,results/uci_b.json --tag summary
+
+``--summary`` fits nothing: it reads result files written by this script and writes the best
+variational row per set over all of them (rows with the standard number of splits only),
+beside the published numbers, with the verdict counted.
 
 Writes ``results/uci.{json,md}`` (``--results``); ``--tag`` appends to the file names.
 """
@@ -284,6 +289,70 @@ def _assemble(rows, sets, overrides, quick, cmd, seconds, done, likelihoods=LIKE
     }
 
 
+#: The standard number of splits per set (Hernández-Lobato & Adams 2015).
+STANDARD_SPLITS = {name: (5 if name == "protein" else 20) for name in SETS}
+
+
+def summarise(paths: list[str]) -> dict:
+    """The best variational row per set over the result files ``paths`` (JSON written by this
+    script), counting only rows fitted on the set's standard number of splits.
+
+    Returns:
+        ``{"benchmark": "uci_summary", "files", "best": {set: row + "file", "protocol"},
+        "verdict": {set: {...}}, "beats_vi", "beats_mc_dropout", "sets"}``; the two counts are
+        over the sets that have a row.
+    """
+    import json
+
+    best: dict[str, dict] = {}
+    for path in paths:
+        with open(path) as f:
+            result = json.load(f)
+        if result.get("benchmark") != "uci":
+            raise ValueError(f"{path} is not a result file of benchmarks/uci.py (its 'benchmark' is {result.get('benchmark')!r})")
+        for row in result["rows"]:
+            if row["method"] not in VARIATIONAL or len(row["splits"]) != STANDARD_SPLITS[row["set"]]:
+                continue
+            if row["set"] not in best or row["test_ll"] > best[row["set"]]["test_ll"]:
+                best[row["set"]] = {**row, "file": os.path.basename(path), "protocol": result["protocol"],
+                                    "likelihoods": sorted(set(row["per_split"].get("likelihood", ["gaussian"])))}
+    verdict = {name: {"method": r["method"], "test_ll": r["test_ll"],
+                      "beats_vi": r["test_ll"] > PUBLISHED[name]["vi"][0],
+                      "beats_mc_dropout": r["test_ll"] > PUBLISHED[name]["mc_dropout"][0]}
+               for name, r in best.items()}
+    return {
+        "benchmark": "uci_summary", "files": [os.path.basename(p) for p in paths], "best": best, "verdict": verdict,
+        "beats_vi": sum(v["beats_vi"] for v in verdict.values()),
+        "beats_mc_dropout": sum(v["beats_mc_dropout"] for v in verdict.values()), "sets": len(verdict),
+    }
+
+
+def summary_markdown(summary: dict, cmd: str) -> str:
+    lines = [
+        "# UCI regression: the best variational row per set over result files",
+        "",
+        (f"`{cmd}`, {dt.date.today().isoformat()}. Files: {', '.join(summary['files'])}. Rows on the standard splits only "
+         "(20; 5 for protein); each row's protocol is in its file."),
+        "",
+        "| set | method | test LL | RMSE | noise models chosen | file | VI (pub.) | MC dropout (pub.) | > VI | > MC dropout |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name in SETS:
+        r = summary["best"].get(name)
+        if r is None:
+            continue
+        v = summary["verdict"][name]
+        lines.append(
+            f"| {name} | {r['method']} | {r['test_ll']:.2f} ± {r['test_ll_se']:.2f} | {r['rmse']:.2f} ± {r['rmse_se']:.2f} | "
+            f"{', '.join(r['likelihoods'])} | {r['file']} | {PUBLISHED[name]['vi'][0]:.2f} ± {PUBLISHED[name]['vi'][1]:.2f} | "
+            f"{PUBLISHED[name]['mc_dropout'][0]:.2f} ± {PUBLISHED[name]['mc_dropout'][1]:.2f} | "
+            f"{'yes' if v['beats_vi'] else 'no'} | {'yes' if v['beats_mc_dropout'] else 'no'} |"
+        )
+    lines += ["", (f"Ahead of the published mean-field VI on {summary['beats_vi']} of {summary['sets']} sets and of the "
+                   f"published MC dropout on {summary['beats_mc_dropout']} of {summary['sets']} (mean test LL over splits).")]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=os.environ.get("BNNPP_DATA_DIR"), help="folder holding the UCI sets (or uci/)")
@@ -296,11 +365,28 @@ def main(argv=None) -> dict:
     ap.add_argument("--likelihoods", default=",".join(LIKELIHOODS),
                     help=f"comma-separated observation models of the validation grid (from {', '.join(LIKELIHOODS)})")
     ap.add_argument("--quick", action="store_true", help="2 splits, short fits (a smoke test, not a result)")
+    ap.add_argument("--summary", default=None, metavar="FILES",
+                    help="comma-separated result JSONs of this script: write the best variational row per set and the verdict; fits nothing")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tag", default="", help="suffix of the result file names")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
     import json
+
+    cmd = ("python benchmarks/uci.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    if args.summary is not None:
+        paths = [p for p in args.summary.split(",") if p]
+        missing = [p for p in paths if not os.path.isfile(p)]
+        if missing or not paths:
+            raise SystemExit(f"--summary: no such result file(s) {', '.join(missing) or '(none given)'}; pass comma-separated uci*.json paths")
+        try:
+            summary = summarise(paths)
+        except (ValueError, KeyError) as err:
+            raise SystemExit(f"--summary: {err}") from None
+        md = summary_markdown(summary, cmd)
+        write_results(args.results, "uci" + (f"_{args.tag}" if args.tag else "_summary"), summary, md)
+        print(md)
+        return summary
 
     import bnnpp
 
@@ -326,7 +412,6 @@ def main(argv=None) -> dict:
     if not likelihoods or any(v not in LIKELIHOODS for v in likelihoods):
         raise SystemExit(f"--likelihoods: choose from {', '.join(LIKELIHOODS)} (got {args.likelihoods!r})")
     nuts_sets = set(args.nuts_sets.split(","))
-    cmd = ("python benchmarks/uci.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     name_out = "uci" + (f"_{args.tag}" if args.tag else "")
     rows = []
     t_all = time.perf_counter()

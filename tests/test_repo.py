@@ -169,3 +169,36 @@ def test_vi_defaults_benchmark_quick(tmp_path):
     result = _run_quick("vi_defaults", tmp_path / "r")
     assert len(result["classification"]) == 16 and all(0 <= r["accuracy"] <= 1 for r in result["classification"])
     assert result["sinusoid"] and all(r["epistemic_ratio"] > 0 for r in result["sinusoid"])
+
+
+def test_uci_summary_takes_the_best_variational_row_on_the_standard_splits(tmp_path):
+    """benchmarks/uci.py --summary: per set the best advi/bbb/vd row over the files, only rows
+    fitted on the standard splits (20; 5 for protein), and the verdict counted against the
+    published numbers; a file that is not uci.py's is refused."""
+
+    def row(name, method, ll, k, lik="gaussian"):
+        return {"set": name, "method": method, "splits": list(range(k)), "test_ll": ll, "test_ll_se": 0.01, "rmse": 1.0,
+                "rmse_se": 0.1, "per_split": {"likelihood": [lik] * k}}
+
+    a = {"benchmark": "uci", "protocol": "A", "rows": [row("wine", "advi", -0.95, 20), row("wine", "map", 0.0, 20),
+                                                        row("protein", "bbb", -2.95, 5), row("yacht", "vd", -1.0, 5)]}
+    b = {"benchmark": "uci", "protocol": "B", "rows": [row("wine", "bbb", -0.92, 20, "heteroscedastic"),
+                                                        row("protein", "advi", -2.99, 5)]}
+    for name, content in (("a", a), ("b", b), ("other", {"benchmark": "speed"})):
+        (tmp_path / f"{name}.json").write_text(json.dumps(content))
+    files = f"{tmp_path / 'a.json'},{tmp_path / 'b.json'}"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "uci.py"), "--summary", files, "--results", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    s = json.loads((tmp_path / "out" / "uci_summary.json").read_text())
+    assert set(s["best"]) == {"wine", "protein"}  # yacht's only row has 5 of 20 splits; map is not variational
+    assert (s["best"]["wine"]["method"], s["best"]["wine"]["file"], s["best"]["wine"]["likelihoods"]) == ("bbb", "b.json", ["heteroscedastic"])
+    assert s["best"]["protein"]["method"] == "bbb" and s["best"]["protein"]["protocol"] == "A"
+    # published: wine VI -0.98, MC dropout -0.93; protein VI -2.99, MC dropout -2.89
+    assert s["verdict"]["wine"] == {"method": "bbb", "test_ll": -0.92, "beats_vi": True, "beats_mc_dropout": True}
+    assert (s["beats_vi"], s["beats_mc_dropout"], s["sets"]) == (2, 1, 2)
+    assert "on 1 of 2" in (tmp_path / "out" / "uci_summary.md").read_text()
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "uci.py"), "--summary", str(tmp_path / "other.json"),
+                          "--results", str(tmp_path / "out2")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "not a result file of benchmarks/uci.py" in bad.stderr
+    assert not (tmp_path / "out2").exists()
