@@ -165,6 +165,14 @@ def test_uci_benchmark_quick(tmp_path):
 
 
 @pytest.mark.slow
+def test_sinusoid_optima_benchmark_quick(tmp_path):
+    result = _run_quick("sinusoid_optima", tmp_path / "r")
+    assert [r["start"] for r in result["rows"]] == ["default", "from MAP"]
+    for r in result["rows"]:
+        assert np.isfinite(r["negative_elbo"]) and r["test_nll"] > 0 and r["train_rmse"] > 0 and r["epistemic_ratio"] > 0
+
+
+@pytest.mark.slow
 def test_vi_defaults_benchmark_quick(tmp_path):
     result = _run_quick("vi_defaults", tmp_path / "r")
     assert len(result["classification"]) == 16 and all(0 <= r["accuracy"] <= 1 for r in result["classification"])
