@@ -104,9 +104,16 @@ def test_aleatoric_sd_of_each_likelihood():
 
 
 def test_a_spec_round_trips_the_new_settings():
-    for m in (bnnpp.models.mlp((3,), likelihood="student_t", df=2.5, outputs=2), bnnpp.models.mlp((3,), likelihood="poisson")):
+    for m in (bnnpp.models.mlp((3,), likelihood="student_t", df=2.5, outputs=2), bnnpp.models.mlp((3,), likelihood="poisson"),
+              bnnpp.models.mlp((3,), likelihood="heteroscedastic"), bnnpp.models.mlp((3,), likelihood="heteroscedastic", sd_link="exp")):
         back = bnnpp.models.from_spec(m.spec())
         assert back.spec() == m.spec() and back.num_outputs == m.num_outputs
+    assert bnnpp.models.mlp((3,), likelihood="heteroscedastic").sd_link == "softplus"
+    # a heteroscedastic model saved before sd_link existed was fitted under the exp link
+    old = {k: v for k, v in bnnpp.models.mlp((3,), likelihood="heteroscedastic").spec().items() if k != "sd_link"}
+    assert bnnpp.models.from_spec(old).sd_link == "exp"
+    old_gaussian = {k: v for k, v in bnnpp.models.mlp((3,), likelihood="gaussian").spec().items() if k != "sd_link"}
+    assert bnnpp.models.from_spec(old_gaussian).sd_link is None
 
 
 @pytest.mark.parametrize(
@@ -118,6 +125,8 @@ def test_a_spec_round_trips_the_new_settings():
         ({"likelihood": "categorical", "num_classes": 3, "outputs": 2}, "outputs= is the number of regression targets"),
         ({"likelihood": "gaussian", "outputs": 0}, r"outputs must be an integer ≥ 1"),
         ({"likelihood": "laplace"}, "unknown likelihood 'laplace'"),
+        ({"likelihood": "gaussian", "sd_link": "exp"}, "sd_link applies only to likelihood='heteroscedastic'"),
+        ({"likelihood": "heteroscedastic", "sd_link": "log"}, "unknown sd_link 'log'"),
     ],
 )
 def test_bad_settings_are_one_line_errors(kwargs, match):
@@ -154,6 +163,16 @@ def test_heteroscedastic_fit_learns_where_the_noise_is():
     # 100 points per side estimate an sd to about ±7% (1/√(2·100)); MAP's plug-in sd and the
     # net's smooth step between the halves widen that: within a factor 2 of the truth
     assert 0.025 < low < 0.1 and 0.25 < high < 1.0
+
+
+def test_heteroscedastic_sd_link_exp_is_the_head_exponentiated():
+    from numpyro import handlers
+
+    model = bnnpp.models.mlp((), likelihood="heteroscedastic", sd_link="exp")
+    x = np.array([[-1.0], [0.0], [2.0]], np.float32)
+    w, b = np.array([[0.5, 0.7]], np.float32), np.array([0.1, -0.2], np.float32)
+    tr = handlers.trace(handlers.substitute(model, data={"dense_0.w": w, "dense_0.b": b})).get_trace(x, np.zeros(3, np.float32))
+    np.testing.assert_allclose(np.asarray(tr["log_sd"]["value"]), x[:, 0] * 0.7 - 0.2, rtol=1e-6, atol=1e-7)
 
 
 def test_heteroscedastic_sd_is_softplus_of_the_head_and_stays_finite():

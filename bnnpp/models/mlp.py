@@ -49,6 +49,8 @@ class CategoricalLogits(dist.CategoricalLogits):
 
 
 LIKELIHOODS = ("categorical", "bernoulli", "gaussian", "student_t", "poisson", "heteroscedastic")
+#: How a heteroscedastic net's second head h gives the sd (see :func:`observe`).
+SD_LINKS = ("softplus", "exp")
 CLASSIFICATION = ("categorical", "bernoulli")
 BASIC_LIKELIHOODS = ("categorical", "bernoulli", "gaussian")
 """What :func:`check_observation` accepts unless told otherwise (``from_flax`` networks)."""
@@ -86,6 +88,7 @@ class MLP:
         noise_scale: float,
         df: float | None = None,
         outputs: int | None = None,
+        sd_link: str | None = None,
     ):
         self.hidden = hidden
         self.activation = activation
@@ -96,6 +99,7 @@ class MLP:
         self.noise_scale = noise_scale
         self.df = df
         self.outputs = outputs
+        self.sd_link = sd_link
         self._act = ACTIVATIONS[activation]
 
     @property
@@ -128,7 +132,7 @@ class MLP:
             if i < len(widths) - 1:
                 ht = self._act(ht)
         h = ht.T
-        observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs)
+        observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs, sd_link=self.sd_link)
 
     def spec(self) -> dict:
         """JSON-serialisable description; :func:`bnnpp.models.from_spec` rebuilds the model."""
@@ -143,10 +147,11 @@ class MLP:
             "noise_scale": self.noise_scale,
             "df": self.df,
             "outputs": self.outputs,
+            "sd_link": self.sd_link,
         }
 
     def __repr__(self) -> str:
-        extra = "".join(f", {k}={v}" for k, v in (("df", self.df), ("outputs", self.outputs)) if v is not None)
+        extra = "".join(f", {k}={v!r}" for k, v in (("df", self.df), ("outputs", self.outputs), ("sd_link", self.sd_link)) if v is not None)
         return (
             f"mlp(hidden={self.hidden}, activation={self.activation!r}, likelihood={self.likelihood!r}, "
             f"num_classes={self.num_classes}, noise={self.noise}, prior={self.prior}{extra})"
@@ -155,7 +160,7 @@ class MLP:
 
 def observe(
     data, h: jnp.ndarray, y, likelihood: str, noise: float | None, noise_scale: float, *, df: float | None = None,
-    outputs: int | None = None,
+    outputs: int | None = None, sd_link: str | None = None,
 ) -> None:
     """The observation sites of a network with outputs ``h`` ``(n, width)``: ``noise`` ~
     HalfNormal(``noise_scale``) when a gaussian / student_t scale is learned (``noise=None``),
@@ -167,8 +172,9 @@ def observe(
     N(mean, σ²); student_t StudentT(df, mean, σ) (robust to outliers); poisson
     Poisson(exp(h)) (``h`` the log rate, counts ``y``); heteroscedastic N(mean, sd²)
     with ``mean = h[:, :K]`` and ``sd = softplus(h[:, K:]) + 1e-6`` (Nix & Weigend 1994: the
-    network also predicts its noise; the softplus link of Lakshminarayanan et al. 2017), its
-    log recorded as the deterministic ``log_sd``. With ``outputs=K`` a row of ``y`` ``(n, K)`` is one event
+    network also predicts its noise; the softplus link of Lakshminarayanan et al. 2017), or
+    ``sd = exp(h[:, K:])`` with ``sd_link="exp"``, its log recorded as the deterministic
+    ``log_sd``. With ``outputs=K`` a row of ``y`` ``(n, K)`` is one event
     (``.to_event(1)``), so the log-likelihood has one value per row.
     """
     if likelihood in LEARNED_NOISE:
@@ -192,9 +198,10 @@ def observe(
         else:
             mean = numpyro.deterministic("mean", head(h[..., :k]))
             if likelihood == "heteroscedastic":
-                # softplus, not exp: an exp link lets a weight draw push one row's sd past
+                # softplus by default: an exp link lets a weight draw push one row's sd past
                 # float32 range (seen on protein); + 1e-6 as Lakshminarayanan et al. (2017, §2.2.1)
-                sd = jax.nn.softplus(head(h[..., k:])) + 1e-6
+                raw = head(h[..., k:])
+                sd = jnp.exp(raw) if sd_link == "exp" else jax.nn.softplus(raw) + 1e-6
                 numpyro.deterministic("log_sd", jnp.log(sd))
                 fn = dist.Normal(mean, sd)
             elif likelihood == "student_t":
@@ -267,6 +274,7 @@ def mlp(
     noise_scale: float = 1.0,
     df: float | None = None,
     outputs: int | None = None,
+    sd_link: str | None = None,
 ) -> MLP:
     """A fully connected Bayesian network as a NumPyro model ``model(x, y=None)``.
 
@@ -286,6 +294,10 @@ def mlp(
         df: student_t only: degrees of freedom (default 4).
         outputs: regression only: K targets per row, ``y`` of shape ``(n, K)`` (one event per
             row, K independent outputs given the weights); ``None`` (default) for ``y`` ``(n,)``.
+        sd_link: heteroscedastic only: ``"softplus"`` (default; sd = softplus(h) + 1e-6) or
+            ``"exp"`` (sd = exp(h), the link of bnnpp before 2026-11-25: it can overflow
+            float32 for a weight draw that pushes ``h`` past 88; saved models of that time load
+            with it).
 
     Returns:
         An :class:`MLP`, callable as ``model(x, y=None, *, subsample_size=None)`` with
@@ -305,7 +317,13 @@ def mlp(
         prior = normal(1.0)
     if not isinstance(prior, Prior):
         raise TypeError(f"prior must be a bnnpp.priors.Prior such as priors.normal(1.0), got {prior!r}")
-    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale, df, outputs)
+    if sd_link is not None and likelihood != "heteroscedastic":
+        raise ValueError(f"sd_link applies only to likelihood='heteroscedastic', not {likelihood!r}: leave it unset")
+    if likelihood == "heteroscedastic":
+        sd_link = "softplus" if sd_link is None else sd_link
+        if sd_link not in SD_LINKS:
+            raise ValueError(f"unknown sd_link {sd_link!r}; choose one of {', '.join(SD_LINKS)}")
+    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale, df, outputs, sd_link)
 
 
 def mlp_from_spec(spec: dict) -> MLP:
@@ -320,4 +338,6 @@ def mlp_from_spec(spec: dict) -> MLP:
         noise_scale=spec["noise_scale"],
         df=spec.get("df"),  # files of bnnpp 0.1 have neither
         outputs=spec.get("outputs"),
+        # heteroscedastic files written before sd_link existed used the exp link
+        sd_link=spec.get("sd_link", "exp") if spec["likelihood"] == "heteroscedastic" else None,
     )
