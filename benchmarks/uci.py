@@ -258,15 +258,19 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _verdict(row: dict) -> dict:
+    """A set's best variational ``row`` against the published VI and MC dropout test LL."""
+    pub = PUBLISHED[row["set"]]
+    return {"method": row["method"], "test_ll": row["test_ll"],
+            "beats_vi": row["test_ll"] > pub["vi"][0], "beats_mc_dropout": row["test_ll"] > pub["mc_dropout"][0]}
+
+
 def _assemble(rows, sets, overrides, quick, cmd, seconds, done, likelihoods=LIKELIHOODS):
     verdict = {}
     for name in sets:
         cands = [r for r in rows if r["set"] == name and r["method"] in VARIATIONAL]
         if cands:
-            b = max(cands, key=lambda r: r["test_ll"])
-            verdict[name] = {"method": b["method"], "test_ll": b["test_ll"],
-                             "beats_vi": b["test_ll"] > PUBLISHED[name]["vi"][0],
-                             "beats_mc_dropout": b["test_ll"] > PUBLISHED[name]["mc_dropout"][0]}
+            verdict[name] = _verdict(max(cands, key=lambda r: r["test_ll"]))
     return {
         "benchmark": "uci",
         "produced_by": cmd,
@@ -316,10 +320,7 @@ def summarise(paths: list[str]) -> dict:
             if row["set"] not in best or row["test_ll"] > best[row["set"]]["test_ll"]:
                 best[row["set"]] = {**row, "file": os.path.basename(path), "protocol": result["protocol"],
                                     "likelihoods": sorted(set(row["per_split"].get("likelihood", ["gaussian"])))}
-    verdict = {name: {"method": r["method"], "test_ll": r["test_ll"],
-                      "beats_vi": r["test_ll"] > PUBLISHED[name]["vi"][0],
-                      "beats_mc_dropout": r["test_ll"] > PUBLISHED[name]["mc_dropout"][0]}
-               for name, r in best.items()}
+    verdict = {name: _verdict(r) for name, r in best.items()}
     return {
         "benchmark": "uci_summary", "files": [os.path.basename(p) for p in paths], "best": best, "verdict": verdict,
         "beats_vi": sum(v["beats_vi"] for v in verdict.values()),

@@ -37,8 +37,8 @@ It owns, once for all methods:
   seconds.
 
 :func:`trace_fit` is the same fit as one pure function, without the guard, the bar or the
-host: what :func:`bnnpp.sweep.sweep` ``vmap``s over seeds and prior hyperparameters;
-:func:`guarded_trace_fit` adds the guard's stop at the first non-finite step (``benchmarks/uci.py``).
+host; :func:`guarded_trace_fit` adds the guard's stop at the first non-finite step: what
+:func:`bnnpp.sweep.sweep` and ``benchmarks/uci.py`` ``vmap`` over seeds, hyperparameters and splits.
 
 The file is about 700 lines because it is the one driver: the unit of work, the chunk and its
 guard, the loop with its checkpoints and signals, and the construction of the Posterior are
@@ -270,9 +270,8 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
     a failing unit is not applied, so the carry holds the last finite state.
     """
     num_units = _num_units(plan)
-    abstract = lambda tree: jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
-    rs_shape, data_shape = abstract(rs_shape), abstract(data)
-    row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], rs_shape, data_shape)
+    rs_shape, data_shape = _abstract(rs_shape), _abstract(data)
+    row_shape = _row_shape(plan, rs_shape, data_shape)
 
     def chunk(carry, start, data):
         if guard == "loss" and shardings is None and plan.ends is None and plan.algorithm.member_step is not None:
@@ -293,6 +292,16 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
     return jax.jit(chunk, in_shardings=(carry_sh, rep, data_sh), out_shardings=(carry_sh, rep)).lower(
         carry, jax.ShapeDtypeStruct((), jnp.int32), data_shape
     )
+
+
+def _abstract(tree):
+    """Each array leaf of ``tree`` (concrete, traced or abstract) as a ``ShapeDtypeStruct``."""
+    return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
+
+
+def _row_shape(plan: _Plan, rs, data):
+    """The abstract rows (info, emitted, …) one unit returns for run state ``rs`` and ``data``; compiles nothing."""
+    return jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], _abstract(rs), _abstract(data))
 
 
 def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape, guard: str):
@@ -705,10 +714,10 @@ def _trace(algorithm: Algorithm, root, x, y, guard: bool):
     num_units = _num_units(plan)
     if guard:
         rs0 = _init(plan, data)
-        abstract = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), (rs0, data))
-        row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], *abstract)
         carry = (rs0, jnp.bool_(False), jnp.int32(-1))
-        (rs, _, stopped_at), (info, emitted, _) = _scan_units(plan, carry, jnp.int32(0), data, num_units, num_units, row_shape, "step")
+        (rs, _, stopped_at), (info, emitted, _) = _scan_units(
+            plan, carry, jnp.int32(0), data, num_units, num_units, _row_shape(plan, rs0, data), "step"
+        )
         # the last unit attempted: the bad one when stopped (the later rows are blanks)
         last = jnp.where(stopped_at >= 0, stopped_at, num_units - 1)
         last_info = jax.tree_util.tree_map(lambda a: a[last], info)
