@@ -93,7 +93,7 @@ def _groups(hlo_text: str) -> dict[str, str]:
         name, op_name = m.group(1), (re.search(r'op_name="([^"]*)"', line) or [None, ""])[1]
         if " dot(" in line or "kind=kCustom" in line:
             out[name] = "matmul"
-        elif "/cond/branch" in op_name or "_normal" in op_name or "threefry" in op_name or "random_bits" in op_name:
+        elif ("/cond/branch" in op_name and "jvp(" in op_name) or "_normal" in op_name or "threefry" in op_name or "random_bits" in op_name:  # the noise conditionals sit in the forward pass (jvp); apply_optimizer's does not
             out[name] = "noise"
         else:
             out[name] = "elementwise"

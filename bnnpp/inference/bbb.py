@@ -41,10 +41,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values
+from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     boolean,
@@ -254,6 +254,8 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         return nll + kl_weight * kl, (nll, kl)
 
     def objective(params, key, xb, yb, kl_weight):
+        if options.num_particles == 1:  # no particle axis: vmap's size-1 axis costs transposes around the matmuls
+            return particle(params, jax.random.split(key, 1)[0], xb, yb, kl_weight)  # the key vmap would give
         keys = jax.random.split(key, options.num_particles)
         loss, (nll, kl) = jax.vmap(particle, in_axes=(None, 0, None, None, None))(params, keys, xb, yb, kl_weight)
         return loss.mean(), (nll.mean(), kl.mean())
@@ -262,8 +264,8 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         (loss, (nll, kl)), grads = jax.value_and_grad(objective, has_aux=True)(
             state.params, key, *batch_data, weights[state.t % num_batches]
         )
-        updates, opt_state = opt.update(grads, state.opt_state, state.params)
-        return BBBState(optax.apply_updates(state.params, updates), opt_state, state.t + 1), BBBInfo(loss, nll, kl, nll + kl)
+        params, opt_state = apply_optimizer(opt, grads, state.opt_state, state.params)
+        return BBBState(params, opt_state, state.t + 1), BBBInfo(loss, nll, kl, nll + kl)
 
     def sample(key, state, num_samples):
         params = state.params

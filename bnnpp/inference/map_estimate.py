@@ -20,10 +20,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
+from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     optimizer,
@@ -97,8 +97,8 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
 
     def step(key, state, batch_data):
         loss, grads = jax.value_and_grad(neg_log_joint)(state.position, *batch_data)
-        updates, opt_state = opt.update(grads, state.opt_state, state.position)
-        return MAPState(optax.apply_updates(state.position, updates), opt_state), MAPInfo(loss)
+        position, opt_state = apply_optimizer(opt, grads, state.opt_state, state.position)
+        return MAPState(position, opt_state), MAPInfo(loss)
 
     def sample(key, state, num_samples):
         # latent shapes do not depend on n: one row is enough to run the model

@@ -44,11 +44,11 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms, log_likelihood, site_log_prior
+from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     boolean,
@@ -181,8 +181,7 @@ def build(model, x, y, options: MCDropoutOptions) -> Algorithm:
     def step(key, state, batch_data):
         params = (state.position, state.logit_p)
         loss, grads = jax.value_and_grad(objective)(params, key, *batch_data)
-        updates, opt_state = opt.update(grads, state.opt_state, params)
-        position, logit_p = optax.apply_updates(params, updates)
+        (position, logit_p), opt_state = apply_optimizer(opt, grads, state.opt_state, params)
         return MCDropoutState(position, logit_p, opt_state), MCDropoutInfo(loss, jax.nn.sigmoid(logit_p))
 
     def sample(key, state, num_samples):

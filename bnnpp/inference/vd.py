@@ -68,11 +68,11 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
+from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     check_batch_size,
@@ -348,8 +348,7 @@ def build(model, x, y, options: VDOptions) -> Algorithm:
         params = (state.position, state.noise)
         beta = kl_weight(state.t, warmup)
         (loss, (nll, kl)), grads = jax.value_and_grad(objective, has_aux=True)(params, key, *batch_data, beta)
-        updates, opt_state = opt.update(grads, state.opt_state, params)
-        position, noise = optax.apply_updates(params, updates)
+        (position, noise), opt_state = apply_optimizer(opt, grads, state.opt_state, params)
         return VDState(position, noise, opt_state, state.t + 1), VDInfo(loss, nll, kl, nll + kl, beta)
 
     def sample(key, state, num_samples):
