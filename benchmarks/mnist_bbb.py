@@ -445,7 +445,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--epochs", type=int, default=None,
                     help=f"training epochs (default: quick 2, full 600, else {EPOCHS}, or fewer if they do not fit --budget-minutes)")
     ap.add_argument("--budget-minutes", type=float, default=30.0, help="default mode: the BBB training run's wall budget")
-    ap.add_argument("--rounds", type=int, default=None, help="alternating BBB/MAP timing rounds (default: quick 2, else 3)")
+    ap.add_argument("--rounds", type=int, default=None, help="alternating BBB/MAP timing rounds (default: quick 2, else 5: a median of 5 is robust to two disturbed rounds on a shared machine)")
     ap.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: $BNNPP_DATA_DIR, else ../shared/data)")
     ap.add_argument("--out", "--results", dest="out", default=os.path.join(HERE, "results"), help="folder for mnist_bbb.{json,md}")
     ap.add_argument("--seed", type=int, default=0)
@@ -494,7 +494,7 @@ def main(argv=None) -> dict:
     estimator = args.estimator or ESTIMATOR
     model = build(cell=cell)
     m = len(data.x_train) // BATCH
-    rounds = args.rounds or (2 if args.quick else 3)
+    rounds = args.rounds or (2 if args.quick else 5)
     t = timing(model, data, rounds, 1, args.seed, gaussian=not args.quick, estimator=estimator)
 
     if args.epochs is not None:
