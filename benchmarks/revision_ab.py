@@ -62,8 +62,8 @@ def _markdown(r: dict) -> str:
     lines = [
         "# revision_ab", "",
         f"`{r['command']}`, {r['date']}; {r['machine']}.", "",
-        f"MNIST 2×400, scale mixture, batches of 128, one epoch per fit (compilation excluded); rounds alternate the "
-        f"baseline {r['baseline']} and this checkout ({r['head']}), each a fresh process timing BBB then MAP.", "",
+        (f"MNIST 2×400, scale mixture, batches of 128, one epoch per fit (compilation excluded); rounds alternate the "
+         f"baseline {r['baseline']} and this checkout ({r['head']}), each a fresh process timing BBB then MAP."), "",
         "| round | revision | BBB s / epoch | MAP s / epoch | BBB / MAP | load (1 min) |", "|---|---|---|---|---|---|",
     ]
     for row in r["rows"]:

@@ -122,3 +122,35 @@ def test_bad_validation_data_fails_before_compiling(validation, error, match, mo
             bnnpp.models.mlp((3,), num_classes=2), moons, method="bbb", progress=False, validation_data=validation
         )
     assert compile_counter() == before
+
+
+def test_revision_ab_refuses_an_unknown_revision_before_timing(tmp_path):
+    """benchmarks/revision_ab.py: a revision git does not know is a one-line SystemExit, and no
+    result file is written."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "revision_ab.py"
+    proc = subprocess.run([sys.executable, str(script), "--baseline", "no-such-revision", "--data-dir", str(_data_dir()),
+                           "--results", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False)
+    if "no mnist/ folder" in proc.stderr:
+        pytest.skip("MNIST not found (set BNNPP_DATA_DIR)")
+    assert proc.returncode != 0
+    assert "is not a revision of this repository" in proc.stderr.strip().splitlines()[-1]
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow  # two fresh processes, each loading MNIST and compiling BBB and MAP: ~1 minute on 2 cores
+def test_revision_ab_quick_times_both_revisions(mnist, tmp_path):
+    """The quick run against HEAD times BBB and MAP at both revisions and writes its table."""
+    import json
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "revision_ab.py"
+    proc = subprocess.run([sys.executable, str(script), "--baseline", "HEAD", "--quick", "--data-dir", str(_data_dir()),
+                           "--results", str(tmp_path)], capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads((tmp_path / "revision_ab.json").read_text())
+    assert len(result["rows"]) == 2 and {r["revision"] for r in result["rows"]} == set(result["summary"])
+    assert all(r["bbb"] > 0 and r["map"] > 0 and r["ratio"] == pytest.approx(r["bbb"] / r["map"]) for r in result["rows"])
