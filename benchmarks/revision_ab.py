@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--data-dir", default=None, help="folder holding mnist/ (default: $BNNPP_DATA_DIR, else ../shared/data)")
     ap.add_argument("--out", "--results", dest="out", default=os.path.join(HERE, "results"), help="folder for revision_ab.{json,md}")
     args = ap.parse_args(argv)
-    rounds = args.rounds or (1 if args.quick else 5)
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 5)  # --rounds 0 is an error, not the default
     if rounds < 1:
         raise SystemExit("revision_ab: --rounds must be at least 1")
     data_dir = args.data_dir or default_data_dir()
