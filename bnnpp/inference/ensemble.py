@@ -43,12 +43,12 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import MAPOptions, MAPState
 from bnnpp.inference.map_estimate import build as build_map
+from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     fraction,
@@ -196,8 +196,8 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
             return -(log_prior + (n / batch) * 0.5 * (log_lik - nll(u, x_adv)))
 
         value, grads = jax.value_and_grad(loss)(state.position)
-        updates, opt_state = opt.update(grads, state.opt_state, state.position)
-        return MAPState(optax.apply_updates(state.position, updates), opt_state), value
+        position, opt_state = apply_optimizer(opt, grads, state.opt_state, state.position)
+        return MAPState(position, opt_state), value
 
     def member_step(key, state, batch_data):
         if adversarial_epsilon > 0:

@@ -44,6 +44,7 @@ from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import MAPState
+from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     check_batch_size,
@@ -223,8 +224,7 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     def swag_step(key, state, batch_data):
         def one_member(position, sgd_state, moments):
             loss, grads = jax.value_and_grad(lambda u: one_loss(u, batch_data))(position)
-            updates, sgd_state = sgd.update(grads, sgd_state, position)
-            position = optax.apply_updates(position, updates)
+            position, sgd_state = apply_optimizer(sgd, grads, sgd_state, position)
             return position, sgd_state, loss
 
         position, sgd_state, loss = jax.vmap(one_member)(state.pre.position, state.sgd, state.moments)
