@@ -15,6 +15,20 @@ def default_data_dir() -> str:
     return os.environ.get("BNNPP_DATA_DIR") or os.path.join(HERE, "..", "..", "shared", "data")
 
 
+def parse_seeds(text: str, quick: bool = False) -> list[int]:
+    """The ``--fit-seeds`` list, ``"0,1,2"`` → ``[0, 1, 2]`` (``[0]`` with ``quick``); a
+    one-line ``SystemExit`` for anything else, before any fit starts."""
+    if quick:
+        return [0]
+    try:
+        seeds = [int(t) for t in text.split(",") if t]
+    except ValueError:
+        raise SystemExit(f"--fit-seeds: comma-separated integers, got {text!r}") from None
+    if not seeds:
+        raise SystemExit("--fit-seeds: give at least one seed, e.g. 0,1,2")
+    return seeds
+
+
 def machine() -> str:
     """The machine line every result file carries: architecture, cores, Python, jax and its backend."""
     import jax

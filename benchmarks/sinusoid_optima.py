@@ -28,7 +28,7 @@ import sys
 import time
 
 import numpy as np
-from _common import machine, write_results
+from _common import machine, parse_seeds, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROBES = np.array([[-1.2], [0.0], [1.2]], np.float32)
@@ -107,12 +107,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--fit-seeds", default="0,1,2", metavar="S,S,...")
     ap.add_argument("--results", default=os.path.join(HERE, "results"))
     args = ap.parse_args(argv)
-    try:
-        seeds = [0] if args.quick else [int(t) for t in args.fit_seeds.split(",") if t]
-    except ValueError:
-        raise SystemExit(f"--fit-seeds: comma-separated integers, got {args.fit_seeds!r}") from None
-    if not seeds:
-        raise SystemExit("--fit-seeds: give at least one seed, e.g. 0,1,2")
+    seeds = parse_seeds(args.fit_seeds, args.quick)
     import bnnpp
 
     steps = 300 if args.quick else 10_000

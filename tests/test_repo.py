@@ -210,3 +210,12 @@ def test_uci_summary_takes_the_best_variational_row_on_the_standard_splits(tmp_p
                           "--results", str(tmp_path / "out2")], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "not a result file of benchmarks/uci.py" in bad.stderr
     assert not (tmp_path / "out2").exists()
+
+
+@pytest.mark.slow
+def test_sinusoid_mixture_q_benchmark_quick(tmp_path):
+    result = _run_quick("sinusoid_mixture_q", tmp_path / "r")
+    assert [(r["family"], r["warmup"]) for r in result["rows"]] == [("gaussian", 0.0), ("mixture", 0.0), ("gaussian", 0.5), ("mixture", 0.5)]
+    for r in result["rows"]:
+        assert np.isfinite(r["negative_elbo"]) and r["test_nll"] > 0 and r["train_rmse"] > 0 and r["epistemic_ratio"] > 0
+    assert set(result["rows"][1]["first_component_share"]) == {"dense_0.w", "dense_0.b", "dense_1.w", "dense_1.b", "dense_2.w", "dense_2.b"}
