@@ -30,6 +30,7 @@ __all__ = [
 ]
 
 OBSERVED = "y"
+_RENAMED_FROM = "bnnpp_renamed_from"  # infer key marking the site "y" that rename_observed renamed
 """The name bnnpp reads a model's observations from."""
 
 
@@ -80,6 +81,7 @@ def _abstract_trace(model: Callable, x, y, plates: dict | None = None) -> dict:
                 found[name] = {
                     "is_observed": site["is_observed"], "fn": site["fn"], "shape": tuple(jnp.shape(site["value"])),
                     "dims": tuple((site.get("infer") or {}).get("dims", ())),
+                    "renamed_from": (site.get("infer") or {}).get(_RENAMED_FROM),
                 }
         return 0
 
@@ -197,6 +199,12 @@ def _check_observed(found: dict, y_shape: tuple[int, ...], name: str) -> None:
     shape is ``(n,)`` (a ``(n, K)`` target is one event, ``.to_event(1)``)."""
     # numpyro.factor terms are observed sites of the Unit distribution: part of the joint, not data
     observed = [k for k, site in found.items() if site["is_observed"] and not isinstance(site["fn"], dist.Unit)]
+    if name != OBSERVED and OBSERVED in found and found[OBSERVED].get("renamed_from") != name:
+        # the model has its own "y" and nothing called ``name`` was renamed to it
+        raise ValueError(
+            f"the model has no sample site named {name!r}; its observed site is {OBSERVED!r}: leave out observed= "
+            f"(or pass observed={OBSERVED!r})"
+        )
     if OBSERVED not in found or not found[OBSERVED]["is_observed"]:
         if observed and name != OBSERVED:
             raise ValueError(f"the model has no observed site named {name!r}; its observed site is {observed[0]!r}: pass observed={observed[0]!r}")
@@ -287,6 +295,7 @@ class _Rename(handlers.Messenger):
     def process_message(self, msg):
         if msg["type"] == "sample" and msg["name"] == self.old:
             msg["name"] = self.new
+            msg["infer"] = {**(msg.get("infer") or {}), _RENAMED_FROM: self.old}  # read by the model check
 
 
 def rename_observed(model: Callable, observed: str) -> Callable:
