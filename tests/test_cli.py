@@ -119,6 +119,8 @@ def test_help_lists_every_option(capsys):
         (["--method", "bbb", "--batch-size", "5000"], "batch_size 5000 is larger than the 700 training rows"),
         (["--method", "sgld", "--step-size", "0"], "step_size"),
         (["--method", "advi", "--learn-prior"], "--learn-prior does not apply to --method advi"),
+        (["--scale", "2"], "--scale 2 is the fixed prior scale and needs --hyperprior fixed"),  # not silently ignored
+        (["--hyperprior", "fixed", "--per", "unit"], "--per unit scopes a sampled scale"),
     ],
 )
 def test_bad_input_one_line_error_no_output(argv, match, tmp_path, capsys):
@@ -136,4 +138,26 @@ def test_argparse_rejects_unknown_choices(argv, tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["fit", "--out", str(tmp_path / "x"), *argv])
     assert e.value.code == 2
-    assert "bnnpp fit: error: argument" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert "bnnpp fit: error: argument" in err and len(err.splitlines()) == 1, err  # one line, no usage block
+    assert err.endswith("see bnnpp fit --help")
+
+
+def test_a_bad_value_from_a_config_file_names_the_file(tmp_path, capsys):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('method = "map"\nnum_steps = 3.5\n')
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--config", str(cfg), "--out", str(tmp_path / "x")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "invalid int value: '3.5'" in err and f"--config {cfg}" in err, err
+    assert not (tmp_path / "x").exists()
+
+
+def test_fixed_scale_and_hyperprior_defaults_still_accepted(tmp_path):
+    """1 and layer are the defaults a config.toml of an earlier run records: accepted with any hyperprior."""
+    from bnnpp.cli.fit import prior_from_flags
+
+    assert prior_from_flags("normal", "inverse-gamma", None, 1.0, "layer") == prior_from_flags("normal", "inverse-gamma", None, None, None)
+    assert prior_from_flags("normal", "fixed", None, None, "layer").scale == 1.0
+    assert prior_from_flags("normal", "fixed", None, 2.5, None).scale == 2.5

@@ -32,8 +32,29 @@ COMMANDS: dict[str, str] = {
 DESCRIPTION = "Bayesian neural networks on JAX/NumPyro: fit, predict, analyse."
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2), as every
+    other ``bnnpp`` error is, instead of argparse's usage block and the error."""
+
+    config_file: str | None = None  # set by main() while a --config file's values are parsed
+
+    def error(self, message: str):
+        origin = f" (--config {self.config_file} supplies its keys as these flags)" if _Parser.config_file else ""
+        self.exit(2, f"{self.prog}: error: {message}{origin}; see {self.prog} --help\n")
+
+
+def _config_path(argv: list[str]) -> str | None:
+    """The FILE of ``--config FILE`` (or ``--config=FILE``) in ``argv``, else ``None``."""
+    for i, a in enumerate(argv):
+        if a == "--config" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--config="):
+            return a.split("=", 1)[1]
+    return None
+
+
 def _parser(commands) -> tuple[argparse.ArgumentParser, argparse._SubParsersAction]:
-    parser = argparse.ArgumentParser(prog="bnnpp", description=DESCRIPTION)
+    parser = _Parser(prog="bnnpp", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in commands:
         importlib.import_module(f"bnnpp.cli.{name}").add_parser(sub)
@@ -54,7 +75,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def _light_parser() -> argparse.ArgumentParser:
     """The command list alone, for ``bnnpp``, ``bnnpp --help`` and a mistyped command."""
-    parser = argparse.ArgumentParser(prog="bnnpp", description=DESCRIPTION)
+    parser = _Parser(prog="bnnpp", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, text in COMMANDS.items():
         sub.add_parser(name, help=text)
@@ -74,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"bnnpp {command}: error: {e}", file=sys.stderr)
         return 2
-    args = parser.parse_args(expanded)
+    _Parser.config_file = _config_path(argv)
+    try:
+        args = parser.parse_args(expanded)
+    finally:
+        _Parser.config_file = None
     args.argv = argv  # to print the command that resumes a fit
     args.import_seconds = time.perf_counter() - sys.modules["bnnpp"]._IMPORT_START
     # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line

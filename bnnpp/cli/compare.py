@@ -13,6 +13,7 @@ import bnnpp
 from bnnpp import priors, reports, runs
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
+from bnnpp.cli.fit import prior_from_flags
 from bnnpp.inference import get_backend, registered
 
 CLASSIFICATION_SETS = ("moons", "circles")
@@ -64,7 +65,7 @@ def add_parser(sub) -> None:
     p.add_argument("--activation", default="tanh", choices=sorted(bnnpp.models.ACTIVATIONS))
     p.add_argument("--prior", default="normal", choices=list(priors.PRIORS), help="weight prior family")
     p.add_argument("--hyperprior", default="inverse-gamma", choices=["fixed", *priors.HYPERPRIORS], help="prior on each layer's scale")
-    p.add_argument("--scale", type=float, default=1.0, help="the fixed prior scale when --hyperprior fixed")
+    p.add_argument("--scale", type=float, default=None, help="the fixed prior scale with --hyperprior fixed (default 1)")
     p.add_argument("--set", dest="sets", type=_set, action="append", default=[], metavar="METHOD.OPTION=VALUE",
                    help="override one method option, e.g. --set nuts.num_samples=1000 (repeatable)")
     p.add_argument("--noise", type=float, default=None, help="regression: the known observation sd (default: learned)")
@@ -94,8 +95,7 @@ def _build(args):
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     except ValueError:
         raise ValueError(f"--hidden takes comma-separated widths such as 5,5, got {args.hidden!r}") from None
-    scale = args.scale if args.hyperprior == "fixed" else priors.hyperprior(args.hyperprior)
-    prior = priors.prior(args.prior, scale)
+    prior = prior_from_flags(args.prior, args.hyperprior, None, args.scale, None)
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
     dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **kwargs)
     if args.noise is not None and (dataset.task != "regression" or args.noise <= 0):
