@@ -22,6 +22,7 @@ This module imports nothing from bnnpp.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -204,7 +205,8 @@ def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
     a second writer fails at once; clean up after writers that were killed.
 
     The lock is ``flock`` on ``.<name>.lock`` beside the folder (released by the system when
-    the process ends, however it ends). Once it is held, temporary folders that a killed run
+    the process ends, however it ends); the file is removed when the command ends, and one
+    that a killed process left is taken over. Once it is held, temporary folders that a killed run
     left beside the target are removed, and a previous run that a kill left moved aside (the
     target missing) is moved back.
 
@@ -220,14 +222,25 @@ def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
     parent, name = os.path.split(out_dir)
     os.makedirs(parent, exist_ok=True)
     lock_path = os.path.join(parent, f".{name}.lock")
-    handle = open(lock_path, "a+")  # noqa: SIM115  (held open for the lock's lifetime)
-    try:
+    while True:
+        handle = open(lock_path, "a+")  # noqa: SIM115  (held open for the lock's lifetime)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
+            handle.close()
             raise ValueError(
                 f"another bnnpp process is writing {out_dir} (lock {lock_path}); wait for it to finish or choose another folder"
             ) from None
+        # the holder before us removes the file before it lets go: a lock on a file that is no
+        # longer at lock_path guards nothing, so open the path again
+        try:
+            current = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            current = False
+        if current:
+            break
+        handle.close()
+    try:
         for stale in _siblings(out_dir, "new"):
             shutil.rmtree(stale, ignore_errors=True)
         old = _siblings(out_dir, "old")
@@ -238,6 +251,8 @@ def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
             shutil.rmtree(stale, ignore_errors=True)
         yield out_dir
     finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(lock_path)  # while still held: no lock file is left beside the run
         handle.close()
 
 

@@ -135,6 +135,17 @@ def test_the_lock_cleans_up_after_a_killed_writer(tmp_path):
         assert not stale_new.exists() and (out / "metrics.json").exists() and not moved_aside.exists()
 
 
+def test_the_lock_file_is_removed_when_the_command_ends(tmp_path):
+    out = tmp_path / "run"
+    (tmp_path / ".run.lock").write_text("")  # left by a killed process: nobody holds it
+    with files.run_folder_lock(out):
+        assert (tmp_path / ".run.lock").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    with pytest.raises(RuntimeError), files.run_folder_lock(out):
+        raise RuntimeError("the fit failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_a_second_writer_fails_fast(tmp_path):
     out = tmp_path / "run"
     with files.run_folder_lock(out):
