@@ -1102,7 +1102,9 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
         except ValueError as e:
             if "no column" not in str(e):
                 raise
-            raise ValueError(f"{e} (a CSV of values only, no header: pass it as --x, by_name=False)") from None
+            err = ValueError(f"{e} (a CSV of values only, without a header, is read with by_name=False)")
+            err.missing_column = str(e)  # the message without the Python hint: bnnpp predict adds its own flag
+            raise err from None
         cols = list(zip(*rows, strict=True))
         x = np.stack([numeric_column(path, f, list(cols[header.index(f)])) for f in transform.features], axis=1)
     else:

@@ -191,6 +191,24 @@ def test_bad_input_is_one_line(houses, tmp_path, capsys, argv, match):
     assert not (tmp_path / "out").exists()
 
 
+def test_predict_missing_column_names_the_cli_flag(houses, tmp_path, capsys, monkeypatch):
+    """bnnpp predict's hint names its own flag (--x), not read_inputs' Python argument."""
+    monkeypatch.setenv("BNNPP_CACHE_DIR", str(tmp_path / "cache"))
+    run = tmp_path / "R"
+    assert main(["fit", "--data", str(houses), "--target", "price", "--method", "map", "--num-steps", "20", "--quiet",
+                 "--out", str(run)]) == 0
+    capsys.readouterr()
+    rows = _write_csv(tmp_path / "rows.csv", ["area"], [(1.0,), (2.0,)])
+    assert main(["predict", str(run), "--data", str(rows), "--out", str(tmp_path / "p.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no column 'rooms'" in err and "--x FILE" in err and "by_name" not in err, err
+    assert not (tmp_path / "p.csv").exists()
+    from bnnpp import tables
+
+    with pytest.raises(ValueError, match="no column 'rooms'.*by_name=False"):  # the Python API names its argument
+        tables.predict_run(run, rows)
+
+
 def test_config_to_argv_matches_the_flags(tmp_path):
     from bnnpp.cli import build_parser
 

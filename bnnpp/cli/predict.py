@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
                                    num_samples=args.num_samples, seed=args.seed)
         tables.write_table(args.out, table)
     except (ValueError, TypeError) as e:
+        if getattr(e, "missing_column", None):
+            raise CLIError(f"{e.missing_column} (a CSV of values only, without a header, is read with --x FILE instead of --data)") from None
         raise CLIError(str(e)) from None
     n = len(next(iter(table.values())))
     print(f"wrote {args.out}: {n} rows, columns {', '.join(table)}")
