@@ -148,6 +148,14 @@ def test_divergent_fit_keeps_finite_parameters(moons):
     assert all(np.all(np.isfinite(v)) for v in post.info["guide_params"].values())
 
 
+def test_default_chunk_size_updates_about_twenty_times_within_bounds():
+    from bnnpp.inference.runner import default_chunk_size
+
+    assert default_chunk_size(1000) == 50  # a twentieth
+    assert default_chunk_size(30) == 10 and default_chunk_size(4) == 4  # at least 10 steps, or all of them
+    assert default_chunk_size(5_000_000) == 10_000  # capped: the bar (and Ctrl-C) answers within seconds
+
+
 def test_fit_compiles_three_programs_whatever_the_number_of_chunks(moons, compile_counter):
     model = bnnpp.models.mlp((4,), num_classes=2)
     bnnpp.fit(model, moons, progress=False, num_steps=20, chunk_size=10, num_samples=5)  # warms eager helpers

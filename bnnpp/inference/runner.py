@@ -102,11 +102,14 @@ def all_finite(tree) -> jax.Array:
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.array(True)
 
 
-def default_chunk_size(num_units: int, updates: int = 20, minimum: int = 10) -> int:
+def default_chunk_size(num_units: int, updates: int = 20, minimum: int = 10, maximum: int = 10_000) -> int:
     """Steps per compiled chunk so that the bar updates about ``updates`` times, but at least
     ``minimum`` steps (or all of them): every chunk call returns a fresh copy of the state
-    and checks it, which on a wide net costs about as much as a step."""
-    return max(1, min(num_units, max(minimum, math.ceil(num_units / updates))))
+    and checks it, which on a wide net costs about as much as a step. At most ``maximum``
+    steps, so that a long run's bar moves and Ctrl-C (which stops after the current chunk)
+    answers within seconds: 10,000 steps of the moons net are about a second here, where a
+    twentieth of a 5-million-step run was half a minute."""
+    return max(1, min(num_units, maximum, max(minimum, math.ceil(num_units / updates))))
 
 
 def segments(num_steps: int, emit_steps: np.ndarray, pieces: int = PIECES) -> tuple[np.ndarray, np.ndarray]:
