@@ -155,10 +155,13 @@ def test_cli_ctrl_c_checkpoints_and_resume_finishes_the_same_fit(tmp_path):
     done = _cli(*flags, "--out", str(out), "--resume")
     _, err = done.communicate(timeout=300)
     assert done.returncode == 0, err
+    assert "no checkpoint" not in err
     assert not checkpoints.exists()  # removed once the run is complete
-    whole = _cli(*flags, "--out", str(tmp_path / "whole"))
+    whole = _cli(*flags, "--out", str(tmp_path / "whole"), "--resume")  # nothing to resume: a fresh fit, and a notice
     _, err = whole.communicate(timeout=300)
     assert whole.returncode == 0, err
+    assert "--resume: no checkpoint in" in err and "training from step 0" in err
+    assert not list(tmp_path.glob(".*.lock"))  # the run-folder locks are removed
     a, b = bnnpp.load(out / "posterior.nc"), bnnpp.load(tmp_path / "whole" / "posterior.nc")
     _assert_same(a, b)
 

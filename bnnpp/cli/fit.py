@@ -422,6 +422,8 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
     runs.preload_writers()  # ArviZ and netCDF load while the network trains, not after
     if args.distributed:  # no checkpoints across processes; the mesh defaults to every device
         checkpointing = {}
+    elif args.resume and not (os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir)):
+        print(f"bnnpp fit: --resume: no checkpoint in {checkpoint_dir}; training from step 0", file=sys.stderr)
     mesh = {"devices": args.devices, "mesh": args.mesh}
     if args.distributed and args.devices is None and args.mesh is None:
         mesh["devices"] = jax.device_count()
