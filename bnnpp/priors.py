@@ -47,6 +47,7 @@ __all__ = [
     "ScaleMixtureNormal",
     "cauchy",
     "flat",
+    "from_flags",
     "half_cauchy",
     "half_normal",
     "hyperprior",
@@ -444,3 +445,28 @@ def prior_from_spec(spec: dict) -> Prior:
     if isinstance(scale, dict):
         scale = hyperprior_from_spec(scale)
     return Prior(spec["kind"], scale, spec["per"], tuple(spec["params"]))
+
+
+def from_flags(family: str, hyper: str, params, scale: float | None, per: str | None) -> Prior:
+    """The weight prior of the command-line flags of ``bnnpp fit`` and ``bnnpp compare``:
+    ``--prior`` (``family``), ``--hyperprior`` (``hyper``: a name of :data:`HYPERPRIORS` or
+    ``"fixed"``), ``--hyperprior-params``, ``--scale`` and ``--per`` (``None``: not given). A flag that the other flags make meaningless is refused
+    in one line rather than ignored: ``--scale`` other than its default 1 with a hyperprior (the
+    scale is sampled), ``--hyperprior-params`` or ``--per`` other than ``layer`` with ``--hyperprior
+    fixed`` (nothing is sampled). 1 and ``layer`` are accepted as the defaults they are: a run
+    folder's config.toml from before this check records them.
+
+    Returns:
+        a :class:`Prior`.
+    """
+    if hyper == "fixed":
+        if params is not None:
+            raise ValueError("--hyperprior-params needs a hyperprior; with --hyperprior fixed use --scale")
+        if per not in (None, "layer"):
+            raise ValueError(f"--per {per} scopes a sampled scale; with --hyperprior fixed nothing is sampled: drop --per "
+                             "or choose a hyperprior")
+        return prior(family, 1.0 if scale is None else scale)
+    if scale not in (None, 1.0):
+        raise ValueError(f"--scale {scale:g} is the fixed prior scale and needs --hyperprior fixed; with --hyperprior "
+                         f"{hyper} the scale is sampled: set its prior with --hyperprior-params")
+    return prior(family, hyperprior(hyper, *(params or ())), per=per or "layer")

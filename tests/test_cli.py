@@ -156,8 +156,8 @@ def test_a_bad_value_from_a_config_file_names_the_file(tmp_path, capsys):
 
 def test_fixed_scale_and_hyperprior_defaults_still_accepted(tmp_path):
     """1 and layer are the defaults a config.toml of an earlier run records: accepted with any hyperprior."""
-    from bnnpp.cli.fit import prior_from_flags
+    from bnnpp.priors import from_flags
 
-    assert prior_from_flags("normal", "inverse-gamma", None, 1.0, "layer") == prior_from_flags("normal", "inverse-gamma", None, None, None)
-    assert prior_from_flags("normal", "fixed", None, None, "layer").scale == 1.0
-    assert prior_from_flags("normal", "fixed", None, 2.5, None).scale == 2.5
+    assert from_flags("normal", "inverse-gamma", None, 1.0, "layer") == from_flags("normal", "inverse-gamma", None, None, None)
+    assert from_flags("normal", "fixed", None, None, "layer").scale == 1.0
+    assert from_flags("normal", "fixed", None, 2.5, None).scale == 2.5

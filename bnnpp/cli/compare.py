@@ -13,7 +13,6 @@ import bnnpp
 from bnnpp import priors, reports, runs
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
-from bnnpp.cli.fit import prior_from_flags
 from bnnpp.inference import get_backend, registered
 
 CLASSIFICATION_SETS = ("moons", "circles")
@@ -95,7 +94,7 @@ def _build(args):
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     except ValueError:
         raise ValueError(f"--hidden takes comma-separated widths such as 5,5, got {args.hidden!r}") from None
-    prior = prior_from_flags(args.prior, args.hyperprior, None, args.scale, None)
+    prior = priors.from_flags(args.prior, args.hyperprior, None, args.scale, None)
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
     dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **kwargs)
     if args.noise is not None and (dataset.task != "regression" or args.noise <= 0):

@@ -257,30 +257,6 @@ def _model(args, prior, task: str, num_classes: int | None):
     return bnnpp.models.mlp(hidden, activation=activation, likelihood="gaussian", noise=args.obs_noise, prior=prior)
 
 
-def prior_from_flags(family: str, hyperprior: str, params, scale: float | None, per: str | None):
-    """The weight prior of ``--prior``, ``--hyperprior``, ``--hyperprior-params``, ``--scale``
-    and ``--per`` (``None``: not given). A flag that the other flags make meaningless is refused
-    in one line rather than ignored: ``--scale`` other than its default 1 with a hyperprior (the
-    scale is sampled), ``--hyperprior-params`` or ``--per`` other than ``layer`` with ``--hyperprior
-    fixed`` (nothing is sampled). 1 and ``layer`` are accepted as the defaults they are: a run
-    folder's config.toml from before this check records them.
-
-    Returns:
-        a :class:`bnnpp.priors.Prior`.
-    """
-    if hyperprior == "fixed":
-        if params is not None:
-            raise ValueError("--hyperprior-params needs a hyperprior; with --hyperprior fixed use --scale")
-        if per not in (None, "layer"):
-            raise ValueError(f"--per {per} scopes a sampled scale; with --hyperprior fixed nothing is sampled: drop --per "
-                             "or choose a hyperprior")
-        return priors.prior(family, 1.0 if scale is None else scale)
-    if scale not in (None, 1.0):
-        raise ValueError(f"--scale {scale:g} is the fixed prior scale and needs --hyperprior fixed; with --hyperprior "
-                         f"{hyperprior} the scale is sampled: set its prior with --hyperprior-params")
-    return priors.prior(family, priors.hyperprior(hyperprior, *(params or ())), per=per or "layer")
-
-
 def _build(args) -> tuple[Any, Any, dict, dict]:
     """Everything that can fail on user input, before any compilation: returns the dataset,
     the model, the inference options and the data record for metrics.json."""
@@ -299,7 +275,7 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     check_request(args.devices, args.mesh)  # the mesh's own errors (more devices than exist) before the data is read
     record = _data_record(args)
     image = args.data in IMAGE_SETS
-    prior = prior_from_flags(args.prior, args.hyperprior, args.hyperprior_params, args.scale, args.per)
+    prior = priors.from_flags(args.prior, args.hyperprior, args.hyperprior_params, args.scale, args.per)
     backend = get_backend(args.method)
     flags = method_flags()
     given = [(dest, opt) for dest, opt, _ in flags if hasattr(args, dest)]
