@@ -41,31 +41,55 @@ def _entropy(p: np.ndarray) -> np.ndarray:
     return -np.sum(np.where(p > 0, p * np.log(np.maximum(p, _TINY)), 0.0), axis=-1)
 
 
+def _check_labels(mean_probs: np.ndarray, y) -> tuple[np.ndarray, np.ndarray]:
+    """``mean_probs`` as float64 and ``y`` as an array whose shape is ``mean_probs``'s without
+    its class axis; a one-line ValueError otherwise (a ``(n, 1)`` y against ``(n, C)``
+    probabilities would broadcast to ``(n, n)`` and give a wrong number, not an error)."""
+    p, y = np.asarray(mean_probs, np.float64), np.asarray(y)
+    if p.ndim < 1 or y.shape != p.shape[:-1]:
+        fix = "pass y.reshape(-1)" if y.size == int(np.prod(p.shape[:-1])) else "pass one label per row of the probabilities"
+        raise ValueError(f"labels y must have shape {p.shape[:-1]} for probabilities of shape {p.shape}, got {y.shape}: {fix}")
+    return p, y
+
+
+def _check_targets(mean, y, what: str = "mean") -> tuple[np.ndarray, np.ndarray]:
+    """``mean`` and ``y`` as arrays of the same shape; a one-line ValueError otherwise
+    (``(n,)`` against ``(n, 1)`` would broadcast to ``(n, n)``)."""
+    m, y = np.asarray(mean), np.asarray(y)
+    if m.shape != y.shape:
+        fix = f"pass y.reshape({m.shape})" if m.size == y.size else "pass one target per predicted row"
+        raise ValueError(f"targets y have shape {y.shape} but the predictive {what} has shape {m.shape}: {fix}")
+    return m, y
+
+
 def accuracy(mean_probs: np.ndarray, y: np.ndarray) -> float:
-    """Share of points whose most probable class is the label."""
-    return float(np.mean(np.argmax(mean_probs, axis=-1) == np.asarray(y)))
+    """Share of points whose most probable class is the label (``y``: ``mean_probs``'s shape
+    without the class axis)."""
+    p, y = _check_labels(mean_probs, y)
+    return float(np.mean(np.argmax(p, axis=-1) == y))
 
 
 def nll(mean_probs: np.ndarray, y: np.ndarray) -> float:
     """Mean negative log of the posterior-predictive probability of the label,
     −(1/n) Σ log p̄(yᵢ | xᵢ), with p̄ the mean over draws (not the mean of per-draw logs)."""
-    p = np.take_along_axis(np.asarray(mean_probs, np.float64), np.asarray(y)[:, None], axis=-1)[:, 0]
+    p, y = _check_labels(mean_probs, y)
+    p = np.take_along_axis(p, y[..., None], axis=-1)[..., 0]
     return float(-np.mean(np.log(np.maximum(p, _TINY))))
 
 
 def brier(mean_probs: np.ndarray, y: np.ndarray) -> float:
     """Brier score: mean over points of Σ_c (p̄_c − 1[y = c])²; 0 is perfect, 2 the worst."""
-    p = np.asarray(mean_probs, np.float64)
-    onehot = np.eye(p.shape[-1])[np.asarray(y)]
+    p, y = _check_labels(mean_probs, y)
+    onehot = np.eye(p.shape[-1])[y]
     return float(np.mean(np.sum((p - onehot) ** 2, axis=-1)))
 
 
 def ece(mean_probs: np.ndarray, y: np.ndarray, num_bins: int = 15) -> float:
     """Expected calibration error (Guo et al. 2017) with ``num_bins`` equal-width confidence
     bins: Σ_b (|B_b|/n)·|accuracy(B_b) − confidence(B_b)|."""
-    p = np.asarray(mean_probs, np.float64)
+    p, y = _check_labels(mean_probs, y)
     conf = p.max(-1)
-    correct = (p.argmax(-1) == np.asarray(y)).astype(np.float64)
+    correct = (p.argmax(-1) == y).astype(np.float64)
     edges = np.linspace(0.0, 1.0, num_bins + 1)
     idx = np.clip(np.digitize(conf, edges[1:-1], right=True), 0, num_bins - 1)
     total = 0.0
@@ -97,8 +121,9 @@ def expected_error_rate(mean_probs: np.ndarray) -> np.ndarray:
 
 
 def rmse(mean: np.ndarray, y: np.ndarray) -> float:
-    """Root mean squared error of the predictive mean ``(n,)``."""
-    return float(np.sqrt(np.mean((np.asarray(mean, np.float64) - np.asarray(y)) ** 2)))
+    """Root mean squared error of the predictive mean against ``y`` of the same shape."""
+    m, y = _check_targets(mean, y)
+    return float(np.sqrt(np.mean((m.astype(np.float64) - y) ** 2)))
 
 
 def gaussian_nll(loc: np.ndarray, scale: np.ndarray, y: np.ndarray) -> float:
@@ -107,6 +132,7 @@ def gaussian_nll(loc: np.ndarray, scale: np.ndarray, y: np.ndarray) -> float:
     loc = np.asarray(loc, np.float64)
     if loc.ndim != 2:
         raise ValueError(f"loc must have shape (S, n) (draws, points), got {loc.shape}; use loc[None] for one draw")
+    _check_targets(loc[0], y, "loc per draw")
     scale = np.broadcast_to(np.asarray(scale, np.float64), loc.shape)
     z = (np.asarray(y)[None] - loc) / scale
     logp = -0.5 * z**2 - np.log(scale) - 0.5 * np.log(2 * np.pi)
@@ -130,8 +156,8 @@ def interval_coverage(mean: np.ndarray, std: np.ndarray, y: np.ndarray, level: f
     from scipy.stats import norm
 
     z = norm.ppf(0.5 + level / 2)
-    y = np.asarray(y)
-    return float(np.mean(np.abs(y - np.asarray(mean)) <= z * np.asarray(std)))
+    mean, y = _check_targets(mean, y)
+    return float(np.mean(np.abs(y - mean) <= z * np.asarray(std)))
 
 
 def auroc(scores_in: np.ndarray, scores_out: np.ndarray) -> float:

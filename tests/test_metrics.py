@@ -226,3 +226,21 @@ def test_interval_coverage_calibrated_gaussian(level):
     cov = metrics.interval_coverage(np.zeros(n), np.ones(n), y, level=level)
     # Binomial sd sqrt(level (1 - level) / n) <= 0.0011; allow 5 sd.
     assert abs(cov - level) < 5 * math.sqrt(level * (1 - level) / n)
+
+
+def test_a_target_shape_that_would_broadcast_is_refused():
+    """(n, 1) against (n,) would broadcast to (n, n) and return a wrong number: one-line errors."""
+    p = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]])
+    y = np.array([0, 1, 0])
+    assert metrics.accuracy(p, y) == 1.0
+    for f in (metrics.accuracy, metrics.nll, metrics.brier, metrics.ece):
+        with pytest.raises(ValueError, match=r"labels y must have shape \(3,\).*got \(3, 1\): pass y.reshape\(-1\)"):
+            f(p, y[:, None])
+    mean, sd = np.array([[1.0], [2.0], [3.0]]), np.ones((3, 1))
+    assert metrics.rmse(mean, mean) == 0.0
+    with pytest.raises(ValueError, match=r"targets y have shape \(3,\) but the predictive mean has shape \(3, 1\)"):
+        metrics.rmse(mean, mean[:, 0])
+    with pytest.raises(ValueError, match="targets y have shape"):
+        metrics.interval_coverage(mean, sd, mean[:, 0])
+    with pytest.raises(ValueError, match=r"one target per predicted row"):
+        metrics.gaussian_nll(np.zeros((4, 3)), 1.0, np.zeros(5))
