@@ -130,7 +130,10 @@ def prune(posterior: Posterior, fraction: float, rule: str = "snr") -> Posterior
         A new :class:`Posterior` (the input is not changed) whose ``<layer>.w`` samples
         ``(chain, draw, in, out)`` are zero at the pruned entries in every draw, whose guide
         locations (if any) are zero there too, and whose ``info["pruning"]`` records
-        ``fraction``, ``rule``, ``removed`` and ``remaining`` weight counts.
+        ``fraction``, ``rule``, ``removed`` and ``remaining`` weight counts. A ``laplace``
+        posterior with the linearised predictive (built from the MAP, which pruning does not
+        touch) predicts through the network at its pruned draws instead (``predictive="mc"``,
+        recorded as ``info["pruning"]["predictive"]``).
     """
     fraction = check_fraction(fraction)
     rule = check_rule(rule)
@@ -149,7 +152,14 @@ def _apply(posterior: Posterior, scores: dict[str, np.ndarray], fraction: float,
         })
     total = sum(m.size for m in masks.values())
     pruning = {"fraction": fraction, "rule": rule, "removed": removed, "remaining": total - removed}
-    stats = dataclasses.replace(posterior.stats, extras={**posterior.stats.extras, "pruning": pruning})
+    options = posterior.stats.options
+    if options.get("predictive") == "linearised":
+        # the linearised Laplace predictive is built from the MAP and the curvature, not from
+        # the draws: it would ignore the pruning. The pruned posterior predicts through the
+        # network at its (pruned) draws, laplace's predictive="mc".
+        options = {**options, "predictive": "mc"}
+        pruning["predictive"] = "mc"
+    stats = dataclasses.replace(posterior.stats, options=options, extras={**posterior.stats.extras, "pruning": pruning})
     # same model and shapes: the compiled prediction program is shared with the original
     return dataclasses.replace(posterior, samples=samples, stats=stats, approximation=q)
 

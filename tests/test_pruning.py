@@ -110,6 +110,29 @@ def test_prune_all_by_magnitude_gives_chance_accuracy():
     assert rows[0]["test_error"] == pytest.approx(np.mean(base != y))  # 0% = the unpruned error
 
 
+def test_pruning_a_linearised_laplace_changes_its_predictions():
+    """The linearised predictive is built from the MAP, which pruning leaves alone: a pruned
+    laplace posterior predicts from its pruned draws instead (it was unchanged by pruning)."""
+    import dataclasses
+
+    import bnnpp
+    from bnnpp import priors
+
+    data = bnnpp.data.moons(n=200)
+    net = models.mlp((5,), num_classes=2, prior=priors.normal(1.0))
+    post = bnnpp.fit(net, data, method="laplace", num_steps=200, num_samples=20, progress=False)
+    assert post.stats.options["predictive"] == "linearised"
+    x = data.x_test[:50]
+    kept = pruning.prune(post, 0.0)
+    assert kept.stats.extras["pruning"]["predictive"] == "mc" and post.stats.options["predictive"] == "linearised"
+    mc = dataclasses.replace(post, stats=dataclasses.replace(post.stats, options={**post.stats.options, "predictive": "mc"}))
+    np.testing.assert_allclose(kept.predict(x).mean, mc.predict(x).mean, rtol=1e-6)  # nothing pruned: laplace's mc predictive
+    none = pruning.prune(post, 1.0)
+    probs = none.predict(x).mean  # every weight zero: the output is the biases alone, the same for every x
+    np.testing.assert_allclose(probs, np.broadcast_to(probs[:1], probs.shape), atol=1e-6)
+    assert not np.allclose(probs, post.predict(x).mean, atol=1e-3)
+
+
 def test_map_posterior_has_no_snr():
     rng = np.random.default_rng(3)
     shapes = {"dense_0.w": (IN, HID), "dense_0.b": (HID,), "dense_1.w": (HID, C), "dense_1.b": (C,)}
