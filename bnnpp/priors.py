@@ -430,7 +430,7 @@ def prior(
         raise ValueError(f"per must be one of {', '.join(_PERS)}, got {per!r}")
     if key == "flat":
         if isinstance(scale, Hyperprior):
-            raise ValueError("the flat prior has no scale, so it takes no hyperprior; use --hyperprior fixed")
+            raise ValueError("the flat prior has no scale, so it takes no hyperprior: give it a number (on the command line, --hyperprior fixed)")
         return flat()
     if key == "student-t":
         return student_t(df, scale, per=per)

@@ -312,3 +312,20 @@ def test_validation_prior_precision_errors(moons, options, match, compile_counte
     with pytest.raises(ValueError, match=match):
         bnnpp.fit(model, moons, method="laplace", progress=False, **options)
     assert compile_counter() == before
+
+
+def test_hierarchical_scale_without_bnnpp_layers_suggests_only_what_works():
+    """A hand-written model with a hyperprior site: hessian='kron' needs bnnpp layers, so the
+    refusal offers prior_precision='model' only (it used to offer kron too, which is refused)."""
+
+    def model(x, y=None):
+        s = numpyro.sample("layer.scale", dist.HalfNormal(1.0))
+        w = numpyro.sample("w", dist.Normal(0.0, s).expand([x.shape[1]]).to_event(1))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(x @ w, 1.0), obs=y)
+
+    x, y = _regression(n=40)
+    with pytest.raises(ValueError, match=r"use prior_precision='model'$"):
+        bnnpp.fit(model, (x, y), method="laplace", num_steps=10, progress=False)
+    post = bnnpp.fit(model, (x, y), method="laplace", num_steps=200, prior_precision="model", num_samples=10, progress=False)
+    assert post.samples["w"].shape[-1] == x.shape[1]

@@ -219,9 +219,10 @@ def plan(model, x, y, options: LaplaceOptions) -> _Plan:
         replaced = tuple(s for s in subset if _is_real(supports[s]))
         scales = [s for s in subset if s.endswith(SCALE_SUFFIXES)]
         if hessian == "full" and scales:
+            kron = " (or hessian='kron', scales fixed at the MAP)" if layers else ""  # kron needs bnnpp dense/conv2d layers
             raise ValueError(
                 f"the latent vector holds the hierarchical prior scale(s) {', '.join(scales)}; a prior_precision other than "
-                "'model' would cut them off from the weights: use prior_precision='model' (or hessian='kron', scales fixed at the MAP)"
+                f"'model' would cut them off from the weights: use prior_precision='model'{kron}"
             )
     tune_sigma = (
         options.precision == "evidence" and likelihood == "gaussian" and "noise" in sites and "noise" not in subset
