@@ -209,7 +209,7 @@ def sinusoid(n: int = 32, noise: float = 1.0, seed: int = 0, n_test: int = 300, 
 
     The test set is an even grid of ``n_test`` points on [−1.5, 1.5] (with noisy targets), so
     most of it lies outside the training range: uncertainty should grow there.
-    Returns a regression :class:`Dataset` with ``x`` of shape ``(n, 1)`` (``shard``: as :func:`moons`).
+    Returns a regression :class:`Dataset` with ``x_train`` of shape ``(n, 1)`` and ``x_test`` ``(n_test, 1)`` (``shard``: as :func:`moons`).
     """
     n, noise = _check_n(n, 1), _check_noise(noise)
     rng = np.random.default_rng(seed)

@@ -39,6 +39,11 @@ def test_predict_shapes_and_subsampling(post, moons):
         post.predict(np.zeros((3, 5), np.float32))
     with pytest.raises(ValueError, match="num_samples"):
         post.predict(moons.x_test, num_samples=0)
+    for seed in (-1, "a", 2**32, True):  # as fit's seed: refused in one line (a string was JAX's error, -1 wrapped)
+        with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*32\)"):
+            post.predict(moons.x_test[:3], seed=seed)
+    with pytest.raises(ValueError, match="seed must be"):
+        post.posterior_predictive(seed=-2)
 
 
 def test_to_arviz_groups_dims_and_loo(post):

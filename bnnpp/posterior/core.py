@@ -25,6 +25,13 @@ __all__ = ["MAX_SAVED_DATA", "Posterior"]
 MAX_SAVED_DATA = 5_000_000
 
 
+def _check_seed(seed) -> None:
+    """A prediction seed is an integer in [0, 2**32), as :func:`bnnpp.fit`'s: one-line
+    ValueError otherwise (JAX's own error for a string names no fix; a negative seed wraps)."""
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+
+
 @dataclass
 class Posterior:
     """What every method returns.
@@ -148,6 +155,7 @@ class Posterior:
             ``noise`` ``(S, n)`` (``(S, n, K)`` for targets ``(n, K)``) for regression, with its
             ``likelihood`` (gaussian, student_t, poisson).
         """
+        _check_seed(seed)
         x = np.asarray(x, dtype=np.float32)
         if x.shape[1:] != self.x.shape[1:]:
             raise ValueError(f"x must have shape (n, {', '.join(map(str, self.x.shape[1:]))}), got {x.shape}")
@@ -199,6 +207,7 @@ class Posterior:
         """One replicated data set per draw at the training inputs, ``(chain, draw, *y.shape)``:
         labels sampled from each draw's class probabilities, or targets from each draw's
         likelihood (:meth:`Prediction.sample`)."""
+        _check_seed(seed)
         if not self.has_data:
             raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
         if self.approximation is not None and self.approximation.predict is not None:
