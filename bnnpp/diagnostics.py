@@ -393,6 +393,10 @@ class Loo(_Result):
         return f"Loo(elpd {self.elpd:.2f} ± {self.se:.2f} (se), p_loo {self.p_loo:.2f}, n {self.n}; {self.khat!r})"
 
 
+LOO_MIN_DRAWS = 100
+"""Below this many draws :func:`loo` says that PSIS has too few draws to smooth when k̂ is high."""
+
+
 def loo(posterior) -> Loo:
     """PSIS leave-one-out cross-validation (Vehtari, Gelman & Gabry 2017).
 
@@ -403,7 +407,9 @@ def loo(posterior) -> Loo:
     Returns:
         A :class:`Loo`: ``elpd`` and its ``se``, ``p_loo``, ``n``, the Pareto k̂ of every
         observation (``pareto_k``, ``(n,)``; above 0.7 an observation's LOO estimate is
-        unreliable) summarised by ``khat``; a one-line repr.
+        unreliable) summarised by ``khat``; a one-line repr. A ``UserWarning`` names how many
+        observations have k̂ > 0.7 (and, below :data:`LOO_MIN_DRAWS` draws, that there are too
+        few draws: an ensemble's five members give five).
 
     Raises:
         ValueError: one line, for a point estimate (MAP: one draw) or a fit without its data.
@@ -424,6 +430,12 @@ def loo(posterior) -> Loo:
     with _quiet_arviz():  # one chain (VI): ArviZ logs a shape warning computing the relative ESS
         res = az.loo(idata, pointwise=True)
     k = np.asarray(res.pareto_k)
+    bad = int(np.sum(~(k <= 0.7)))  # inf and NaN count as unreliable
+    if bad:
+        few = (f"; {draws} draws are too few for Pareto smoothing (an ensemble has one per member): compare such fits on "
+               "held-out data (Prediction.scores)" if draws < LOO_MIN_DRAWS else "")
+        warnings.warn(f"loo: Pareto k̂ > 0.7 for {bad} of {k.size} observations, whose LOO terms are unreliable "
+                      f"(Loo.pareto_k){few}", UserWarning, stacklevel=2)
     return Loo(float(res.elpd_loo), float(res.se), float(res.p_loo), int(k.size), k, bool(res.warning))
 
 

@@ -96,3 +96,13 @@ def test_loo_is_an_object_with_a_short_repr(caplog):
         loo["elpd_loo"]
     check = diagnostics.elbo_convergence(_fit("advi"))
     assert check["converged"] is check.converged and "ElboConvergence(" in repr(check)
+
+
+def test_loo_of_an_ensemble_warns_that_its_draws_are_too_few():
+    """An ensemble's few members (one draw each) give k̂ = inf everywhere: loo still returns its
+    numbers but says, in one warning, that they are unreliable and why."""
+    post = _fit("ensemble")
+    assert post.num_chains * post.num_draws < diagnostics.LOO_MIN_DRAWS
+    with pytest.warns(UserWarning, match=r"Pareto k̂ > 0.7 for \d+ of 84 observations.*too few for Pareto smoothing"):
+        loo = diagnostics.loo(post)
+    assert loo.khat.very_bad + loo.khat.bad > 0
