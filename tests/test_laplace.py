@@ -329,3 +329,14 @@ def test_hierarchical_scale_without_bnnpp_layers_suggests_only_what_works():
         bnnpp.fit(model, (x, y), method="laplace", num_steps=10, progress=False)
     post = bnnpp.fit(model, (x, y), method="laplace", num_steps=200, prior_precision="model", num_samples=10, progress=False)
     assert post.samples["w"].shape[-1] == x.shape[1]
+
+
+def test_full_hessian_at_an_unconverged_map_warns(moons):
+    """A MAP that has not converged has directions of negative curvature; they are given a
+    tiny curvature (a very wide posterior), which is now said, not silent."""
+    net = bnnpp.models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.half_cauchy(1.0)))
+    with pytest.warns(RuntimeWarning, match=r"Hessian at the MAP has \d+ direction\(s\) of negative curvature.*num_steps"):
+        post = bnnpp.fit(net, moons, method="laplace", hessian="full", prior_precision="model", num_steps=300,
+                         num_samples=10, progress=False)
+    assert post.stats.extras["indefinite_directions"] > 0
+    assert "indefinite_directions" not in post.approximation.params  # not part of the saved approximation

@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -323,6 +324,9 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
         scale = jnp.exp(2 * (sigma0 - jnp.log(sigma))) if p.tune_sigma else 1.0
         h = scale * h_lik + h_rest + jnp.diag(jnp.where(mask, delta, 0.0))
         e, q = jnp.linalg.eigh(0.5 * (h + h.T))
+        # directions of clearly negative curvature (beyond 1e-4 of the largest: smaller ones are the
+        # rounding of a converged MAP's flat directions); popped by fit, which warns, not saved
+        params["indefinite_directions"] = jnp.sum(e < -1e-4 * jnp.max(jnp.abs(e)))
         e = jnp.maximum(e, 1e-6 * jnp.max(jnp.abs(e)))  # an indefinite direction (not a strict optimum) gets a tiny curvature
         params["covariance_factor"] = q / jnp.sqrt(e)
     else:
@@ -428,6 +432,14 @@ def fit(
 
     key = jax.random.fold_in(jax.random.PRNGKey(seed), 15)
     params = jax.device_get(jax.jit(lambda u: _laplace(model, xj, yj, u, p, options))(u))
+    indefinite = int(params.pop("indefinite_directions", 0))
+    if indefinite:
+        warnings.warn(
+            f"laplace: the Hessian at the MAP has {indefinite} direction(s) of negative curvature: the MAP is not a "
+            "strict optimum (not converged, or a saddle), and those directions get a tiny curvature, so a very wide "
+            "posterior there; train longer (num_steps) and check the loss trace",
+            RuntimeWarning, stacklevel=2,
+        )
     tuned = {}
     if options.precision == "validation":
         params, tuned = _tune_on_validation(model, params, list(p.layers), options, jax.random.fold_in(key, 1))
@@ -439,6 +451,7 @@ def fit(
         **found.stats.extras, "hessian": p.hessian, "subset": list(p.subset), "laplace_parameters": int(num_parameters({k: found.sites[k] for k in p.subset})),
         "log_marginal_likelihood": lml, "prior_precision": _precision_info(params["prior_precision"], options),
         "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": seconds, **tuned,
+        **({"indefinite_directions": indefinite} if p.hessian == "full" else {}),
     }
     stats = replace(
         found.stats, extras=extras, sample_seconds=found.stats.sample_seconds + seconds,
