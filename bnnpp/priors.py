@@ -254,6 +254,9 @@ class Prior:
             return
         if isinstance(self.scale, Hyperprior):
             return
+        if self.per != "layer":  # nothing is sampled: per would be ignored
+            raise ValueError(f"per={self.per!r} scopes a sampled scale, and this prior's scale is fixed ({self.scale!r}): "
+                             "leave per out, or give a hyperprior such as priors.half_cauchy(1.0)")
         if isinstance(self.scale, (dict, str)):
             raise TypeError(
                 f"scale must be a positive number or a hyperprior such as priors.half_cauchy(1.0), "
@@ -444,7 +447,9 @@ def prior_from_spec(spec: dict) -> Prior:
     scale = spec["scale"]
     if isinstance(scale, dict):
         scale = hyperprior_from_spec(scale)
-    return Prior(spec["kind"], scale, spec["per"], tuple(spec["params"]))
+    # a fixed scale's per had no effect; earlier files may record one other than "layer"
+    per = spec["per"] if isinstance(scale, Hyperprior) or spec["kind"] == "flat" else "layer"
+    return Prior(spec["kind"], scale, per, tuple(spec["params"]))
 
 
 def from_flags(family: str, hyper: str, params, scale: float | None, per: str | None) -> Prior:

@@ -105,6 +105,15 @@ def test_flat_has_no_scale():
     assert priors.prior("flat") == p
 
 
+def test_per_needs_a_sampled_scale():
+    """per scopes a hyperprior's scale; with a fixed scale it would be ignored, so it is refused
+    (and a saved spec that recorded one loads as per='layer', which is what it meant)."""
+    with pytest.raises(ValueError, match=r"per='unit' scopes a sampled scale.*leave per out"):
+        priors.normal(1.0, per="unit")
+    assert priors.normal(priors.half_cauchy(1.0), per="unit").per == "unit"
+    assert priors.prior_from_spec({"kind": "normal", "scale": 2.0, "per": "network", "params": []}) == priors.normal(2.0)
+
+
 def test_flat_rejects_a_hyperprior():
     with pytest.raises(ValueError, match="flat"):
         priors.prior("flat", priors.half_normal(1.0))
