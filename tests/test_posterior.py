@@ -108,6 +108,9 @@ def test_custom_model_fit_predict_save_load(moons, tmp_path):
     assert pred.probs.shape == (100, 300, 2)
     assert bnnpp.metrics.accuracy(pred.mean, moons.y_test) > 0.75
     assert post.to_arviz().posterior["hidden.w"].dims == ("chain", "draw", "hidden.in", "hidden.out")
+    with pytest.raises(ValueError, match=r"save writes a netCDF file; name it .*c\.nc"):
+        post.save(tmp_path / "c.json")
+    assert not list(tmp_path.iterdir())  # nothing written
     post.save(tmp_path / "c.nc")
     blind = bnnpp.load(tmp_path / "c.nc")
     with pytest.raises(ValueError, match="model=my_model"):

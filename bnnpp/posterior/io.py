@@ -199,6 +199,9 @@ def meta_json(posterior) -> str:
     return json.dumps(json_safe({"info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data}))
 
 
+_OTHER_FORMATS = frozenset({".json", ".pkl", ".pickle", ".npz", ".npy", ".csv", ".txt", ".zarr", ".toml", ".png"})
+
+
 def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -> None:
     """Write ``posterior.to_arviz(include_data)`` to ``path`` atomically (see
     :meth:`bnnpp.Posterior.save`)."""
@@ -208,6 +211,9 @@ def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"{folder} is a file, not a folder: choose another path")
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in _OTHER_FORMATS:  # the file is netCDF whatever its name: a .json or .pkl name would mislead
+        raise ValueError(f"{path}: save writes a netCDF file; name it {os.path.splitext(path)[0]}.nc")
     idata = to_arviz(posterior, include_data=include_data)
     os.makedirs(folder, exist_ok=True)
     with atomic_path(path) as tmp:
