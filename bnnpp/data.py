@@ -40,6 +40,7 @@ __all__ = [
     "UCI_SETS",
     "Dataset",
     "FileTransform",
+    "MissingColumnError",
     "Rows",
     "circles",
     "file_sha256",
@@ -838,6 +839,16 @@ MAX_INFERRED_CLASSES = 10
 _MISSING = {"", "na", "nan", "n/a", "null", "none", "?"}
 
 
+class MissingColumnError(ValueError):
+    """New inputs lack a feature column the model was fitted on. ``detail`` is the message
+    without the hint, which names how to pass a header-less CSV (``how``: ``by_name=False`` in
+    Python, ``--x FILE`` for ``bnnpp predict``)."""
+
+    def __init__(self, detail: str, how: str):
+        super().__init__(f"{detail} (a CSV of values only, without a header, is read with {how})")
+        self.detail = detail
+
+
 @dataclass(frozen=True)
 class FileTransform:
     """How rows of a user's file become model inputs and targets, fitted on the training split.
@@ -1102,9 +1113,7 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
         except ValueError as e:
             if "no column" not in str(e):
                 raise
-            err = ValueError(f"{e} (a CSV of values only, without a header, is read with by_name=False)")
-            err.missing_column = str(e)  # the message without the Python hint: bnnpp predict adds its own flag
-            raise err from None
+            raise MissingColumnError(str(e), "by_name=False") from None
         cols = list(zip(*rows, strict=True))
         x = np.stack([numeric_column(path, f, list(cols[header.index(f)])) for f in transform.features], axis=1)
     else:

@@ -30,8 +30,8 @@ __all__ = [
 ]
 
 OBSERVED = "y"
-_RENAMED_FROM = "bnnpp_renamed_from"  # infer key marking the site "y" that rename_observed renamed
 """The name bnnpp reads a model's observations from."""
+_RENAMED_FROM = "bnnpp_renamed_from"  # infer key marking the site "y" that rename_observed renamed
 
 
 @dataclass(frozen=True)

@@ -457,8 +457,8 @@ def from_flags(family: str, hyper: str, params, scale: float | None, per: str | 
     ``--prior`` (``family``), ``--hyperprior`` (``hyper``: a name of :data:`HYPERPRIORS` or
     ``"fixed"``), ``--hyperprior-params``, ``--scale`` and ``--per`` (``None``: not given). A flag that the other flags make meaningless is refused
     in one line rather than ignored: ``--scale`` other than its default 1 with a hyperprior (the
-    scale is sampled), ``--hyperprior-params`` or ``--per`` other than ``layer`` with ``--hyperprior
-    fixed`` (nothing is sampled). 1 and ``layer`` are accepted as the defaults they are: a run
+    scale is sampled), ``--hyperprior-params`` with ``--hyperprior fixed``, and (by :class:`Prior`
+    itself) ``--per`` other than ``layer`` with a fixed scale. 1 and ``layer`` are accepted as the defaults they are: a run
     folder's config.toml from before this check records them.
 
     Returns:
@@ -467,10 +467,7 @@ def from_flags(family: str, hyper: str, params, scale: float | None, per: str | 
     if hyper == "fixed":
         if params is not None:
             raise ValueError("--hyperprior-params needs a hyperprior; with --hyperprior fixed use --scale")
-        if per not in (None, "layer"):
-            raise ValueError(f"--per {per} scopes a sampled scale; with --hyperprior fixed nothing is sampled: drop --per "
-                             "or choose a hyperprior")
-        return prior(family, 1.0 if scale is None else scale)
+        return prior(family, 1.0 if scale is None else scale, per=per or "layer")  # Prior refuses a per it would ignore
     if scale not in (None, 1.0):
         raise ValueError(f"--scale {scale:g} is the fixed prior scale and needs --hyperprior fixed; with --hyperprior "
                          f"{hyper} the scale is sampled: set its prior with --hyperprior-params")

@@ -120,7 +120,7 @@ def test_help_lists_every_option(capsys):
         (["--method", "sgld", "--step-size", "0"], "step_size"),
         (["--method", "advi", "--learn-prior"], "--learn-prior does not apply to --method advi"),
         (["--scale", "2"], "--scale 2 is the fixed prior scale and needs --hyperprior fixed"),  # not silently ignored
-        (["--hyperprior", "fixed", "--per", "unit"], "--per unit scopes a sampled scale"),
+        (["--hyperprior", "fixed", "--per", "unit"], "per='unit' scopes a sampled scale"),
     ],
 )
 def test_bad_input_one_line_error_no_output(argv, match, tmp_path, capsys):

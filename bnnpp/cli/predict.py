@@ -35,6 +35,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from bnnpp import tables  # JAX loads only when a command predicts
+    from bnnpp.data import MissingColumnError
 
     if not args.out.endswith((".csv", ".npz")):
         raise CLIError(f"--out {args.out}: write a .csv or .npz file")
@@ -48,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
                                    num_samples=args.num_samples, seed=args.seed)
         tables.write_table(args.out, table)
     except (ValueError, TypeError) as e:
-        if getattr(e, "missing_column", None):
-            raise CLIError(f"{e.missing_column} (a CSV of values only, without a header, is read with --x FILE instead of --data)") from None
+        if isinstance(e, MissingColumnError):  # the hint names this command's flag, not the Python argument
+            raise CLIError(str(MissingColumnError(e.detail, "--x FILE instead of --data"))) from None
         raise CLIError(str(e)) from None
     n = len(next(iter(table.values())))
     print(f"wrote {args.out}: {n} rows, columns {', '.join(table)}")
