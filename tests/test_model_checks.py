@@ -100,15 +100,15 @@ def subsampling(x, y=None):
 @pytest.mark.parametrize(
     ("bad_model", "y_shape", "observed", "match"),
     [
-        (functools.partial(model, D_H=3), (40, 1), "y", r"observed site is 'Y', not 'y': pass observed='Y'"),
+        (functools.partial(model, D_H=3), (40, 1), "y", r"no observed site named 'y' \(its observed site is 'Y'\): leave out observed=, or pass observed='Y'"),
         (broadcast_mistake, (40,), "y", r"broadcasts to \(n, n\)"),
         (no_event, (40, 2), "y", r"to_event\(1\)"),
         (whole_vector, (40,), "y", r"one log-density per row of y.*inside numpyro.plate"),
         (functools.partial(model, D_H=3), (40,), "Y", r"fails on the training data"),  # its own assert: z3.shape == Y.shape
         (functools.partial(model, D_H=3), (40, 1), "Z", r"no observed site named 'Z'"),
         # a model with its own 'y': a name that renames nothing is refused, not ignored
-        (bnnpp.models.mlp((3,), likelihood="gaussian", noise=1.0), (40,), "Y", r"no sample site named 'Y'; its observed site is 'y': leave out"),
-        (bnnpp.models.mlp((3,), likelihood="gaussian", noise=1.0), (40,), "mean", r"no sample site named 'mean'"),  # a deterministic site
+        (bnnpp.models.mlp((3,), likelihood="gaussian", noise=1.0), (40,), "Y", r"no observed site named 'Y' \(its observed site is 'y'\): leave out"),
+        (bnnpp.models.mlp((3,), likelihood="gaussian", noise=1.0), (40,), "mean", r"no observed site named 'mean'"),  # a deterministic site
         (subsampling, (40,), "y", r"plate 'data' subsamples \(10 of 40\).*plate\('data', x.shape\[0\]\) and pass batch_size=10"),
     ],
 )

@@ -14,7 +14,6 @@ import os
 import warnings
 from typing import Any
 
-import numpy as np
 
 from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Keys
@@ -25,6 +24,7 @@ from bnnpp.inference.registry import Method, get_backend, get_method, register, 
 from bnnpp.inference.sharding import check_request, global_rows
 from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
 from bnnpp.posterior import Posterior, Prediction, load
+from bnnpp.posterior.core import seed_integer
 
 __all__ = [
     "Algorithm",
@@ -55,13 +55,13 @@ def fit(
     data: Any,
     *,
     method: str = "advi",
-    seed: int = 0,
+    seed: Any = 0,
     progress: bool = True,
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
     checkpoint_minutes: float | None = 10.0,
     resume: bool = False,
-    observed: str = "y",
+    observed: str | None = None,
     devices: int | None = None,
     mesh: str | dict | None = None,
     **options,
@@ -69,24 +69,29 @@ def fit(
     """Fit a NumPyro model ``model(x, y=None)`` to data with the chosen inference method.
 
     Args:
-        model: a NumPyro model called as ``model(x, y)`` (positionally; ``y=None`` when
-            predicting) whose observations are the site ``observed`` (every
-            :mod:`bnnpp.models` network qualifies). Other arguments are bound beforehand,
-            e.g. ``functools.partial(model, D_H=5)``. The targets may be ``(n,)`` or, for a
-            likelihood with one event per row (``.to_event(1)``), ``(n, K)``.
+        model: a NumPyro model called as ``model(x, y)`` (``y=None`` when predicting; the
+            targets go by keyword when the model has a parameter ``y``, ``Y``, ``obs`` or
+            ``observed`` that is not its second positional one, e.g. ``def model(x, *,
+            y=None)``; :func:`bnnpp.introspection.targets_keyword`) that observes one site
+            (every :mod:`bnnpp.models` network qualifies). Other arguments are bound
+            beforehand, e.g. ``functools.partial(model, D_H=5)``. The targets may be ``(n,)``
+            or, for a likelihood with one event per row (``.to_event(1)``), ``(n, K)``.
         data: ``(x, y)`` arrays or a :class:`bnnpp.data.Dataset` (its training split is used).
             In a multi-process fit a Dataset loaded with ``shard=(process, processes)`` holds
             only this process's block of the rows (its ``rows``); every process passes its own.
         method: a registered method name (see :func:`registered`).
-        seed: integer seed for everything random in the fit.
+        seed: an integer in [0, 2**32) or a JAX key for everything random in the fit
+            (``jax.random.PRNGKey(s)`` gives the fit of ``s``;
+            :func:`bnnpp.posterior.core.seed_integer`); ``stats.seed`` records the integer.
         progress: show a progress bar.
         checkpoint_dir: save the fit's progress there (orbax-checkpoint) every
             ``checkpoint_every`` steps and every ``checkpoint_minutes`` minutes (either may be
             ``None``), and when SIGINT/SIGTERM stops training after the current chunk.
         resume: continue from the newest checkpoint in ``checkpoint_dir``; the result is
             bit-identical to an uninterrupted fit with the same arguments on the same machine.
-        observed: the name of the model's observed site, e.g. ``"Y"`` for NumPyro's
-            ``examples/bnn.py``; the posterior's ArviZ groups use this name.
+        observed: the name of the model's observed site; needed only when it observes
+            several (``None``: the one it observes, ``"Y"`` for NumPyro's ``examples/bnn.py``).
+            The posterior's ArviZ groups use this name.
         devices: run on the first ``devices`` of ``jax.devices()`` (every process's, after
             :func:`bnnpp.distributed.initialize`): chains/members one block per device when
             they divide evenly, else the minibatch split over them (data parallel).
@@ -107,13 +112,12 @@ def fit(
     """
     chosen = get_method(method)
     parsed = chosen.parse(options)
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < MAX_SEED:
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
-    seed = int(seed)
+    seed = seed_integer(seed)
     refuse_flax_module(model)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")
-    model = rename_observed(model, observed)
+    if observed is not None and (not isinstance(observed, str) or not observed):
+        raise TypeError(f"observed must be the name of the model's observed site, e.g. 'Y', got {observed!r}")
     check_request(devices, mesh)
     if (devices is not None or mesh is not None) and not chosen.takes_mesh:
         raise ValueError(f"method {method!r} runs on one device: leave devices and mesh unset")
@@ -123,6 +127,7 @@ def fit(
     if checkpoint_dir is not None:
         checkpoint = Checkpointing(os.fspath(checkpoint_dir), every_steps=checkpoint_every, every_minutes=checkpoint_minutes)
     x, y = check_data(data, model)
+    model = rename_observed(model, observed, x, y)
     rows = getattr(data, "rows", None)
     if rows is not None and rows.start == 0 and rows.stop == rows.total:
         rows = None  # every row: the ordinary fit

@@ -20,37 +20,9 @@ import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
+from bnnpp.introspection import latent_trace
+
 __all__ = ["constrained_values", "gaussian_log_weights", "glorot_limits", "init_glorot", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
-
-
-def latent_trace(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> dict:
-    """Run ``model(x, y)`` with every latent site in ``u`` set from its unconstrained value.
-
-    Args:
-        model: the NumPyro model.
-        u: site name → unconstrained array (sites not in ``u`` are sampled as usual).
-        x, y: model arguments (``y=None`` for prediction).
-        key: PRNG key for the seed handler.
-        extra_handlers: handlers (callables ``model -> model``) applied inside the trace.
-
-    Returns:
-        The NumPyro trace; for each site of ``u``, ``site["value"]`` is constrained and
-        ``site["unconstrained"]`` holds ``u[name]``.
-    """
-
-    def sub(site):
-        if site["name"] in u and not site.get("is_observed", False):
-            return biject_to(site["fn"].support)(u[site["name"]])
-        return None
-
-    m = handlers.substitute(handlers.seed(model, key), substitute_fn=sub)
-    for h in extra_handlers:
-        m = h(m)
-    trace = handlers.trace(m).get_trace(x, y)
-    for name in u:
-        if name in trace:
-            trace[name]["unconstrained"] = u[name]
-    return trace
 
 
 def _site_log_prob(site) -> jnp.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 import numpyro.distributions as dist
 
 from bnnpp.inference.joint import latent_trace
-from bnnpp.introspection import unwrap
+from bnnpp.introspection import observed_site, unwrap
 
 __all__ = ["VALIDATION_BATCH", "validation_batches", "validation_error"]
 
@@ -42,9 +42,7 @@ def validation_error(model, n_val: int) -> Callable:
 
     def batch_error(position, xb, yb):
         trace = latent_trace(model, position, xb, None, jax.random.PRNGKey(0))
-        if "y" not in trace:
-            raise ValueError("validation_data needs the model's observation site 'y'")
-        fn = unwrap(trace["y"]["fn"])
+        fn = unwrap(observed_site(trace)["fn"])
         if isinstance(fn, dist.CategoricalProbs | dist.CategoricalLogits):
             return (jnp.argmax(fn.probs, axis=-1) != yb).astype(jnp.float32)
         if isinstance(fn, dist.BernoulliProbs | dist.BernoulliLogits):

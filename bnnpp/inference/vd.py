@@ -88,7 +88,7 @@ from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import conv_preactivations, dense_preactivations, latent_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.models.layers import LAYER_EFFECT
-from bnnpp.posterior.approximation import FAMILIES, Approximation
+from bnnpp.posterior.approximation import VariationalDropout
 
 __all__ = [
     "K1", "K2", "K3", "LOG_ALPHA_CLIP", "VARIANTS", "VDInfo", "VDOptions", "VDState", "VariationalDropout", "build",
@@ -158,45 +158,6 @@ def kl_weight(step, warmup_steps: int):
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class VariationalDropout(Approximation):
-    """q(w) = N(θ, α θ²) per weight of every bnnpp layer (:mod:`bnnpp.inference.vd`).
-
-    Attributes:
-        loc: weight site → θ (site shape). log_alpha: weight site → log α (site shape,
-            clipped to [−10, 10]). threshold: log α above which a weight is dropped.
-    """
-
-    loc: dict[str, np.ndarray]
-    log_alpha: dict[str, np.ndarray]
-    threshold: float = 3.0
-    kind: str = "variational_dropout"
-
-    def to_params(self) -> dict[str, np.ndarray]:
-        return {
-            **{f"{k}_loc": np.asarray(v) for k, v in self.loc.items()},
-            **{f"{k}_log_alpha": np.asarray(v) for k, v in self.log_alpha.items()},
-            "threshold": np.asarray(self.threshold, np.float64),
-        }
-
-    @classmethod
-    def from_params(cls, params: dict[str, np.ndarray], sites) -> VariationalDropout:
-        """Rebuild from a saved ``variational_params`` group."""
-        names = [k[: -len("_log_alpha")] for k in params if k.endswith("_log_alpha")]
-        return cls({n: params[f"{n}_loc"] for n in names}, {n: params[f"{n}_log_alpha"] for n in names}, float(params["threshold"]))
-
-    def keep(self) -> dict[str, np.ndarray]:
-        """Weight site → boolean mask (site shape), True where log α ≤ threshold."""
-        return {k: np.asarray(v) <= self.threshold for k, v in self.log_alpha.items()}
-
-    @property
-    def scale(self) -> dict[str, np.ndarray]:
-        """Weight site → σ = √α·|θ| (site shape)."""
-        return {k: np.exp(0.5 * np.asarray(self.log_alpha[k])) * np.abs(np.asarray(v)) for k, v in self.loc.items()}
-
-
-jax.tree_util.register_dataclass(VariationalDropout, data_fields=["loc", "log_alpha"], meta_fields=["threshold", "kind"])
-FAMILIES[VariationalDropout.kind] = VariationalDropout.from_params
 
 
 # --------------------------------------------------------------------------------------

@@ -12,7 +12,9 @@ parameters (``layers.0.scale`` shared by ``layers.0.kernel`` and ``layers.0.bias
 ``per="unit"`` one per entry of the parameters' last axis (the output units / filters);
 ``per="network"`` one ``network.scale`` for every parameter under that prior. When two
 different hierarchical priors fall on the parameters of one module, each parameter gets its
-own scale (``layers.0.kernel.scale``).
+own scale (``layers.0.kernel.scale``). A scale site never takes a parameter's name: a
+LayerNorm or GroupNorm ``norm`` has a parameter ``norm.scale``, so its module's prior scale
+is ``norm.prior.scale``.
 
 Layers bnnpp recognises — a plain ``nnx.Linear`` / ``linen.Dense`` on ``(n, in)`` inputs and
 a 2-D ``nnx.Conv`` / ``linen.Conv`` on NHWC images (with bias, "SAME"/"VALID" padding, no
@@ -125,6 +127,15 @@ def _standard_ops(mod) -> bool:
     )
 
 
+def _free_scope(scope: str, prior: Prior, sites: set[str]) -> str:
+    """``scope``, or ``<scope>.prior`` (repeated as needed) when the hyperprior site
+    ``<scope>.scale`` / ``<scope>.variance`` would be a parameter's name (a LayerNorm's or
+    GroupNorm's ``norm.scale`` against the module's prior scale)."""
+    while f"{scope}.{prior.scale.param}" in sites:
+        scope = f"{scope}.prior"
+    return scope
+
+
 def _dense_ok(mod) -> bool:
     return bool(getattr(mod, "use_bias", False)) and _standard_ops(mod)
 
@@ -230,6 +241,7 @@ class FlaxModel:
             if p.hierarchical and p.per != "network":
                 groups.setdefault(_name(path[:-1]), set()).add((id(p), shapes[path][-1:] if p.per == "unit" else ()))
         out, dims = {}, {}
+        names = {_name(path) for path in shapes}
         for path, shape in shapes.items():
             p, owner, site = chosen[path], _name(path[:-1]), _name(path)
             if p.per == "unit" and p.hierarchical and not shape:
@@ -237,6 +249,7 @@ class FlaxModel:
             scope = None
             if p.hierarchical:
                 scope = "network" if p.per == "network" else (owner if owner and len(groups[owner]) == 1 else site)
+                scope = _free_scope(scope, p, names)
             out[site] = _Param(site, path, shape, p, scope, _dims(owner, site, shape))
             for d, n in zip(out[site].dims, shape, strict=True):
                 dims.setdefault(d, set()).add(n)

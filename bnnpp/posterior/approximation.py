@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-__all__ = ["FAMILIES", "Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "from_guide_params"]
+__all__ = ["Approximation", "FitStats", "GuideParameters", "MeanFieldGaussian", "VariationalDropout"]
 
 
 class Approximation(abc.ABC):
@@ -69,31 +69,45 @@ jax.tree_util.register_dataclass(GuideParameters, data_fields=["params"], meta_f
 # (pytrees, so that a method computes its approximation inside a compiled program)
 
 
-FAMILIES: dict[str, Any] = {}
-"""kind → ``from_params(params, sites) -> Approximation`` for families defined outside this
-module (a method's own, e.g. ``"laplace"``), so that :func:`from_guide_params` rebuilds them."""
+@dataclass(frozen=True)
+class VariationalDropout(Approximation):
+    """q(w) = N(θ, α θ²) per weight of every bnnpp layer (Molchanov et al. 2017;
+    the method is :mod:`bnnpp.inference.vd`).
 
-
-def from_guide_params(params: dict[str, Any] | None, sites, kind: str | None = None) -> Approximation | None:
-    """Rebuild an approximation from flat named parameters (a saved ``variational_params``
-    group, or the ``guide_params`` of a posterior built from an info dict). ``kind`` names
-    the family when known; without it (files of bnnpp 0.1) a mean-field Gaussian is
-    recognised by the names ``<site>_loc``/``<site>_scale`` or ``<site>_auto_loc``/
-    ``<site>_auto_scale`` for every site.
-
-    Returns:
-        The :class:`Approximation`, or ``None`` when there are no parameters.
+    Attributes:
+        loc: weight site → θ (site shape). log_alpha: weight site → log α (site shape,
+            clipped to [−10, 10]). threshold: log α above which a weight is dropped.
     """
-    if not params:
-        return None
-    params = {k: np.asarray(v) for k, v in params.items()}
-    if kind in FAMILIES:
-        return FAMILIES[kind](params, sites)
-    if kind in (None, MeanFieldGaussian.kind):
-        for loc_fmt, scale_fmt in (("{}_loc", "{}_scale"), ("{}_auto_loc", "{}_auto_scale")):
-            if sites and all(loc_fmt.format(n) in params and scale_fmt.format(n) in params for n in sites):
-                return MeanFieldGaussian({n: params[loc_fmt.format(n)] for n in sites}, {n: params[scale_fmt.format(n)] for n in sites})
-    return GuideParameters(params)
+
+    loc: dict[str, np.ndarray]
+    log_alpha: dict[str, np.ndarray]
+    threshold: float = 3.0
+    kind: str = "variational_dropout"
+
+    def to_params(self) -> dict[str, np.ndarray]:
+        return {
+            **{f"{k}_loc": np.asarray(v) for k, v in self.loc.items()},
+            **{f"{k}_log_alpha": np.asarray(v) for k, v in self.log_alpha.items()},
+            "threshold": np.asarray(self.threshold, np.float64),
+        }
+
+    @classmethod
+    def from_params(cls, params: dict[str, np.ndarray], sites) -> VariationalDropout:
+        """Rebuild from a saved ``variational_params`` group."""
+        names = [k[: -len("_log_alpha")] for k in params if k.endswith("_log_alpha")]
+        return cls({n: params[f"{n}_loc"] for n in names}, {n: params[f"{n}_log_alpha"] for n in names}, float(params["threshold"]))
+
+    def keep(self) -> dict[str, np.ndarray]:
+        """Weight site → boolean mask (site shape), True where log α ≤ threshold."""
+        return {k: np.asarray(v) <= self.threshold for k, v in self.log_alpha.items()}
+
+    @property
+    def scale(self) -> dict[str, np.ndarray]:
+        """Weight site → σ = √α·|θ| (site shape)."""
+        return {k: np.exp(0.5 * np.asarray(self.log_alpha[k])) * np.abs(np.asarray(v)) for k, v in self.loc.items()}
+
+
+jax.tree_util.register_dataclass(VariationalDropout, data_fields=["loc", "log_alpha"], meta_fields=["threshold", "kind"])
 
 
 @dataclass

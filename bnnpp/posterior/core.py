@@ -4,6 +4,7 @@ came from, the fit's statistics, and the model and data to predict and to build 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -13,23 +14,45 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bnnpp.introspection import SiteInfo, observation
+from bnnpp.introspection import SiteInfo, deterministic_sites, observation
 from bnnpp.posterior import io
-from bnnpp.posterior.approximation import Approximation, FitStats, from_guide_params
+from bnnpp.posterior.approximation import Approximation, FitStats
+from bnnpp.posterior.families import from_guide_params
 from bnnpp.posterior.prediction import Prediction
 
-__all__ = ["MAX_SAVED_DATA", "Posterior"]
+__all__ = ["MAX_SAVED_DATA", "Posterior", "seed_integer"]
 
 #: Training data larger than this many values (x.size) is not written by
 #: :meth:`Posterior.save` unless asked for (50,000 MNIST images are 39 million values).
 MAX_SAVED_DATA = 5_000_000
 
 
-def _check_seed(seed) -> None:
-    """A prediction seed is an integer in [0, 2**32), as :func:`bnnpp.fit`'s: one-line
-    ValueError otherwise (JAX's own error for a string names no fix; a negative seed wraps)."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**32:
-        raise ValueError(f"seed must be an integer in [0, 2**32), got {seed!r}")
+def seed_integer(seed) -> int:
+    """The integer seed in [0, 2**32) that ``seed`` stands for, as :func:`bnnpp.fit` and
+    :meth:`Posterior.predict` take it: an integer itself; a JAX key made by
+    ``jax.random.PRNGKey(s)`` / ``jax.random.key(s)`` (threefry, ``s < 2**32``) is ``s``, so
+    it gives the same result as the integer; any other key (e.g. one from
+    ``jax.random.split``) the integer numpy's generator seeded by the key's words draws.
+
+    Raises:
+        ValueError: one line, for anything else (JAX's own error for a string names no fix;
+            a negative integer would wrap).
+    """
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if 0 <= seed < 2**32:
+            return int(seed)
+    elif isinstance(seed, (jax.Array, np.ndarray)):
+        words = None
+        if jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key) and seed.ndim == 0:
+            words = np.asarray(jax.random.key_data(seed))
+        elif seed.dtype == np.uint32 and seed.shape == (2,):
+            words = np.asarray(seed)
+        if words is not None:
+            words = words.ravel()
+            if words.size == 2 and words[0] == 0:
+                return int(words[1])
+            return int(np.random.default_rng([int(w) for w in words]).integers(2**32))
+    raise ValueError(f"seed must be an integer in [0, 2**32) or a JAX PRNG key (jax.random.PRNGKey(s) or jax.random.key(s)), got {seed!r}")
 
 
 @dataclass
@@ -128,34 +151,61 @@ class Posterior:
 
     _model_or_raise = model_or_raise
 
+    @property
+    def deterministic_names(self) -> tuple[str, ...]:
+        """The ``numpyro.deterministic`` sites of a custom model (bnnpp's own networks, which
+        have a ``spec``, report none: their ``logits``/``mean`` are the prediction itself)."""
+        if "deterministic_names" not in self._jitted:
+            model = self.model
+            names: tuple[str, ...] = ()
+            if model is not None and not hasattr(model, "spec"):
+                probe = self.x[:1] if self.has_data else np.zeros((1, *self.x.shape[1:]), np.float32)
+                names = tuple(deterministic_sites(model, probe))
+            self._jitted["deterministic_names"] = names
+        return self._jitted["deterministic_names"]
+
+    def deterministic(self) -> dict[str, np.ndarray]:
+        """A custom model's ``numpyro.deterministic`` sites at every draw and the training
+        inputs, name → ``(chain, draw, *site_shape)`` (empty when it has none)."""
+        if not self.deterministic_names:
+            return {}
+        if not self.has_data:
+            raise ValueError("this posterior was saved without its training data: no deterministic sites at it")
+        keys = jax.random.split(jax.random.PRNGKey(0), self.num_chains * self.num_draws)
+        out = jax.device_get(self._observe("loglik")(self.flat_draws(None), keys, self.x, self.y))["deterministic"]
+        return {k: np.asarray(v).reshape(self.num_chains, self.num_draws, *np.shape(v)[1:]) for k, v in out.items()}
+
     def _observe(self, kind: str):
         """The jitted, draw-vmapped observation function, built once per posterior."""
         if kind not in self._jitted:
             model = self.model_or_raise()
+            det = bool(self.deterministic_names)
             if kind == "predict":
-                f = lambda s, k, x: observation(model, s, k, x, None)
+                f = lambda s, k, x: observation(model, s, k, x, None, det)
             else:
-                f = lambda s, k, x, y: observation(model, s, k, x, y)
+                f = lambda s, k, x, y: observation(model, s, k, x, y, det)
             in_axes = (0, 0, None) if kind == "predict" else (0, 0, None, None)
             self._jitted[kind] = jax.jit(jax.vmap(f, in_axes=in_axes))
         return self._jitted[kind]
 
     # -- public API -------------------------------------------------------------------
 
-    def predict(self, x: Any, num_samples: int | None = None, seed: int = 0) -> Prediction:
+    def predict(self, x: Any, num_samples: int | None = None, seed: Any = 0) -> Prediction:
         """Posterior-predictive quantities at inputs ``x`` ``(n, features)``.
 
         Args:
             x: new inputs with the training data's feature shape.
             num_samples: number of posterior draws S to use (default: all, chains pooled).
-            seed: key for any randomness the model draws while predicting.
+            seed: an integer or a JAX key (:func:`seed_integer`) for any randomness the model
+                draws while predicting.
 
         Returns:
             A :class:`Prediction`: ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
             ``noise`` ``(S, n)`` (``(S, n, K)`` for targets ``(n, K)``) for regression, with its
-            ``likelihood`` (gaussian, student_t, poisson).
+            ``likelihood`` (gaussian, student_t, poisson); a custom model's deterministic
+            sites in ``deterministic`` ``(S, *site_shape)``.
         """
-        _check_seed(seed)
+        seed = seed_integer(seed)
         x = np.asarray(x, dtype=np.float32)
         if x.shape[1:] != self.x.shape[1:]:
             raise ValueError(f"x must have shape (n, {', '.join(map(str, self.x.shape[1:]))}), got {x.shape}")
@@ -163,25 +213,33 @@ class Posterior:
             raise ValueError("x is empty: pass at least one input row")
         if not np.all(np.isfinite(x)):
             raise ValueError("x contains NaN or inf")
+        own = None
         if self.approximation is not None and self.approximation.predict is not None:
             own = self.approximation.predict(self, x, num_samples, seed)  # e.g. the linearised Laplace
-            if own is not None:
+            if own is not None and not self.deterministic_names:
                 return own
         flat = self.flat_draws(num_samples)
         s = next(iter(flat.values())).shape[0]
         keys = jax.random.split(jax.random.PRNGKey(seed), s)
-        return self._prediction(jax.device_get(self._observe("predict")(flat, keys, x)))
+        at_draws = self._prediction(jax.device_get(self._observe("predict")(flat, keys, x)))
+        if own is not None:
+            return dataclasses.replace(own, deterministic=at_draws.deterministic)  # its sites at the draws
+        return at_draws
 
     @staticmethod
     def _prediction(out: dict) -> Prediction:
         """A :class:`Prediction` from the draw-vmapped output of :func:`observation`."""
+        det = {k: np.asarray(v) for k, v in out.get("deterministic", {}).items()}
         if "probs" in out:
-            return Prediction("classification", probs=np.asarray(out["probs"]))
+            return Prediction("classification", probs=np.asarray(out["probs"]), deterministic=det)
         if "rate" in out:
-            return Prediction("regression", draws=np.asarray(out["rate"]), likelihood="poisson")
+            return Prediction("regression", draws=np.asarray(out["rate"]), likelihood="poisson", deterministic=det)
         if "df" in out:
-            return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]), likelihood="student_t", df=np.asarray(out["df"]))
-        return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]))
+            return Prediction(
+                "regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]), likelihood="student_t",
+                df=np.asarray(out["df"]), deterministic=det,
+            )
+        return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]), deterministic=det)
 
     def log_likelihood(self) -> np.ndarray:
         """Pointwise log-likelihood of the training data, ``(chain, draw, n)``."""
@@ -207,7 +265,7 @@ class Posterior:
         """One replicated data set per draw at the training inputs, ``(chain, draw, *y.shape)``:
         labels sampled from each draw's class probabilities, or targets from each draw's
         likelihood (:meth:`Prediction.sample`)."""
-        _check_seed(seed)
+        seed = seed_integer(seed)
         if not self.has_data:
             raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
         if self.approximation is not None and self.approximation.predict is not None:

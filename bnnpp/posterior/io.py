@@ -21,7 +21,13 @@ import numpy as np
 
 from bnnpp.files import atomic_path
 
-__all__ = ["POINT_ESTIMATE_NOTE", "meta_json", "observed_name", "read_netcdf", "save", "to_arviz"]
+__all__ = ["POINT_ESTIMATE_NOTE", "ROW_DIM", "ArvizNames", "arviz_names", "meta_json", "observed_name", "read_netcdf", "save", "to_arviz"]
+
+ROW_DIM = "obs"
+"""The dimension of the data rows in the data and log_likelihood groups, unless the model
+uses that name (then ``_obs``, ``__obs``, …: :func:`arviz_names`)."""
+ARVIZ_DIMS = ("chain", "draw")
+"""ArviZ's own dimensions: a site or dim of the model with one of these names is renamed."""
 
 POINT_ESTIMATE_NOTE = (
     "a point estimate (one draw) has no log_likelihood group: PSIS-LOO (az.loo, az.compare) needs several posterior draws; "
@@ -35,6 +41,38 @@ def observed_name(posterior) -> str:
     """The name of the model's observed site as the user wrote it (``"y"`` unless the fit was
     given ``observed=...``): the variable name of the ArviZ data groups."""
     return getattr(posterior.model, "observed", None) or getattr(posterior, "observed", None) or "y"
+
+def _free(name: str, taken: set[str]) -> str:
+    """``name``, or ``name`` with as many leading underscores as it takes to be outside ``taken``."""
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+class ArvizNames:
+    """The names :func:`to_arviz` gives a posterior's data: ``variables`` (site name → ArviZ
+    variable; a site named ``chain`` or ``draw`` becomes ``_chain`` / ``_draw``), ``dims``
+    (site → its dims, any named as ArviZ's or as a variable renamed the same way), ``row``
+    (the data rows' dim: ``obs`` unless the model has a site or dim of that name)."""
+
+    def __init__(self, posterior, deterministic=()):
+        sites = posterior.sites
+        observed = observed_name(posterior)
+        names = {*sites, *deterministic, observed, "x"}
+        taken = names | set(ARVIZ_DIMS)
+        self.variables = {k: _free(k, taken) if k in ARVIZ_DIMS else k for k in (*sites, *deterministic)}
+        taken |= set(self.variables.values())
+        dims_taken = taken | {d for site in sites.values() for d in site.dims}
+        self.row = _free(ROW_DIM, dims_taken)
+        self.dims = {
+            k: [_free(d, taken) if d in taken else d for d in site.dims] for k, site in sites.items()
+        }
+
+
+def arviz_names(posterior, deterministic=()) -> ArvizNames:
+    """The :class:`ArvizNames` of ``posterior`` (with its deterministic sites ``deterministic``)."""
+    return ArvizNames(posterior, deterministic)
+
 
 #: options that are Python objects, not settings to record
 UNRECORDED_OPTIONS = ("optimizer", "validation_data")
@@ -111,10 +149,13 @@ def to_arviz(posterior, include_data: bool | None = None):
     import xarray as xr
 
     with_data = posterior.include_data(include_data)
-    dims = {name: list(site.dims) for name, site in posterior.sites.items()}
-    x_dims = ["obs"] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
+    deterministic = posterior.deterministic() if with_data else {}
+    names = arviz_names(posterior, deterministic)
+    dims = {names.variables[name]: d for name, d in names.dims.items()}
+    row = names.row
+    x_dims = [row] + [f"feature_{i}" if i else "feature" for i in range(posterior.x.ndim - 1)]
     obs = observed_name(posterior)
-    y_dims = ["obs"] + [f"{obs}_dim_{i}" for i in range(np.ndim(posterior.y) - 1)]
+    y_dims = [row] + [f"{obs}_dim_{i}" for i in range(np.ndim(posterior.y) - 1)]
     attrs = _attrs(posterior)
     kwargs: dict[str, Any] = {}
     point = posterior.num_chains * posterior.num_draws < 2
@@ -129,7 +170,7 @@ def to_arviz(posterior, include_data: bool | None = None):
         # warns, but (chain, draw) is exactly what these arrays are
         warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
         idata = az.from_dict(
-            posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
+            posterior={names.variables[k]: np.asarray(v) for k, v in {**posterior.samples, **deterministic}.items()},
             dims={**dims, obs: y_dims, "x": x_dims},
             attrs=attrs,
             **kwargs,
@@ -139,8 +180,8 @@ def to_arviz(posterior, include_data: bool | None = None):
         # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
         ll = np.asarray(posterior.log_likelihood(), np.float64)
         idata.add_groups({"log_likelihood": xr.Dataset(
-            {obs: (("chain", "draw", "obs"), ll)},
-            coords={"chain": np.arange(ll.shape[0]), "draw": np.arange(ll.shape[1]), "obs": np.arange(ll.shape[2])},
+            {obs: (("chain", "draw", row), ll)},
+            coords={"chain": np.arange(ll.shape[0]), "draw": np.arange(ll.shape[1]), row: np.arange(ll.shape[2])},
             attrs=attrs,
         )})
     traces = {k: np.asarray(v) for k, v in posterior.stats.traces.items() if np.ndim(v) >= 1}
@@ -174,7 +215,7 @@ def to_arviz(posterior, include_data: bool | None = None):
                 )
             }
         )
-    idata.posterior.attrs["bnnpp"] = meta_json(posterior)
+    idata.posterior.attrs["bnnpp"] = meta_json(posterior, names)
     if point:
         # PSIS-LOO needs draws to reweight: with one (MAP) az.loo fails on an index error, so
         # the group it reads is left out and this attribute says why
@@ -182,12 +223,14 @@ def to_arviz(posterior, include_data: bool | None = None):
     return idata
 
 
-def meta_json(posterior) -> str:
+def meta_json(posterior, names: ArvizNames | None = None) -> str:
     """The JSON stored in a saved file's ``bnnpp`` attribute: ``info`` (the statistics
     without arrays: method, seed, options, seconds, extras), ``approximation`` (the family's
     name or ``None``), ``model`` (the spec of a bnnpp network, else ``None``), ``sites``
-    (shape and dims) and ``data`` (feature shape, rows, target dtype, a target row's shape,
-    the observed site's name)."""
+    (shape and dims), ``data`` (feature shape, rows, target dtype, a target row's shape,
+    the observed site's name) and ``variables`` (site → its ArviZ variable, for the sites
+    :func:`arviz_names` renamed)."""
+    names = names or arviz_names(posterior)
     info = {k: v for k, v in posterior.stats.as_info().items() if not isinstance(v, (np.ndarray, jax.Array)) and k != "sample_stats"}
     spec = posterior.model.spec() if hasattr(posterior.model, "spec") else None
     sites = {k: {"shape": list(v.shape), "dims": list(v.dims)} for k, v in posterior.sites.items()}
@@ -196,7 +239,10 @@ def meta_json(posterior) -> str:
         "y_shape": list(np.shape(posterior.y)[1:]), "observed": observed_name(posterior),
     }
     approximation = None if posterior.approximation is None else posterior.approximation.kind
-    return json.dumps(json_safe({"info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data}))
+    variables = {k: v for k, v in names.variables.items() if k != v and k in posterior.sites}
+    return json.dumps(json_safe({
+        "info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data, "variables": variables,
+    }))
 
 
 _OTHER_FORMATS = frozenset({".json", ".pkl", ".pickle", ".npz", ".npy", ".csv", ".txt", ".zarr", ".toml", ".png"})

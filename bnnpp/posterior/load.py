@@ -12,7 +12,8 @@ import numpy as np
 
 from bnnpp import models
 from bnnpp.introspection import SiteInfo, check_sites, refuse_flax_module, rename_observed
-from bnnpp.posterior.approximation import FitStats, from_guide_params
+from bnnpp.posterior.approximation import FitStats
+from bnnpp.posterior.families import from_guide_params
 from bnnpp.posterior.core import Posterior
 from bnnpp.posterior.io import read_netcdf
 
@@ -42,7 +43,8 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
         raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save")
     idata = read_netcdf(path)
     meta, sites = _checked_meta(idata, path)
-    samples = {k: np.asarray(idata.posterior[k].values) for k in sites}
+    variables = {k: meta["variables"].get(k, k) for k in sites}
+    samples = {k: np.asarray(idata.posterior[variables[k]].values) for k in sites}
     bad = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
     if bad:
         warnings.warn(f"{path}: non-finite values in the draws of {', '.join(bad)}", RuntimeWarning, stacklevel=2)
@@ -92,15 +94,17 @@ def _checked_meta(idata, path: str) -> tuple[dict, dict[str, SiteInfo]]:
         meta = json.loads(meta_text)
         sites = {k: SiteInfo(tuple(int(d) for d in v["shape"]), tuple(v["dims"])) for k, v in meta["sites"].items()}
         meta["info"], meta["data"], meta["model"]
+        meta.setdefault("variables", {})  # older files have no renamed sites
+        variables = {k: str(meta["variables"].get(k, k)) for k in sites}
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: its bnnpp metadata is damaged ({type(e).__name__}: {e})") from None
     if not sites:
         raise ValueError(f"{path}: its metadata lists no latent sites")
     lead = None
     for name, site in sites.items():
-        if name not in idata.posterior:
+        if variables[name] not in idata.posterior:
             raise ValueError(f"{path}: site {name!r} of its metadata has no draws in the posterior group")
-        shape = tuple(idata.posterior[name].shape)
+        shape = tuple(idata.posterior[variables[name]].shape)
         if shape[2:] != site.shape or len(shape) != 2 + len(site.shape):
             raise ValueError(f"{path}: site {name!r} has draws of shape {shape}, but its metadata says (chain, draw, *{site.shape})")
         if lead is not None and shape[:2] != lead:

@@ -3,7 +3,7 @@ measures computed from them (predictive entropy, mutual information, epistemic a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -24,7 +24,10 @@ class Prediction:
     draw (the Normal or StudentT location, the Poisson rate), and ``noise`` ``(S, n, ...)``,
     the likelihood's scale per draw (the Normal sd, the StudentT scale; ``None`` for Poisson);
     ``df`` ``(S, n, ...)`` holds the StudentT degrees of freedom. ``likelihood`` is
-    ``"gaussian"``, ``"student_t"`` or ``"poisson"``.
+    ``"gaussian"``, ``"student_t"`` or ``"poisson"``. ``deterministic``: a custom model's
+    ``numpyro.deterministic`` sites at the inputs, name → ``(S, *site_shape)`` (as NumPyro's
+    ``Predictive`` returns them; empty for bnnpp's own networks, whose ``logits``/``mean``
+    are ``probs``/``draws``).
     """
 
     task: str
@@ -33,6 +36,7 @@ class Prediction:
     noise: np.ndarray | None = None
     likelihood: str = "gaussian"
     df: np.ndarray | None = None
+    deterministic: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.task == "regression" and self.likelihood not in REGRESSION_LIKELIHOODS:
