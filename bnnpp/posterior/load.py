@@ -58,7 +58,10 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     params = None
     if "variational_params" in idata.groups():
         params = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
-    approximation = from_guide_params(params, list(sites), meta.get("approximation"))
+    try:
+        approximation = from_guide_params(params, list(sites), meta.get("approximation"))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
     data = meta.get("data") or {}
     observed = data.get("observed", "y")
     given = model is not None  # a model passed in is checked against the file; one rebuilt from its spec matches it
