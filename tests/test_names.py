@@ -46,6 +46,24 @@ def test_a_model_observing_obs_with_latent_y_chain_draw_scale_reaches_arviz(clas
         np.testing.assert_array_equal(back.samples[k], v)
 
 
+def test_sites_named_x_and_like_dims_round_trip(tmp_path):
+    def model(x, y=None):
+        a = numpyro.sample("x", dist.Normal(0, 1))
+        b = numpyro.sample("feature", dist.Normal(0, 1).expand([2]).to_event(1), infer={"dims": ("draw",)})
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(a * x[:, 0] + b[0], 1.0), obs=y)
+
+    x, y, _ = data("numpyro")
+    post = bnnpp.fit(model, (x, y), method="advi", num_steps=3, num_samples=4, progress=False)
+    idata = post.to_arviz()
+    assert idata.posterior["_x"].dims == ("chain", "draw") and idata.constant_data["x"].shape == (24, 2)
+    assert idata.posterior["feature"].dims == ("chain", "draw", "_draw")
+    post.save(tmp_path / "p.nc")
+    back = bnnpp.load(tmp_path / "p.nc", model=model)
+    np.testing.assert_array_equal(back.samples["x"], post.samples["x"])
+    np.testing.assert_array_equal(back.samples["feature"], post.samples["feature"])
+
+
 def test_deterministic_sites_are_in_predictions(clashing_fit):
     post, x, _ = clashing_fit
     pred = post.predict(x[:5])

@@ -51,7 +51,7 @@ def _free(name: str, taken: set[str]) -> str:
 
 class ArvizNames:
     """The names :func:`to_arviz` gives a posterior's data: ``variables`` (site name → ArviZ
-    variable; a site named ``chain`` or ``draw`` becomes ``_chain`` / ``_draw``), ``dims``
+    variable; a site named ``chain``, ``draw`` or ``x`` becomes ``_chain`` / ``_draw`` / ``_x``), ``dims``
     (site → its dims, any named as ArviZ's or as a variable renamed the same way), ``row``
     (the data rows' dim: ``obs`` unless the model has a site or dim of that name)."""
 
@@ -60,7 +60,9 @@ class ArvizNames:
         observed = observed_name(posterior)
         names = {*sites, *deterministic, observed, "x"}
         taken = names | set(ARVIZ_DIMS)
-        self.variables = {k: _free(k, taken) if k in ARVIZ_DIMS else k for k in (*sites, *deterministic)}
+        # ArviZ's dims, and "x": from_dict takes one dims mapping for every group, where
+        # constant_data's "x" has its own
+        self.variables = {k: _free(k, taken) if k in (*ARVIZ_DIMS, "x") else k for k in (*sites, *deterministic)}
         taken |= set(self.variables.values())
         dims_taken = taken | {d for site in sites.values() for d in site.dims}
         self.row = _free(ROW_DIM, dims_taken)
