@@ -169,9 +169,9 @@ _KEY = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed posit
 
 
 def _observation(trace) -> tuple[str, jax.Array, jax.Array | None]:
-    """``(likelihood, f, sd)`` of the site ``"y"``: ``"categorical"`` logits ``(n, C)``,
-    ``"bernoulli"`` logits ``(n,)`` or ``"gaussian"`` mean with its sd, both of the targets'
-    shape ``(n,)`` or ``(n, K)`` (a ``.to_event(1)`` site)."""
+    """``(likelihood, f, sd)`` of the observation site (:func:`bnnpp.introspection.observed_site`):
+    ``"categorical"`` logits ``(n, C)``, ``"bernoulli"`` logits ``(n,)`` or ``"gaussian"`` mean
+    with its sd, both of the targets' shape ``(n,)`` or ``(n, K)`` (a ``.to_event(1)`` site)."""
     site = observed_site(trace)
     fn = unwrap(site["fn"])
     n = jnp.shape(site["value"])[0]
@@ -184,7 +184,7 @@ def _observation(trace) -> tuple[str, jax.Array, jax.Array | None]:
         return "gaussian", jnp.broadcast_to(fn.loc, shape), jnp.broadcast_to(fn.scale, shape)
     raise ValueError(
         f"laplace's GGN and linearised predictive need a Categorical(logits=...), Bernoulli(logits=...) or Normal "
-        f"observation site 'y', got {type(fn).__name__}: parameterise it by logits, or use hessian='full' with predictive='mc'"
+        f"observation site, got {type(fn).__name__}: parameterise it by logits, or use hessian='full' with predictive='mc'"
     )
 
 
