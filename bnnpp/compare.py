@@ -100,7 +100,10 @@ def compare_methods(
         ``mean_sd``, ``mean_epistemic_sd``), ``max_r_hat``,
         ``min_ess_bulk``, ``divergences``, ``psis_khat`` (+ ``psis_reading``), ``elbo_converged``,
         ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
-        ArviZ's LOO comparison of the methods with several draws (a list of rows).
+        ArviZ's LOO comparison of the methods with several draws (a list of rows; a row's
+        ``unreliable`` is True when some of its Pareto k̂ exceed 0.7, counted in
+        ``khat_above_0.7``: the ranking is then unreliable, and a
+        :class:`~bnnpp.diagnostics.UnreliableComparisonWarning` says so).
         ``posteriors`` maps method → :class:`~bnnpp.Posterior`.
     """
     methods = check_methods(methods)
@@ -161,11 +164,17 @@ def compare_methods(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             table = diagnostics.compare({m: posteriors[m] for m in ranked})
+        unreliable = [f"{name} ({int(r['khat_above_0.7'])})" for name, r in table.iterrows() if r["unreliable"]]
+        if unreliable:  # said once, here, where the ArviZ warnings above were silenced
+            warnings.warn(
+                f"compare: the LOO ranking is unreliable: Pareto k̂ > 0.7 for some observations of {', '.join(unreliable)}; "
+                "compare those methods on the test scores instead", diagnostics.UnreliableComparisonWarning, stacklevel=2,
+            )
         for name, r in table.iterrows():
             results["ranking"].append({
                 "method": str(name), "rank": int(r["rank"]), "elpd_loo": float(r["elpd_loo"]),
                 "elpd_diff": float(r["elpd_diff"]), "dse": float(r["dse"]), "weight": float(r["weight"]),
-                "p_loo": float(r["p_loo"]),
+                "p_loo": float(r["p_loo"]), "khat_above_0.7": int(r["khat_above_0.7"]), "unreliable": bool(r["unreliable"]),
             })
     return results, posteriors
 

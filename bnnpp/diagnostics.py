@@ -40,6 +40,7 @@ __all__ = [
     "KhatSummary",
     "Loo",
     "PsisKhat",
+    "UnreliableComparisonWarning",
     "compare",
     "elbo_convergence",
     "forest_plot",
@@ -448,7 +449,10 @@ def compare(posteriors: dict[str, Any]):
 
     Returns:
         ArviZ's comparison ``pandas.DataFrame`` (rank, elpd_loo, p_loo, elpd_diff, weight,
-        se, dse, warning), best first.
+        se, dse, warning), best first, with two more columns: ``khat_above_0.7`` (how many
+        observations of the fit have Pareto k̂ > 0.7) and ``unreliable`` (any has, or ArviZ
+        flagged the fit: its elpd_loo, and so its place in the ranking, cannot be trusted).
+        When a fit is unreliable an :class:`UnreliableComparisonWarning` says which, in one line.
     """
     if len(posteriors) < 2:
         raise ValueError(f"compare needs at least two fits with several draws each, got {len(posteriors)}")
@@ -456,8 +460,27 @@ def compare(posteriors: dict[str, Any]):
     point += [k for k, v in posteriors.items() if isinstance(v, az.InferenceData) and "log_likelihood" not in v.groups()]
     if point:
         raise ValueError(f"compare: {', '.join(map(str, point))} has no log-likelihood draws ({POINT_ESTIMATE_NOTE})")
+    idatas = {k: _idata(v) for k, v in posteriors.items()}
     with _quiet_arviz():
-        return az.compare({k: _idata(v) for k, v in posteriors.items()}, ic="loo")
+        table = az.compare(idatas, ic="loo")
+        above = {}
+        for name, idata in idatas.items():
+            k = np.asarray(az.loo(idata, pointwise=True).pareto_k)
+            above[name] = (int(np.sum(~(k <= 0.7))), int(k.size))  # inf and NaN count as unreliable
+    table["khat_above_0.7"] = [above[name][0] for name in table.index]
+    table["unreliable"] = [bool(above[name][0] or row["warning"]) for name, row in table.iterrows()]
+    bad = [f"{name} ({above[name][0]} of {above[name][1]} observations)" for name in table.index if table.loc[name, "unreliable"]]
+    if bad:
+        warnings.warn(
+            f"compare: Pareto k̂ > 0.7 for {', '.join(bad)}: their LOO estimates are unreliable, and so is the ranking; "
+            "compare such fits on held-out data (Prediction.scores)", UnreliableComparisonWarning, stacklevel=2,
+        )
+    return table
+
+
+class UnreliableComparisonWarning(UserWarning):
+    """A LOO comparison ranks a fit whose Pareto k̂ exceed 0.7 (Vehtari, Gelman & Gabry 2017):
+    its elpd_loo is unreliable, and so is the ranking."""
 
 
 # --------------------------------------------------------------------------------------

@@ -70,12 +70,21 @@ def compare_markdown(results: dict) -> str:
     if results.get("reference"):
         lines += reference_markdown(results)
     if results["ranking"]:
-        lines += ["", "## az.compare (PSIS-LOO)", "", "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo |", "|---|---|---|---|---|---|---|"]
+        lines += ["", "## az.compare (PSIS-LOO)", "",
+                  "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo | LOO reliable |", "|---|---|---|---|---|---|---|---|"]
         for r in results["ranking"]:
+            reliable = "—" if "unreliable" not in r else (
+                f"**no**: k̂ > 0.7 for {r['khat_above_0.7']}" if r["unreliable"] else "yes")
             lines.append(
                 f"| {r['rank']} | {r['method']} | {r['elpd_loo']:.1f} | {r['elpd_diff']:.1f} | {r['dse']:.1f} | "
-                f"{r['weight']:.2f} | {r['p_loo']:.1f} |"
+                f"{r['weight']:.2f} | {r['p_loo']:.1f} | {reliable} |"
             )
+        unreliable = [r["method"] for r in results["ranking"] if r.get("unreliable")]
+        if unreliable:
+            lines += ["", (f"**This ranking is unreliable**: {', '.join(unreliable)} "
+                           f"{'has' if len(unreliable) == 1 else 'have'} observations with Pareto k̂ > 0.7, whose "
+                           "LOO terms cannot be trusted (Vehtari et al. 2017; an ensemble's few members are too few draws "
+                           "for Pareto smoothing). Compare on the test scores above.")]
     return "\n".join(lines) + "\n"
 
 

@@ -315,7 +315,8 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
 
     Returns:
         The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
-        ``stopped_at``, ``test``, ``fit_info``, ``val_error`` (when the fit tracked it),
+        ``stopped_at``, ``test``, ``fit_info``, ``health`` (the fit's
+        :class:`~bnnpp.inference.health.FitHealthWarning` lines, empty when it looks done), ``val_error`` (when the fit tracked it),
         ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
@@ -329,7 +330,8 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         "steps_run": info.get("steps_run"),
         "stopped_at": info.get("stopped_at"),
         "test": test,
-        "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters") if k in info},
+        "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters", "psis_khat") if k in info},
+        "health": list(info.get("health", [])),  # the fit's FitHealthWarning lines: not converged, PSIS k̂ > 0.7
         **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
         **({"placement": info["placement"]} if "placement" in info else {}),  # devices, mesh, per-device batch, step time
         "seconds": dict(seconds),

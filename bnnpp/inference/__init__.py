@@ -19,6 +19,7 @@ from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropo
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
+from bnnpp.inference.health import FitHealthWarning
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
 from bnnpp.inference.sharding import check_request, global_rows
@@ -29,6 +30,7 @@ from bnnpp.posterior.core import seed_integer
 __all__ = [
     "Algorithm",
     "Checkpointing",
+    "FitHealthWarning",
     "Keys",
     "Method",
     "Options",

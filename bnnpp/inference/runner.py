@@ -62,7 +62,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from bnnpp.inference import sharding
+from bnnpp.inference import health, sharding
 from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
 from bnnpp.inference.checkpoints import (
     Checkpointer,
@@ -673,7 +673,9 @@ def run(
         stopped_at=stopped_at, compile_seconds=compile_seconds, run_seconds=run_seconds,
         sample_seconds=time.perf_counter() - t0, extras=extras,
     )
-    return Posterior(samples, stats, model, x_post, y_post, latent_sites(model, x, y), approximation)
+    posterior = Posterior(samples, stats, model, x_post, y_post, latent_sites(model, x, y), approximation)
+    health.warn(posterior, stacklevel=4)  # not converged, or a q that PSIS rejects: one line each
+    return posterior
 
 
 def _lower_on(place: sharding.Placement, state_sharding, fn: Callable, state_arg: int, *args):

@@ -1,0 +1,165 @@
+"""A fit's own health, reported once when it ends: one :class:`FitHealthWarning` line per problem.
+
+The runner (:mod:`bnnpp.inference.runner`) calls :func:`check` on every Posterior it builds:
+
+* **optimisation not converged** (:func:`still_falling`): the loss (the negative ELBO for
+  variational methods) still falling between the middle and the end of the run, by more than
+  its noise and by more than :data:`FALLING_SHARE` of its scale. The middle is compared, not
+  only the last tenth: the cosine schedules of advi and bbb bring the learning rate to 0, so a
+  fit stopped far too early is flat over its last tenth too.
+* **a variational approximation that PSIS rejects** (:func:`vi_khat`): mean-field Gaussian q
+  (advi, bbb) with Pareto k̂ > :data:`KHAT_THRESHOLD` (Yao, Vehtari, Simpson & Gelman 2018),
+  from :data:`KHAT_DRAWS` draws of q against the full training data, when that costs at most
+  :data:`KHAT_BUDGET` multiply-adds.
+
+MCMC's divergences are reported by :mod:`bnnpp.inference.nuts`; R-hat and PSIS-LOO by
+:mod:`bnnpp.diagnostics`. This module imports neither ArviZ nor anything above the runner:
+:func:`pareto_khat` is the generalised-Pareto fit of ArviZ's ``psislw``, in NumPy.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+from bnnpp.inference.joint import gaussian_log_weights
+from bnnpp.posterior import MeanFieldGaussian
+
+__all__ = ["FALLING_SHARE", "KHAT_THRESHOLD", "FitHealthWarning", "check", "pareto_khat", "still_falling", "vi_khat", "warn"]
+
+FALLING_SHARE = 0.04
+"""The loss must fall by more than this share of its scale (the larger of its final level and
+its total fall) from the middle to the end of the run to count as not converged."""
+FALLING_Z = 4.0
+"""... and by more than this many standard errors of the difference (batch means)."""
+MIN_STEPS = 100
+"""Shorter traces are not judged."""
+KHAT_THRESHOLD = 0.7
+KHAT_DRAWS = 1000
+KHAT_BUDGET = 2e10
+"""Largest ``draws × rows × parameters`` for which a fit computes its PSIS k̂ (a few seconds
+on a CPU); larger fits skip it (:func:`bnnpp.diagnostics.psis_khat` computes it on demand)."""
+
+
+class FitHealthWarning(UserWarning):
+    """A fit finished but its result is not to be trusted as it stands (not converged, or
+    an approximation PSIS rejects); the message names what to do."""
+
+
+def still_falling(loss: np.ndarray, batches: int = 5) -> dict | None:
+    """Is the loss trace ``loss`` ``(steps,)`` still falling at the end of the run?
+
+    Compares the mean of the tenth of the steps just before the middle (m₁) with the mean of
+    the last tenth (m₂). Their standard error comes from batch means (each tenth cut into
+    ``batches`` consecutive blocks, so that autocorrelated minibatch noise counts fully). The
+    trace is still falling when m₁ − m₂ > :data:`FALLING_Z` standard errors and
+    > :data:`FALLING_SHARE` × max(|m₂|, m₀ − m₂), m₀ the mean of the first hundredth.
+
+    Returns:
+        ``{"drop", "se", "share"}`` (floats) when it is still falling, else ``None`` (also
+        for traces shorter than :data:`MIN_STEPS` finite steps).
+    """
+    loss = np.asarray(loss, np.float64)
+    loss = loss[np.isfinite(loss)]
+    n = loss.size
+    if n < MIN_STEPS:
+        return None
+    k = n // 10 - (n // 10) % batches
+    middle, end = loss[n // 2 - k : n // 2], loss[n - k :]
+    drop = float(middle.mean() - end.mean())
+    noise = [block.reshape(batches, -1).mean(axis=1).var(ddof=1) for block in (middle, end)]
+    se = float(np.sqrt(sum(noise) / batches))
+    scale = max(abs(float(end.mean())), float(loss[: max(1, n // 100)].mean() - end.mean()))
+    share = drop / scale if scale > 0 else 0.0
+    if drop > FALLING_Z * se and share > FALLING_SHARE:
+        return {"drop": drop, "se": se, "share": share}
+    return None
+
+
+def pareto_khat(log_weights: np.ndarray) -> float:
+    """Pareto k̂ of importance log-weights ``(S,)``: the shape of a generalised Pareto
+    distribution fitted (Zhang & Stephens 2009, with the weak prior of Vehtari et al. 2024) to
+    the largest ``min(S/5, 3√S)`` weights, as ArviZ's ``psislw`` (``inf`` when the tail has
+    4 draws or fewer, or a weight is not finite)."""
+    lw = np.asarray(log_weights, np.float64).ravel()
+    if not np.all(np.isfinite(lw)):
+        return float("inf")
+    s = lw.size
+    lw = lw - lw.max()
+    order = np.sort(lw)
+    cutoff = max(order[-int(np.ceil(min(s / 5.0, 3 * np.sqrt(s)))) - 1], np.log(np.finfo(float).tiny))
+    tail = np.sort(np.exp(lw[lw > cutoff]) - np.exp(cutoff))
+    n = tail.size
+    if n <= 4:
+        return float("inf")
+    m = 30 + int(n**0.5)
+    b = 1 - np.sqrt(m / (np.arange(1, m + 1, dtype=float) - 0.5))
+    b /= 3 * tail[int(n / 4 + 0.5) - 1]
+    b += 1 / tail[-1]
+    k = np.log1p(-b[:, None] * tail).mean(axis=1)
+    length = n * (np.log(-(b / k)) - k - 1)
+    w = 1 / np.exp(length - length[:, None]).sum(axis=1)
+    keep = w >= 10 * np.finfo(float).eps
+    w, b = w[keep], b[keep]
+    b_post = np.sum(b * w / w.sum())
+    k_post = np.log1p(-b_post * tail).mean()
+    return float((n * k_post + 10 * 0.5) / (n + 10))
+
+
+def vi_khat(posterior, seed: int = 0) -> float | None:
+    """PSIS k̂ of a mean-field Gaussian posterior's q from :data:`KHAT_DRAWS` draws, or
+    ``None`` when it has no such q, no training data or costs more than :data:`KHAT_BUDGET`."""
+    q = posterior.approximation
+    if not isinstance(q, MeanFieldGaussian) or not posterior.has_data or posterior.model is None:
+        return None
+    names = list(posterior.sites)
+    if any(n not in q.loc for n in names):
+        return None
+    params = sum(int(np.size(q.loc[n])) for n in names)
+    if KHAT_DRAWS * posterior.x.shape[0] * params > KHAT_BUDGET:
+        return None
+    loc = {n: np.asarray(q.loc[n], np.float32) for n in names}
+    scale = {n: np.asarray(q.scale[n], np.float32) for n in names}
+    lw = gaussian_log_weights(posterior.model, loc, scale, posterior.x, posterior.y, KHAT_DRAWS, seed)
+    return pareto_khat(lw)
+
+
+def check(posterior) -> list[str]:
+    """The health notes of a finished fit, one line each (empty when it looks done)."""
+    stats = posterior.stats
+    notes = []
+    trace = stats.traces.get("negative_elbo", stats.traces.get("loss"))
+    if trace is not None and stats.stopped_at is None:  # a NaN stop has its own warning
+        trace = np.asarray(trace)
+        columns = trace.reshape(trace.shape[0], -1).T if trace.ndim > 1 else [trace]
+        falling = [(i, r) for i, c in enumerate(columns) if (r := still_falling(c)) is not None]
+        if falling:
+            i, r = max(falling, key=lambda ir: ir[1]["share"])
+            what = "negative ELBO" if "negative_elbo" in stats.traces else "loss"
+            member = f" (member {i}; {len(falling)} of {len(columns)} members)" if len(columns) > 1 else ""
+            notes.append(
+                f"{stats.method}: not converged: the {what} fell by {r['drop']:.4g} ({r['share']:.1%} of its scale, "
+                f"{r['drop'] / max(r['se'], 1e-300):.0f} standard errors) from the middle to the end of the "
+                f"{trace.shape[0]} steps{member}; run longer (more steps or epochs)"
+            )
+    khat = vi_khat(posterior, stats.seed)
+    if khat is not None:
+        stats.extras["psis_khat"] = khat
+        if not khat <= KHAT_THRESHOLD:
+            notes.append(
+                f"{stats.method}: PSIS k̂ = {khat:.2f} > {KHAT_THRESHOLD}: the variational approximation is not "
+                "trustworthy as a posterior (Yao et al. 2018); run longer, or compare with nuts on a small subset"
+            )
+    return notes
+
+
+def warn(posterior, stacklevel: int) -> list[str]:
+    """:func:`check`, each note as a :class:`FitHealthWarning`; returns the notes (also kept in
+    ``posterior.stats.extras["health"]`` when there are any)."""
+    notes = check(posterior)
+    if notes:
+        posterior.stats.extras["health"] = notes
+    for note in notes:
+        warnings.warn(note, FitHealthWarning, stacklevel=stacklevel + 1)
+    return notes
