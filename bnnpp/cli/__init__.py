@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "fit": "fit a Bayesian network and write posterior.nc, metrics.json and a figure",
     "predict": "predictions of a run at new inputs (CSV/npz): mean and sd, or class probabilities and uncertainty",
     "compare": "fit several methods on the same data and seed; write compare.md/json and figures",
-    "sweep": "fit a weight-prior x hyperprior grid on moons/circles; write sweep.md/json",
+    "sweep": "fit a weight-prior x hyperprior grid on moons/circles or your classification file; write sweep.md/json",
     "evaluate": "test error, calibration, per-image uncertainty and OOD detection of an image run",
     "prune": "test error after pruning weights by signal-to-noise ratio or magnitude",
 }
