@@ -42,6 +42,7 @@ __all__ = [
     "OOD_SETS",
     "block_rows",
     "check_run_dir",
+    "class_names",
     "dataset_from_record",
     "evaluate_run",
     "fashion_like",
@@ -51,6 +52,8 @@ __all__ = [
     "metrics_on_test_set",
     "open_run",
     "prune_run",
+    "regression_test_checks",
+    "original_test_features",
     "write_compare_figures",
     "write_compare_run",
     "write_fit_run",
@@ -273,11 +276,38 @@ sd/√200 < 0.04 in probability, invisible in the picture, and the grid's predic
 cheaper (``benchmarks/quickstart.py`` measures the write time)."""
 
 
+def class_names(dataset: data.Dataset) -> tuple | None:
+    """The labels of a classification dataset's class indices (a user's file records them),
+    else ``None`` (``class 0``, ``class 1``, ... in figures)."""
+    return None if dataset.transform is None or dataset.transform.classes is None else dataset.transform.classes
+
+
+def original_test_features(dataset: data.Dataset) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The test rows' features in the file's units ``(n_test, F)`` (standardisation undone for
+    a user's file; built-in sets as they are) and the feature names (``x0, x1, ...`` without)."""
+    x = np.asarray(dataset.x_test, np.float64).reshape(len(dataset.x_test), -1)
+    t = dataset.transform
+    if t is None or t.x_mean.shape != x.shape[1:]:
+        return x, tuple(f"x{i}" for i in range(x.shape[1]))
+    return x * t.x_sd + t.x_mean, t.features
+
+
+def regression_test_checks(prediction: Prediction, dataset: data.Dataset) -> dict:
+    """:func:`bnnpp.evaluation.regression_checks` of a prediction at ``dataset.x_test``, in the
+    targets' original units (``y_shift``/``y_scale``)."""
+    shift, scale = float(dataset.y_shift), float(dataset.y_scale)
+    original = evaluation.in_original_units(prediction, shift, scale)
+    return evaluation.regression_checks(original, np.asarray(dataset.y_test, np.float64) * scale + shift)
+
+
 def figure(posterior, dataset: data.Dataset):
-    """The figure of a fit run and its file name: the decision map (2-D classification) or the
-    regression bands (1-D regression) as ``uncertainty.png``; otherwise (images, a user's
-    table) the loss curve as ``loss.png`` (or ``(None, None)`` when the method keeps no loss
-    trace).
+    """The figure of a fit run and its file name, as ``uncertainty.png``: the decision map
+    (2-D classification; every class with its name), the regression bands (1-D regression)
+    or, for a regression with several features, predicted vs observed with intervals, the
+    calibration curve and the residuals against the features (on the test rows,
+    :func:`bnnpp.plots.regression_diagnostics`); otherwise (images, a table of other than 2
+    features to classify) the loss curve as ``loss.png`` (or ``(None, None)`` when the method
+    keeps no loss trace).
 
     Returns:
         ``(figure, file_name)``.
@@ -286,11 +316,17 @@ def figure(posterior, dataset: data.Dataset):
     from bnnpp import plots
 
     title = f"{dataset.name}: {posterior.info['method']}"
-    if dataset.x_train.ndim != 2 or dataset.x_train.shape[1] != (2 if dataset.task == "classification" else 1):
-        return loss_figure(posterior, title), "loss.png"
+    tabular = dataset.x_train.ndim == 2
     predict = functools.partial(posterior.predict, num_samples=min(FIGURE_DRAWS, posterior.num_chains * posterior.num_draws))
+    if tabular and dataset.task == "regression" and dataset.x_train.shape[1] != 1 and np.ndim(dataset.y_test) == 1:
+        x_raw, names = original_test_features(dataset)
+        check = regression_test_checks(predict(dataset.x_test), dataset)
+        y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
+        return plots.regression_diagnostics(check, y, x_raw, names, title=title), "uncertainty.png"
+    if not tabular or dataset.x_train.shape[1] != (2 if dataset.task == "classification" else 1):
+        return loss_figure(posterior, title), "loss.png"
     if dataset.task == "classification":
-        return plots.decision_map(predict, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
+        return plots.decision_map(predict, dataset.x_train, dataset.y_train, title=title, class_names=class_names(dataset)), "uncertainty.png"
     grid = np.sort(dataset.x_test, axis=0)
     return plots.regression_bands(predict(grid), grid, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
 
@@ -558,8 +594,10 @@ def prune_run(
 
 def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: data.Dataset, results: dict | None = None) -> list[str]:
     """Save the comparison figures of ``bnnpp compare`` into ``folder``: ``decision_maps.png``
-    and ``reliability.png`` (classification) or ``bands.png`` (regression: mean, epistemic and
-    total bands on a grid reaching out of the data), ``forest_scales.png`` (posteriors with
+    (2-D inputs; every class with its name) and ``reliability.png`` (classification), or for
+    regression ``bands.png`` (1-D inputs: mean, epistemic and total bands), and
+    ``predicted_vs_observed.png``, ``calibration.png`` and ``residuals.png`` (test rows, original
+    units; :mod:`bnnpp.plots`), ``forest_scales.png`` (posteriors with
     layer scales), ``trace_<method>.png`` (those with several chains) and ``reference.png``
     (when ``results`` hold a reference posterior's agreement numbers).
 
@@ -569,15 +607,23 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
     # ArviZ and matplotlib (~1.5 s to import) load on first use, not at command start-up
     from bnnpp import diagnostics, plots
 
+    figs: dict = {}
     if dataset.task == "regression":
-        figs = {"bands.png": plots.regression_bands_grid(
-            {m: p.predict(dataset.x_test) for m, p in posteriors.items()}, dataset.x_test, dataset.x_train, dataset.y_train,
-        )} if dataset.x_train.shape[1:] == (1,) else {}
+        predictions = {m: p.predict(dataset.x_test) for m, p in posteriors.items()}
+        if dataset.x_train.shape[1:] == (1,):
+            figs["bands.png"] = plots.regression_bands_grid(predictions, dataset.x_test, dataset.x_train, dataset.y_train)
+        if np.ndim(dataset.y_test) == 1:
+            checks = {m: regression_test_checks(pred, dataset) for m, pred in predictions.items()}
+            y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
+            x_raw, names = original_test_features(dataset)
+            figs["predicted_vs_observed.png"] = plots.predicted_vs_observed(checks, y)
+            figs["calibration.png"] = plots.calibration_curve(checks)
+            figs["residuals.png"] = plots.residuals_by_feature(checks, x_raw, names)
     else:
-        figs = {
-            "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
-            "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
-        }
+        if dataset.x_train.ndim == 2 and dataset.x_train.shape[1] == 2:
+            figs["decision_maps.png"] = plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train,
+                                                            dataset.y_train, class_names=class_names(dataset))
+        figs["reliability.png"] = plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()})
     if results is not None and results.get("reference"):
         figs["reference.png"] = plots.reference_agreement(results)
     with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
