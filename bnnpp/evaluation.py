@@ -392,10 +392,11 @@ def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     return figs
 
 
-def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation") -> list[str]:
-    """Write ``<name>.json``, ``<name>.md``, the figures (PNG) and ``<name>.npz`` (the
-    per-image arrays) into ``out_dir``: everything goes to a temporary folder first and is
-    then moved into place, so a failure leaves no partial output.
+def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation",
+                 markdown=reports.evaluation_markdown) -> list[str]:
+    """Write ``<name>.json``, ``<name>.md`` (``markdown(report)``), the figures (PNG) and
+    ``<name>.npz`` (the per-image arrays) into ``out_dir``: everything goes to a temporary
+    folder first and is then moved into place, so a failure leaves no partial output.
 
     Returns:
         The file names written.
@@ -413,5 +414,5 @@ def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_im
         with open(os.path.join(tmp, f"{name}.json"), "w") as f:
             json.dump(report, f, indent=2)
         with open(os.path.join(tmp, f"{name}.md"), "w") as f:
-            f.write(reports.evaluation_markdown(report))
+            f.write(markdown(report))
     return names

@@ -45,6 +45,7 @@ __all__ = [
     "class_names",
     "dataset_from_record",
     "evaluate_run",
+    "evaluate_table_run",
     "fashion_like",
     "figure",
     "fit_report",
@@ -116,9 +117,9 @@ def dataset_from_record(record: dict, shard: tuple[int, int] | None = None) -> d
     raise ValueError(f"the report names no known dataset (data={name!r}); known: {', '.join([*SYNTHETIC, *IMAGE_SETS])}")
 
 
-def check_run_dir(run_dir: str | os.PathLike) -> tuple[str, dict]:
-    """Check that ``run_dir`` is a ``bnnpp fit`` image run, reading no posterior and no data
-    (cheap, for up-front checks).
+def check_run_dir(run_dir: str | os.PathLike, *, images: bool = True) -> tuple[str, dict]:
+    """Check that ``run_dir`` is a ``bnnpp fit`` run (with ``images``, of an image set),
+    reading no posterior and no data (cheap, for up-front checks).
 
     Returns:
         ``(path, report)``: the folder as a ``str`` and its ``metrics.json`` dict. Raises
@@ -137,7 +138,7 @@ def check_run_dir(run_dir: str | os.PathLike) -> tuple[str, dict]:
             report = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON ({e}): fit the run again") from None
-    if report.get("data") not in IMAGE_SETS:
+    if images and report.get("data") not in IMAGE_SETS:
         raise ValueError(
             f"{run_dir} was fitted to {report.get('data')!r}; this command works on image runs "
             f"({', '.join(IMAGE_SETS)}): fit one with `bnnpp fit --data mnist ...`"
@@ -496,6 +497,87 @@ def evaluate_run(
     result = {"run_dir": os.fspath(run_dir), "data": dataset.name, "method": posterior.info.get("method"), **result, "skipped": skipped}
     result["seconds"]["load"] = load_s
     evaluation.write_report(run_dir, result, figs, per_image)
+    return result
+
+
+def evaluate_table_run(
+    run_dir: str | os.PathLike,
+    *,
+    data_file: str | os.PathLike | None = None,
+    target: str | None = None,
+    num_samples: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """Evaluate a ``bnnpp fit`` run of a table (a built-in 1-D/2-D set or a user's file) on its
+    own test split or on new labelled rows, and write ``evaluation.json``, ``evaluation.md``
+    and the figures into the run folder: classification ``reliability.png`` (and
+    ``decision_map.png`` for 2-D inputs, every class with its name); regression
+    ``regression.png`` (:func:`bnnpp.plots.regression_diagnostics`: predicted vs observed with
+    90% central intervals, calibration curve, residuals against the features).
+
+    Args:
+        run_dir: the run folder.
+        data_file: labelled rows (a CSV naming the features and the target, or an ``.npz``
+            with ``x`` and ``y``; :func:`bnnpp.tables.read_labelled`); default: the run's test split.
+        target: the CSV's target column (default: the run's).
+        num_samples: posterior draws per prediction (default: all the run kept).
+        seed: key of any randomness in the model while predicting.
+
+    Returns:
+        The report written to ``evaluation.json``: ``run_dir``, ``data``, ``method``, ``task``,
+        ``num_samples``, ``test`` (``n`` and :meth:`~bnnpp.posterior.Prediction.scores`;
+        regression in the targets' original units), ``figures`` and ``seconds``.
+    """
+    from bnnpp import plots, tables  # matplotlib (~0.5 s) loads when a run is evaluated
+
+    if num_samples is not None:
+        evaluation.check_count(num_samples, "num_samples")
+    run_dir, report = check_run_dir(run_dir, images=False)
+    if report.get("data") in IMAGE_SETS:
+        raise ValueError(f"{run_dir} is an image run: evaluate it without --data (test error, calibration and OOD detection)")
+    if target is not None and data_file is None:
+        raise ValueError("--target names the target column of --data FILE: give the file too")
+    t0 = time.perf_counter()
+    posterior = load(os.path.join(run_dir, "posterior.nc"))
+    if data_file is None:
+        dataset = dataset_from_record(report)
+        name = "test split"
+    else:
+        transform = tables.run_transform(report, posterior)
+        x, y = tables.read_labelled(data_file, transform, target)
+        classes = None if transform.task == "regression" else int(posterior.predict(x[:1], num_samples=1).probs.shape[-1])
+        if classes is not None and y.size and int(y.max()) >= classes:
+            raise ValueError(f"{data_file}: class index {int(y.max())} but the run predicts {classes} classes")
+        dataset = data.Dataset(x, y, x, y, transform.task, classes, os.path.basename(os.fspath(data_file)),
+                               y_shift=transform.y_shift, y_scale=transform.y_scale, transform=transform)
+        name = os.path.abspath(os.fspath(data_file))
+    draws = posterior.num_chains * posterior.num_draws if num_samples is None else min(num_samples, posterior.num_chains * posterior.num_draws)
+    predict = functools.partial(posterior.predict, num_samples=draws, seed=seed)
+    title = f"{dataset.name}: {posterior.info.get('method')}"
+    x2d = dataset.x_test.ndim == 2
+    if dataset.task == "classification":
+        probs = evaluation.predict_probs(posterior, dataset.x_test, num_samples=draws, seed=seed,
+                                         batch_size=block_rows(posterior, dataset.x_test))
+        scores = Prediction("classification", probs=probs).scores(dataset.y_test)
+        figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title)}
+        if x2d and dataset.x_test.shape[1] == 2:
+            figs["decision_map.png"] = plots.decision_map(predict, dataset.x_test, dataset.y_test, title=title,
+                                                          class_names=class_names(dataset))
+    else:
+        prediction = evaluation.in_original_units(predict(dataset.x_test), float(dataset.y_shift), float(dataset.y_scale))
+        y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
+        scores = prediction.scores(y)
+        figs = {}
+        if np.ndim(y) == 1:
+            check = evaluation.regression_checks(prediction, y)
+            x_raw, names = original_test_features(dataset)
+            figs["regression.png"] = plots.regression_diagnostics(check, y, x_raw, names, title=title)
+    result = {
+        "run_dir": run_dir, "data": name, "method": posterior.info.get("method"), "task": dataset.task, "num_samples": draws,
+        "test": {"n": int(len(dataset.y_test)), **scores}, "seconds": {"evaluate": time.perf_counter() - t0},
+    }
+    evaluation.write_report(run_dir, result, figs, None, markdown=reports.table_evaluation_markdown)
+    result["figures"] = sorted(figs)
     return result
 
 
