@@ -205,11 +205,13 @@ def test_predict_keeps_id_columns_and_writes_quantiles_evaluate_scores_new_rows(
                  "--out", str(run)]) == 0
     assert (run / "uncertainty.png").exists()  # predicted vs observed, calibration, residuals: not loss.png
     rows = [r for r in csv.reader(open(houses))]
-    new = _write_csv(tmp_path / "new.csv", ["house_id", *rows[0]], [[f"h{i}", *r] for i, r in enumerate(rows[1:6])])
+    new = _write_csv(tmp_path / "new.csv", ["house_id", *rows[0], "mean"], [[f"h{i}", *r, "m"] for i, r in enumerate(rows[1:6])])
     out = tmp_path / "pred.csv"
     assert main(["predict", str(run), "--data", str(new), "--quantiles", "0.05,0.5,0.95", "--intervals", "0.9", "--out", str(out)]) == 0
     got = list(csv.DictReader(open(out)))
-    assert list(got[0])[:2] == ["house_id", "input_price"] and [r["house_id"] for r in got] == [f"h{i}" for i in range(5)]
+    # the other columns first, as written; one named like an output column gets input_
+    assert list(got[0])[:4] == ["house_id", "price", "input_mean", "mean"] and [r["house_id"] for r in got] == [f"h{i}" for i in range(5)]
+    assert {r["input_mean"] for r in got} == {"m"}
     for r in got:  # map: one draw, a Normal: the 5% quantile is mean − 1.645 sd
         assert float(r["q_0.05"]) == pytest.approx(float(r["mean"]) - 1.6449 * float(r["sd"]), rel=1e-3)
         assert float(r["lower_90"]) == pytest.approx(float(r["q_0.05"]), rel=1e-5)

@@ -50,11 +50,13 @@ def add_parser(sub) -> None:
         "compare",
         help="fit several methods on the same data and seed; write compare.md/json and figures",
         description="Fit each --methods entry to the same data with the same seed; write DIR/compare.md and "
-        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information — or for the "
-        "sinusoid RMSE, NLL, 95% coverage and predictive sds —, max R-hat and min ESS of permutation-invariant "
-        "quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; with --reference nuts, "
-        "each method's predictive agreement with a long NUTS run) and figures: decision_maps.png and "
-        "reliability.png (or bands.png), forest_scales.png, trace_<method>.png (MCMC methods), reference.png.",
+        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information — or for a "
+        "regression RMSE, NLL, 95% coverage and predictive sds in the target's units —, max R-hat and min ESS of "
+        "permutation-invariant quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; "
+        "with --reference nuts, each method's predictive agreement with a long NUTS run) and figures: "
+        "decision_maps.png (2-D inputs, every class named) and reliability.png, or for a regression bands.png "
+        "(1-D inputs), predicted_vs_observed.png, calibration.png and residuals.png; forest_scales.png, "
+        "trace_<method>.png (MCMC methods), reference.png.",
         formatter_class=DefaultsOnce,
     )
     p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); a [METHOD] table sets that method's options; flags typed override it")
