@@ -11,7 +11,7 @@ import time
 
 import bnnpp
 from bnnpp import priors, reports, runs
-from bnnpp.cli import _data
+from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
@@ -63,7 +63,7 @@ def add_parser(sub) -> None:
     p.add_argument("--data", default="moons", metavar="{" + ",".join(COMPARE_SETS) + ",PATH}",
                    help="built-in dataset (sinusoid: 1-D regression) or your own .csv (header row; --target names the "
                    "target, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)")
-    _data.add_file_flags(p)
+    add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
     p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")
     p.add_argument("--hidden", default="5,5", help="hidden widths, comma-separated")
@@ -90,12 +90,12 @@ def load_data(args) -> tuple[bnnpp.data.Dataset, dict | None]:
     """The dataset of ``--data`` (a generated set, or a user's file read as ``bnnpp fit`` reads
     it) and, for a file, its data record (:func:`bnnpp.cli._data.file_record`), else ``None``.
     Uses ``args.data``, ``target``, ``task``, ``test_fraction``, ``data_noise`` and ``seed``."""
-    if _data.is_file_data(args.data):
+    if is_file_data(args.data):
         if args.data_noise is not None:
             raise ValueError(f"--data-noise applies to the built-in sets, not to your file {args.data}")
-        record = _data.file_record(args.data, args.target, args.task, args.test_fraction, args.seed)
+        record = file_record(args.data, args.target, args.task, args.test_fraction, args.seed)
         return runs.dataset_from_record(record), record
-    _data.check_builtin(args.data, args.target, args.task, args.test_fraction)
+    check_builtin(args.data, args.target, args.task, args.test_fraction)
     if args.data not in COMPARE_SETS:
         raise ValueError(f"--data {args.data}: compare takes {', '.join(COMPARE_SETS)} or a .csv/.npz file")
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}

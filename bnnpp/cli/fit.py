@@ -29,8 +29,7 @@ import jax
 
 import bnnpp
 from bnnpp import config, distributed, files, priors, runs
-from bnnpp.cli import _data
-from bnnpp.cli._data import FILE_SUFFIXES, is_file_data
+from bnnpp.cli._data import FILE_SUFFIXES, add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
@@ -129,7 +128,7 @@ def add_parser(sub) -> None:
                    help="built-in dataset (generated locally), MNIST / Fashion-MNIST (read from local files), or your "
                    "own .csv (header row; --target names the target, every other column is a numeric feature) or .npz "
                    "(arrays x, y, optional x_test, y_test)")
-    _data.add_file_flags(g)
+    add_file_flags(g)
     g.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: the dataset's: moons 0.3, circles 0.2, sinusoid 1.0)")
     g.add_argument("--data-dir", default=None, help="mnist/fashion_mnist: folder with the four IDX .gz files, or its parent (default: a tensorflow-datasets copy prepared in $TFDS_DATA_DIR or ~/tensorflow_datasets, else $BNNPP_DATA_DIR/<data>)")
     g.add_argument("--normalize", default=None, choices=list(NORMALIZATIONS), help="mnist/fashion_mnist pixels: /255, /126 (Blundell et al.) or standardised with the training mean and sd (default 255)")
@@ -182,21 +181,21 @@ def add_parser(sub) -> None:
 def _file_record(args) -> dict:
     """The data record of a user's .csv/.npz (see :func:`bnnpp.runs.dataset_from_record`)."""
     if not args.data.endswith(FILE_SUFFIXES) or not os.path.isfile(args.data):
-        _data.file_record(args.data, args.target, args.task, args.test_fraction, args.seed)  # says which
+        file_record(args.data, args.target, args.task, args.test_fraction, args.seed)  # says which
     for flag, value in (("--data-noise", args.data_noise), ("--data-dir", args.data_dir), ("--normalize", args.normalize),
                         ("--validation", args.validation), ("--train-subset", args.train_subset)):
         if value is not None:
             raise ValueError(f"{flag} applies to the built-in sets, not to your file {args.data}")
     if args.model != "mlp":
         raise ValueError(f"--model {args.model} takes 28×28 images: use --model mlp for a table")
-    return _data.file_record(args.data, args.target, args.task, args.test_fraction, args.seed)
+    return file_record(args.data, args.target, args.task, args.test_fraction, args.seed)
 
 
 def _data_record(args) -> dict:
     """How to load (and later reload) this run's data; checks the data flags against --data."""
     if is_file_data(args.data):
         return _file_record(args)
-    _data.check_builtin(args.data, args.target, args.task, args.test_fraction)
+    check_builtin(args.data, args.target, args.task, args.test_fraction)
     image_flags = [
         flag
         for flag, value in (("--data-dir", args.data_dir), ("--normalize", args.normalize), ("--validation", args.validation), ("--train-subset", args.train_subset))

@@ -11,7 +11,7 @@ import time
 
 import bnnpp
 from bnnpp import reports, runs, sweep
-from bnnpp.cli import _data
+from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
     p.add_argument("--data", type=_names, default=["moons", "circles"],
                    help="comma-separated: moons, circles, or your own classification .csv (header row; --target names the "
                    "label column, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)")
-    _data.add_file_flags(p)
+    add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: each set's)")
     p.add_argument("--priors", type=_names, default=["normal", "laplace", "cauchy", "flat"], help="weight priors")
     p.add_argument("--hyperpriors", type=_names, default=list(sweep.HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)")
@@ -65,13 +65,13 @@ def add_parser(sub) -> None:
 def _build(args):
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder path")
-    builtin = [d for d in args.data if not _data.is_file_data(d)]
+    builtin = [d for d in args.data if not is_file_data(d)]
     bad = [d for d in builtin if d not in SWEEP_SETS]
     if bad or not args.data:
         raise ValueError(f"--data takes moons, circles and/or classification .csv/.npz files, got {','.join(args.data) or 'nothing'}")
     if len(builtin) == len(args.data):
-        _data.check_builtin(",".join(args.data), args.target, args.task, args.test_fraction)
-    records = [_data.file_record(d, args.target, args.task, args.test_fraction, 0) for d in args.data if _data.is_file_data(d)]
+        check_builtin(",".join(args.data), args.target, args.task, args.test_fraction)
+    records = [file_record(d, args.target, args.task, args.test_fraction, 0) for d in args.data if is_file_data(d)]
     if records and args.data_noise is not None:
         raise ValueError(f"--data-noise applies to the built-in sets, not to your file {records[0]['data']}")
     configs = sweep.grid(args.priors, args.hyperpriors, args.fixed_scales)
@@ -83,8 +83,8 @@ def _build(args):
         options["num_samples"] = args.num_samples
     backend.check_options(options)
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
-    files = iter(records)  # the data stay fixed over --seeds: a file's test split is drawn with seed 0
-    datasets = [runs.dataset_from_record(next(files)) if _data.is_file_data(d) else bnnpp.data.load_synthetic(d, seed=0, **kwargs)
+    file_records = iter(records)  # the data stay fixed over --seeds: a file's test split is drawn with seed 0
+    datasets = [runs.dataset_from_record(next(file_records)) if is_file_data(d) else bnnpp.data.load_synthetic(d, seed=0, **kwargs)
                 for d in args.data]
     return datasets, configs, options, records
 
