@@ -46,6 +46,7 @@ __all__ = [
     "dataset_from_record",
     "evaluate_run",
     "evaluate_table_run",
+    "figure_rows",
     "fashion_like",
     "figure",
     "fit_report",
@@ -293,6 +294,21 @@ def original_test_features(dataset: data.Dataset) -> tuple[np.ndarray, tuple[str
     return x * t.x_sd + t.x_mean, t.features
 
 
+FIGURE_ROWS = 2000
+"""Test rows the regression figures draw at most (evenly spaced through the split): more points
+than this are a blot, and the interval bisection costs draws × rows."""
+
+
+def figure_rows(dataset: data.Dataset, max_rows: int = FIGURE_ROWS) -> data.Dataset:
+    """``dataset`` with at most ``max_rows`` test rows, evenly spaced, for a figure (the same
+    dataset when it has no more)."""
+    n = len(dataset.x_test)
+    if n <= max_rows:
+        return dataset
+    keep = np.linspace(0, n - 1, max_rows).round().astype(int)
+    return dataclasses.replace(dataset, x_test=dataset.x_test[keep], y_test=dataset.y_test[keep])
+
+
 def regression_test_checks(prediction: Prediction, dataset: data.Dataset) -> dict:
     """:func:`bnnpp.evaluation.regression_checks` of a prediction at ``dataset.x_test``, in the
     targets' original units (``y_shift``/``y_scale``)."""
@@ -320,6 +336,7 @@ def figure(posterior, dataset: data.Dataset):
     tabular = dataset.x_train.ndim == 2
     predict = functools.partial(posterior.predict, num_samples=min(FIGURE_DRAWS, posterior.num_chains * posterior.num_draws))
     if tabular and dataset.task == "regression" and dataset.x_train.shape[1] != 1 and np.ndim(dataset.y_test) == 1:
+        dataset = figure_rows(dataset)
         x_raw, names = original_test_features(dataset)
         check = regression_test_checks(predict(dataset.x_test), dataset)
         y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
@@ -564,14 +581,17 @@ def evaluate_table_run(
             figs["decision_map.png"] = plots.decision_map(predict, dataset.x_test, dataset.y_test, title=title,
                                                           class_names=class_names(dataset))
     else:
-        prediction = evaluation.in_original_units(predict(dataset.x_test), float(dataset.y_shift), float(dataset.y_scale))
+        standardised = predict(dataset.x_test)
+        prediction = evaluation.in_original_units(standardised, float(dataset.y_shift), float(dataset.y_scale))
         y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
         scores = prediction.scores(y)
         figs = {}
         if np.ndim(y) == 1:
-            check = evaluation.regression_checks(prediction, y)
-            x_raw, names = original_test_features(dataset)
-            figs["regression.png"] = plots.regression_diagnostics(check, y, x_raw, names, title=title)
+            shown = figure_rows(dataset)
+            check = regression_test_checks(standardised if shown is dataset else predict(shown.x_test), shown)
+            x_raw, names = original_test_features(shown)
+            y_shown = np.asarray(shown.y_test, np.float64) * shown.y_scale + shown.y_shift
+            figs["regression.png"] = plots.regression_diagnostics(check, y_shown, x_raw, names, title=title)
     result = {
         "run_dir": run_dir, "data": name, "method": posterior.info.get("method"), "task": dataset.task, "num_samples": draws,
         "test": {"n": int(len(dataset.y_test)), **scores}, "seconds": {"evaluate": time.perf_counter() - t0},
@@ -695,6 +715,9 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
         if dataset.x_train.shape[1:] == (1,):
             figs["bands.png"] = plots.regression_bands_grid(predictions, dataset.x_test, dataset.x_train, dataset.y_train)
         if np.ndim(dataset.y_test) == 1:
+            shown = figure_rows(dataset)
+            if shown is not dataset:
+                dataset, predictions = shown, {m: p.predict(shown.x_test) for m, p in posteriors.items()}
             checks = {m: regression_test_checks(pred, dataset) for m, pred in predictions.items()}
             y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
             x_raw, names = original_test_features(dataset)

@@ -221,3 +221,13 @@ def test_predict_keeps_id_columns_and_writes_quantiles_evaluate_scores_new_rows(
     assert report["test"]["n"] == 5 and report["figures"] == ["regression.png"]
     assert main(["evaluate", str(run), "--num-samples", "1"]) == 0  # the run's own test split
     assert json.loads((run / "evaluation.json").read_text())["test"]["n"] == 18
+
+
+def test_regression_figures_draw_at_most_figure_rows():
+    from bnnpp import runs
+
+    x = np.arange(5000, dtype=np.float32)[:, None].repeat(2, 1)
+    ds = data.Dataset(x[:10], x[:10, 0], x, x[:, 0], "regression", None, "big")
+    shown = runs.figure_rows(ds)
+    assert len(shown.x_test) == runs.FIGURE_ROWS and shown.y_test[0] == 0 and shown.y_test[-1] == 4999
+    assert np.array_equal(shown.x_test[:, 0], shown.y_test) and runs.figure_rows(shown) is shown
