@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
         help="scores and figures of a run on its test split or new labelled rows; images: also OOD detection",
         description="Evaluate a run of `bnnpp fit`. A table run (your .csv/.npz, or moons/circles/sinusoid): scores on "
         "its test split or on labelled rows of --data FILE (accuracy, NLL, Brier, ECE, entropy and mutual information; "
-        "or RMSE, NLL, 95%% coverage and predictive sds in the target's units) and figures (reliability.png, "
+        "or RMSE, NLL, 95% coverage and predictive sds in the target's units) and figures (reliability.png, "
         "decision_map.png for 2-D inputs; regression.png: predicted vs observed with intervals, calibration curve, "
         "residuals against the features). An MNIST / Fashion-MNIST run: test error, NLL, ECE and Brier "
         "from --num-samples posterior draws; per-image predictive variance and expected error rate; the "

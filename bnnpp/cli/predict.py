@@ -29,9 +29,9 @@ def add_parser(sub) -> None:
                      "such as the target are ignored) or an .npz with array x")
     src.add_argument("--x", help="a header-less .csv of feature values in the training column order, or .npy/.npz (array x)")
     p.add_argument("--out", required=True, help="the file to write: .csv or .npz")
-    p.add_argument("--quantiles", type=_levels, default=(), metavar="P,P,...",
+    p.add_argument("--quantiles", type=_levels, default=None, metavar="P,P,...",
                    help="regression: add columns q_P of the predictive distribution's quantiles, e.g. 0.05,0.5,0.95")
-    p.add_argument("--intervals", type=_levels, default=(), metavar="L,L,...",
+    p.add_argument("--intervals", type=_levels, default=None, metavar="L,L,...",
                    help="regression: add central predictive intervals lower_<pct>, upper_<pct>, e.g. 0.5,0.9")
     p.add_argument("--num-samples", type=int, default=None, help="posterior draws to use (default: all the run kept)")
     p.add_argument("--seed", type=int, default=0, help="seed of any randomness in the model while predicting")
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         table = tables.predict_run(args.run_dir, args.data or args.x, by_name=args.data is not None,
                                    num_samples=args.num_samples, seed=args.seed,
-                                   quantiles=args.quantiles, intervals=args.intervals)
+                                   quantiles=args.quantiles or (), intervals=args.intervals or ())
         tables.write_table(args.out, table)
     except (ValueError, TypeError) as e:
         if isinstance(e, MissingColumnError):  # the hint names this command's flag, not the Python argument
