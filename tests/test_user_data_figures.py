@@ -231,3 +231,16 @@ def test_regression_figures_draw_at_most_figure_rows():
     shown = runs.figure_rows(ds)
     assert len(shown.x_test) == runs.FIGURE_ROWS and shown.y_test[0] == 0 and shown.y_test[-1] == 4999
     assert np.array_equal(shown.x_test[:, 0], shown.y_test) and runs.figure_rows(shown) is shown
+
+
+@pytest.mark.slow  # a vmapped fit: XLA compile time
+def test_sweep_on_a_classification_csv(tmp_path, capsys):
+    x, y = _three_classes()
+    path = _write_csv(tmp_path / "kinds.csv", ["a", "b", "kind"], [(*r, ("cat", "dog", "eel")[k]) for r, k in zip(x, y, strict=True)])
+    out = tmp_path / "sw"
+    code = main(["sweep", "--quiet", "--data", str(path), "--target", "kind", "--priors", "normal", "--hyperpriors", "fixed",
+                 "--fixed-scales", "1", "--method", "map", "--steps", "30", "--seeds", "0", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((out / "sweep.json").read_text())
+    assert [r["data"] for r in result["table"]] == ["kinds"] and result["meta"]["data_files"][0]["target"] == "kind"
+    assert 0 <= result["table"][0]["accuracy_mean"] <= 1
