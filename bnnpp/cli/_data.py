@@ -13,7 +13,7 @@ import os
 from bnnpp import data
 from bnnpp.data import IMAGE_SETS, SYNTHETIC, TASKS
 
-__all__ = ["FILE_SUFFIXES", "add_file_flags", "check_builtin", "file_record", "is_file_data"]
+__all__ = ["FILE_SUFFIXES", "add_file_flags", "check_builtin", "check_file", "file_record", "is_file_data"]
 
 FILE_SUFFIXES = (".csv", ".npz")
 """The file types ``--data`` takes besides the built-in names."""
@@ -42,6 +42,15 @@ def check_builtin(name: str, target=None, task=None, test_fraction=None) -> None
             raise ValueError(f"{flag} applies to your own .csv/.npz file, not to --data {name}")
 
 
+def check_file(path: str) -> None:
+    """Refuse a ``--data`` that is neither a built-in set nor an existing ``.csv``/``.npz``
+    (one-line ValueError saying which)."""
+    if not path.endswith(FILE_SUFFIXES):
+        raise ValueError(f"--data {path}: not a built-in set ({', '.join([*SYNTHETIC, *IMAGE_SETS])}) nor a .csv/.npz file")
+    if not os.path.isfile(path):
+        raise ValueError(f"--data {path}: no such file")
+
+
 def file_record(path: str, target: str | None, task: str | None, test_fraction: float | None, seed: int) -> dict:
     """The data record of a user's ``.csv``/``.npz`` (read back by
     :func:`bnnpp.runs.dataset_from_record`), after checking the flags that describe it.
@@ -51,10 +60,7 @@ def file_record(path: str, target: str | None, task: str | None, test_fraction: 
         Raises a one-line ValueError for a name that is neither a built-in set nor a
         ``.csv``/``.npz``, a missing file, or a CSV without ``--target``.
     """
-    if not path.endswith(FILE_SUFFIXES):
-        raise ValueError(f"--data {path}: not a built-in set ({', '.join([*SYNTHETIC, *IMAGE_SETS])}) nor a .csv/.npz file")
-    if not os.path.isfile(path):
-        raise ValueError(f"--data {path}: no such file")
+    check_file(path)
     if path.endswith(".csv") and target is None:
         raise ValueError(f"--data {path} needs --target COLUMN: the column to predict")
     absolute = os.path.abspath(path)

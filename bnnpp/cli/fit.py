@@ -29,7 +29,7 @@ import jax
 
 import bnnpp
 from bnnpp import config, distributed, files, priors, runs
-from bnnpp.cli._data import FILE_SUFFIXES, add_file_flags, check_builtin, file_record, is_file_data
+from bnnpp.cli._data import add_file_flags, check_builtin, check_file, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
@@ -180,8 +180,7 @@ def add_parser(sub) -> None:
 
 def _file_record(args) -> dict:
     """The data record of a user's .csv/.npz (see :func:`bnnpp.runs.dataset_from_record`)."""
-    if not args.data.endswith(FILE_SUFFIXES) or not os.path.isfile(args.data):
-        file_record(args.data, args.target, args.task, args.test_fraction, args.seed)  # says which
+    check_file(args.data)
     for flag, value in (("--data-noise", args.data_noise), ("--data-dir", args.data_dir), ("--normalize", args.normalize),
                         ("--validation", args.validation), ("--train-subset", args.train_subset)):
         if value is not None:
