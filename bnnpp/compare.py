@@ -97,7 +97,8 @@ def compare_methods(
         ``(results, posteriors)``: ``results["methods"][m]`` holds the test scores
         (classification: ``accuracy``, ``nll``, ``brier``, ``ece``, ``mean_entropy``,
         ``mean_mutual_information``; regression: ``rmse``, ``nll``, ``coverage_95``,
-        ``mean_sd``, ``mean_epistemic_sd``), ``max_r_hat``,
+        ``mean_sd``, ``mean_epistemic_sd``, in the targets' original units when the dataset
+        standardised them, ``y_scale``), ``max_r_hat``,
         ``min_ess_bulk``, ``divergences``, ``psis_khat`` (+ ``psis_reading``), ``elbo_converged``,
         ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
         ArviZ's LOO comparison of the methods with several draws (a list of rows; a row's
@@ -136,6 +137,8 @@ def compare_methods(
         posteriors[m] = post
         pred = post.predict(dataset.x_test)
         row = pred.scores(dataset.y_test)
+        if dataset.task == "regression":  # a user's file standardised its targets: scores in their units
+            row = _in_target_units(row, float(dataset.y_scale))
         if ref_post is not None:
             with warnings.catch_warnings():  # the reference's R-hat is reported once, in results["reference"]
                 warnings.simplefilter("ignore", UserWarning)
@@ -177,6 +180,18 @@ def compare_methods(
                 "p_loo": float(r["p_loo"]), "khat_above_0.7": int(r["khat_above_0.7"]), "unreliable": bool(r["unreliable"]),
             })
     return results, posteriors
+
+
+def _in_target_units(row: dict, scale: float) -> dict:
+    """Regression scores of standardised targets in the targets' original units: RMSE and sds
+    times ``scale``, the NLL (a log-density) plus ``log scale``; coverage is unchanged."""
+    if scale == 1.0:
+        return row
+    out = dict(row)
+    for key in ("rmse", "mean_sd", "mean_epistemic_sd"):
+        out[key] = row[key] * scale
+    out["nll"] = row["nll"] + float(np.log(scale))
+    return out
 
 
 markdown = compare_markdown

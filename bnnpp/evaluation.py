@@ -22,13 +22,18 @@ from typing import Any
 import numpy as np
 
 from bnnpp import files, metrics, reports
-from bnnpp.posterior import Posterior
+from bnnpp.posterior import Posterior, Prediction
 
 __all__ = [
     "check_count",
     "check_tau",
+    "central_interval_coverage",
     "evaluate",
+    "in_original_units",
     "predict_probs",
+    "predictive_cdf",
+    "predictive_quantiles",
+    "regression_checks",
     "uniform_noise",
     "write_report",
 ]
@@ -93,6 +98,140 @@ def predict_probs(
             raise ValueError("evaluation needs a classifier (categorical or bernoulli likelihood), not a regression model")
         parts.append(pred.probs[:, :m])
     return np.concatenate(parts, axis=1)
+
+
+# --- regression: the predictive mixture's CDF and quantiles -------------------------------
+
+
+def in_original_units(prediction: Prediction, shift: float = 0.0, scale: float = 1.0) -> Prediction:
+    """A regression :class:`~bnnpp.posterior.Prediction` of standardised targets mapped back to
+    the original units ``y * scale + shift`` (a :class:`~bnnpp.data.Dataset`'s ``y_shift`` and
+    ``y_scale``): ``draws`` shifted and scaled, ``noise`` scaled; the same ``(S, n, ...)`` shapes."""
+    if prediction.task != "regression":
+        raise ValueError("in_original_units maps regression predictions; this one is classification")
+    if (shift, scale) == (0.0, 1.0):
+        return prediction
+    if prediction.likelihood == "poisson":
+        raise ValueError("Poisson counts are not standardised: there are no original units to map back to")
+    return Prediction("regression", draws=np.asarray(prediction.draws) * scale + shift, noise=np.asarray(prediction.noise) * scale,
+                      likelihood=prediction.likelihood, df=prediction.df)
+
+
+def _component_cdf(prediction: Prediction, y: np.ndarray) -> np.ndarray:
+    """Each draw's likelihood CDF at ``y`` ``(n, ...)``: ``(S, n, ...)`` float64."""
+    from scipy import special
+
+    mu = np.asarray(prediction.draws, np.float64)
+    if prediction.likelihood == "poisson":
+        return special.pdtr(np.floor(y), mu)
+    z = (y - mu) / np.asarray(prediction.noise, np.float64)
+    if prediction.likelihood == "student_t":
+        return special.stdtr(np.asarray(prediction.df, np.float64), z)
+    return special.ndtr(z)
+
+
+def predictive_cdf(prediction: Prediction, y) -> np.ndarray:
+    """The posterior-predictive CDF at the targets, ``F_i(y_i) = (1/S) Σ_s F(y_i | draw s)``:
+    the probability integral transform of each target under the mixture over the ``S`` draws
+    (uniform on (0, 1) for a calibrated model; Gneiting, Balabdaoui & Raftery 2007).
+
+    Args:
+        prediction: a regression Prediction ``(S, n, ...)``.
+        y: targets ``(n, ...)`` in the prediction's units.
+
+    Returns:
+        ``(n, ...)`` float64 values in [0, 1].
+    """
+    if prediction.task != "regression":
+        raise ValueError("predictive_cdf needs a regression prediction")
+    y = np.asarray(y, np.float64)
+    if y.shape != np.shape(prediction.draws)[1:]:
+        raise ValueError(f"y must have shape {np.shape(prediction.draws)[1:]} (one target per predicted row), got {y.shape}")
+    return _component_cdf(prediction, y[None]).mean(0)
+
+
+def predictive_quantiles(prediction: Prediction, q, *, iterations: int = 60) -> np.ndarray:
+    """Quantiles of the posterior-predictive mixture over draws, per row: the ``y`` with
+    ``(1/S) Σ_s F(y | draw s) = q``, found by bisection between the smallest and largest of the
+    draws' own ``q``-quantiles (the mixture's quantile lies between them). Exact for the draws
+    given up to ``2**-iterations`` of that bracket; Poisson quantiles are integers.
+
+    Args:
+        prediction: a regression Prediction ``(S, n, ...)``.
+        q: probabilities in (0, 1), a float or a sequence of ``k``.
+
+    Returns:
+        ``(k, n, ...)`` float64 (``(n, ...)`` for a scalar ``q``).
+    """
+    from scipy import stats
+
+    if prediction.task != "regression":
+        raise ValueError("predictive_quantiles needs a regression prediction")
+    qs = np.atleast_1d(np.asarray(q, np.float64))
+    if qs.ndim != 1 or not np.all((qs > 0) & (qs < 1)):
+        raise ValueError(f"quantile levels must lie strictly between 0 and 1, got {q!r}")
+    mu = np.asarray(prediction.draws, np.float64)
+    out = np.empty((len(qs), *mu.shape[1:]))
+    for i, level in enumerate(qs):
+        if prediction.likelihood == "poisson":
+            own = stats.poisson.ppf(level, mu)
+        elif prediction.likelihood == "student_t":
+            own = mu + np.asarray(prediction.noise, np.float64) * stats.t.ppf(level, np.asarray(prediction.df, np.float64))
+        else:
+            own = mu + np.asarray(prediction.noise, np.float64) * stats.norm.ppf(level)
+        lo, hi = own.min(0), own.max(0)
+        for _ in range(iterations):
+            mid = (lo + hi) / 2
+            below = _component_cdf(prediction, mid[None]).mean(0) < level
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+        out[i] = np.ceil(hi - 1e-9) if prediction.likelihood == "poisson" else (lo + hi) / 2
+    return out[0] if np.ndim(q) == 0 else out
+
+
+def central_interval_coverage(pit: np.ndarray, levels) -> np.ndarray:
+    """Share of targets inside the central predictive interval at each nominal level, from
+    their :func:`predictive_cdf` values: a target lies in the central ``level`` interval when
+    ``|F(y) − 1/2| ≤ level / 2``. A calibrated model gives about ``level`` (the calibration
+    curve of Kuleshov, Fenner & Ermon 2018, with central rather than one-sided intervals).
+
+    Returns:
+        ``(len(levels),)`` float64 shares.
+    """
+    pit = np.ravel(np.asarray(pit, np.float64))
+    levels = np.asarray(levels, np.float64)
+    return (np.abs(pit[None, :] - 0.5) <= levels[:, None] / 2).mean(1)
+
+
+CALIBRATION_LEVELS = tuple(round(0.05 * k, 2) for k in range(1, 20))
+"""Nominal levels of the central intervals in a calibration curve: 0.05, 0.10, ..., 0.95."""
+
+
+def regression_checks(prediction: Prediction, y, *, level: float = 0.9, levels=CALIBRATION_LEVELS) -> dict:
+    """What the regression figures draw, for one fit at ``n`` rows with one target each.
+
+    Args:
+        prediction: a regression Prediction ``(S, n)``, in the units of ``y``
+            (:func:`in_original_units`).
+        y: observed targets ``(n,)``.
+        level: the central interval drawn as error bars.
+        levels: the nominal levels of the calibration curve.
+
+    Returns:
+        ``{"mean", "lower", "upper", "residual" (y − mean), "pit" (:func:`predictive_cdf`)}``,
+        each ``(n,)``; ``"level"``; ``"levels"`` and ``"coverage"`` (:func:`central_interval_coverage`),
+        each ``(len(levels),)``.
+    """
+    y = np.asarray(y, np.float64)
+    if y.ndim != 1:
+        raise ValueError(f"regression_checks takes one target per row, y of shape (n,), got {y.shape}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level!r}")
+    lower, upper = predictive_quantiles(prediction, [(1 - level) / 2, (1 + level) / 2])
+    mean = np.asarray(prediction.mean, np.float64)
+    pit = predictive_cdf(prediction, y)
+    levels = np.asarray(levels, np.float64)
+    return {"mean": mean, "lower": lower, "upper": upper, "residual": y - mean, "pit": pit, "level": float(level),
+            "levels": levels, "coverage": central_interval_coverage(pit, levels)}
 
 
 def uniform_noise(like: np.ndarray, n: int | None = None, seed: int = 0) -> np.ndarray:
@@ -253,10 +392,11 @@ def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     return figs
 
 
-def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation") -> list[str]:
-    """Write ``<name>.json``, ``<name>.md``, the figures (PNG) and ``<name>.npz`` (the
-    per-image arrays) into ``out_dir``: everything goes to a temporary folder first and is
-    then moved into place, so a failure leaves no partial output.
+def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation",
+                 markdown=reports.evaluation_markdown) -> list[str]:
+    """Write ``<name>.json``, ``<name>.md`` (``markdown(report)``), the figures (PNG) and
+    ``<name>.npz`` (the per-image arrays) into ``out_dir``: everything goes to a temporary
+    folder first and is then moved into place, so a failure leaves no partial output.
 
     Returns:
         The file names written.
@@ -274,5 +414,5 @@ def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_im
         with open(os.path.join(tmp, f"{name}.json"), "w") as f:
             json.dump(report, f, indent=2)
         with open(os.path.join(tmp, f"{name}.md"), "w") as f:
-            f.write(reports.evaluation_markdown(report))
+            f.write(markdown(report))
     return names

@@ -13,18 +13,85 @@ import numpy as np
 from matplotlib.figure import Figure
 
 __all__ = [
+    "CLASS_COLOURS",
+    "calibration_curve",
     "decision_map",
     "decision_maps",
     "image_grid",
     "ood_histograms",
+    "predicted_vs_observed",
     "reference_agreement",
     "regression_bands",
     "regression_bands_grid",
+    "regression_diagnostics",
     "reliability_diagram",
+    "residuals_by_feature",
     "snr_histogram",
+    "top_features",
     "uncertainty_histograms",
     "weight_histograms",
 ]
+
+
+CLASS_COLOURS = ("tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
+                 "tab:cyan", "tab:gray")
+"""The colour of each class in the 2-D classification figures (cycled past ten classes)."""
+
+
+def _class_names(num_classes: int, class_names) -> list[str]:
+    if class_names is None:
+        return [f"class {c}" for c in range(num_classes)]
+    if len(class_names) != num_classes:
+        raise ValueError(f"got {len(class_names)} class names for {num_classes} classes: pass one per class or None")
+    return [str(c) for c in class_names]
+
+
+def _grid(x: np.ndarray, resolution: int, margin: float):
+    lo, hi = x.min(0) - margin, x.max(0) + margin
+    g0, g1 = np.meshgrid(np.linspace(lo[0], hi[0], resolution), np.linspace(lo[1], hi[1], resolution))
+    return g0, g1, np.c_[g0.ravel(), g1.ravel()].astype(np.float32)
+
+
+def _class_panels(probs: np.ndarray, names: list[str], short: bool = False) -> list[tuple]:
+    """The two panels of a 2-D classification map from per-draw grid probabilities ``(S, m, C)``:
+    ``(values, label, cmap, limits)``. Two classes: the predictive probability of the second
+    and its sd over draws; more: the mean probabilities mixed as colours (``values`` an RGB
+    image ``(m, 3)``, cmap ``None``) and the mutual information between label and weights."""
+    from bnnpp import metrics
+
+    if probs.shape[-1] == 2:
+        p1 = probs[..., 1]
+        return [(p1.mean(0), f"p({names[1]})" if short else f"predictive p({names[1]})", "RdBu_r", (0.0, 1.0)),
+                (p1.std(0), "sd over draws" if short else f"sd of p({names[1]}) over draws", "viridis", (0.0, 0.5))]
+    colours = np.array([_rgb(CLASS_COLOURS[c % len(CLASS_COLOURS)]) for c in range(probs.shape[-1])])
+    mixed = probs.mean(0) @ colours  # each grid point: the classes' colours weighted by their probabilities
+    mi = metrics.mutual_information(probs)
+    return [(mixed, "class probabilities (mixed colours)" if short else "predicted class (colours mixed by probability)", None, None),
+            (mi, "mutual information" if short else "mutual information (epistemic, nats)", "viridis", None)]
+
+
+def _rgb(colour: str) -> np.ndarray:
+    from matplotlib.colors import to_rgb
+
+    return np.array(to_rgb(colour))
+
+
+def _draw_panel(fig, ax, g0, g1, panel, *, levels: int | None = None) -> None:
+    z, label, cmap, lim = panel
+    if cmap is None:  # an RGB image of mixed class colours
+        ax.imshow(z.reshape(*g0.shape, 3), origin="lower", extent=(g0.min(), g0.max(), g1.min(), g1.max()), aspect="auto")
+        return
+    kw = {"levels": np.linspace(*lim, 21), "extend": "max"} if lim else {"levels": levels or 20}
+    cs = ax.contourf(g0, g1, z.reshape(g0.shape), cmap=cmap, **kw)
+    fig.colorbar(cs, ax=ax, label=label)
+
+
+def _draw_points(ax, x, y, names, *, size=8, lw=0.3) -> None:
+    """Every class's points in its colour, labelled with its name."""
+    binary = len(names) == 2
+    for c, name in enumerate(names):
+        colour = ("tab:blue", "tab:red")[c] if binary else CLASS_COLOURS[c % len(CLASS_COLOURS)]
+        ax.scatter(x[y == c, 0], x[y == c, 1], s=size, c=colour, edgecolors="k", linewidths=lw, label=name)
 
 
 def decision_map(
@@ -35,41 +102,40 @@ def decision_map(
     resolution: int = 100,
     margin: float = 0.5,
     title: str = "",
+    class_names=None,
 ):
-    """Two panels over a grid covering ``x`` (2-D inputs): the posterior-predictive
-    probability of class 1 and its standard deviation over posterior draws, with the points
-    ``(x, y)`` on top (the uncertainty picture of Zharikov, Isachenko & Bochkarev).
+    """Two panels over a grid covering ``x`` (2-D inputs), with the points ``(x, y)`` on top,
+    every class in its colour and with its name (the uncertainty picture of Zharikov, Isachenko
+    & Bochkarev). Two classes: the posterior-predictive probability of the second class and its
+    standard deviation over posterior draws. ``C > 2`` classes: the predictive class
+    probabilities shown as a mix of the classes' colours, and the mutual information between
+    label and weights (the epistemic part of the uncertainty; Depeweg et al. 2018).
 
     Args:
         predict: ``predict(grid) -> Prediction`` with ``probs`` ``(S, m, C)``, e.g.
             ``posterior.predict``.
-        x: ``(n, 2)`` points to show; y: ``(n,)`` their labels.
+        x: ``(n, 2)`` points to show; y: ``(n,)`` their class indices ``0..C-1``.
         resolution: grid points per axis.
+        class_names: ``C`` names for the legend and titles (default ``class 0``, ``class 1``, ...).
     Returns:
         A matplotlib Figure with two axes.
     """
     if x.ndim != 2 or x.shape[1] != 2:
         raise ValueError(f"decision_map needs 2-D inputs (n, 2), got shape {x.shape}")
-    lo, hi = x.min(0) - margin, x.max(0) + margin
-    g0, g1 = np.meshgrid(np.linspace(lo[0], hi[0], resolution), np.linspace(lo[1], hi[1], resolution))
-    grid = np.c_[g0.ravel(), g1.ravel()].astype(np.float32)
-    pred = predict(grid)
-    p1 = pred.probs[..., 1]
-    panels = [(p1.mean(0), "predictive p(class 1)", "RdBu_r", (0, 1)), (p1.std(0), "sd of p(class 1) over draws", "viridis", None)]
+    g0, g1, grid = _grid(x, resolution, margin)
+    probs = np.asarray(predict(grid).probs)
+    names = _class_names(probs.shape[-1], class_names)
     # fixed margins, not layout="constrained": its layout pass was half of drawing this figure
     # (a run folder's write time, benchmarks/quickstart.py), and two panels need no solver
     fig = Figure(figsize=(10, 4.2))
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.84 if title else 0.9, wspace=0.25)
     axes = fig.subplots(1, 2)
-    for ax, (z, label, cmap, lim) in zip(axes, panels):
-        kw = {"vmin": lim[0], "vmax": lim[1]} if lim else {}
-        cs = ax.contourf(g0, g1, z.reshape(g0.shape), levels=20, cmap=cmap, **kw)
-        fig.colorbar(cs, ax=ax, label=label)
-        ax.scatter(x[y == 0, 0], x[y == 0, 1], s=8, c="tab:blue", edgecolors="k", linewidths=0.3, label="class 0")
-        ax.scatter(x[y == 1, 0], x[y == 1, 1], s=8, c="tab:red", edgecolors="k", linewidths=0.3, label="class 1")
+    for ax, panel in zip(axes, _class_panels(probs, names)):
+        _draw_panel(fig, ax, g0, g1, panel)
+        _draw_points(ax, x, y, names)
         ax.set_xlabel("x₁")
         ax.set_ylabel("x₂")
-        ax.set_title(label)
+        ax.set_title(panel[1])
     axes[0].legend(loc="lower left", fontsize=8)
     if title:
         fig.suptitle(title)
@@ -104,13 +170,16 @@ def regression_bands(prediction, x_grid: np.ndarray, x: np.ndarray, y: np.ndarra
     return fig
 
 
-def decision_maps(predicts: dict, x: np.ndarray, y: np.ndarray, *, resolution: int = 80, margin: float = 0.5):
-    """One row per fit: predictive p(class 1) and its sd over draws on a grid covering the
-    2-D inputs ``x``, with ``(x, y)`` on top — methods side by side on the same grid.
+def decision_maps(predicts: dict, x: np.ndarray, y: np.ndarray, *, resolution: int = 80, margin: float = 0.5, class_names=None):
+    """One row per fit of :func:`decision_map`'s two panels on a grid covering the 2-D inputs
+    ``x``, with ``(x, y)`` on top — methods side by side on the same grid. Two classes: the
+    probability of the second class and its sd over draws; more: the class probabilities as
+    mixed colours and the mutual information.
 
     Args:
         predicts: name → ``predict(grid) -> Prediction`` (e.g. ``posterior.predict``).
-        x: ``(n, 2)`` points; y: ``(n,)`` labels.
+        x: ``(n, 2)`` points; y: ``(n,)`` class indices.
+        class_names: ``C`` names (default ``class 0``, ...).
     Returns:
         A Figure with ``len(predicts)`` rows and two columns.
     """
@@ -118,24 +187,20 @@ def decision_maps(predicts: dict, x: np.ndarray, y: np.ndarray, *, resolution: i
         raise ValueError(f"decision_maps needs 2-D inputs (n, 2), got shape {x.shape}")
     if not predicts:
         raise ValueError("decision_maps needs at least one fit")
-    lo, hi = x.min(0) - margin, x.max(0) + margin
-    g0, g1 = np.meshgrid(np.linspace(lo[0], hi[0], resolution), np.linspace(lo[1], hi[1], resolution))
-    grid = np.c_[g0.ravel(), g1.ravel()].astype(np.float32)
+    g0, g1, grid = _grid(x, resolution, margin)
     fig = Figure(figsize=(9, 3.2 * len(predicts)), layout="constrained")
     axes = fig.subplots(len(predicts), 2, squeeze=False)
+    names = None
     for row, (name, predict) in zip(axes, predicts.items(), strict=True):
-        p1 = predict(grid).probs[..., 1]
-        for ax, z, label, cmap, lim in (
-            (row[0], p1.mean(0), "p(class 1)", "RdBu_r", (0.0, 1.0)),
-            (row[1], p1.std(0), "sd over draws", "viridis", (0.0, 0.5)),
-        ):
-            cs = ax.contourf(g0, g1, z.reshape(g0.shape), levels=np.linspace(*lim, 21), cmap=cmap, extend="max")
-            fig.colorbar(cs, ax=ax, label=label)
-            for c, colour in ((0, "tab:blue"), (1, "tab:red")):
-                ax.scatter(x[y == c, 0], x[y == c, 1], s=5, c=colour, edgecolors="k", linewidths=0.2)
-            ax.set_title(f"{name}: {label}", fontsize=10)
+        probs = np.asarray(predict(grid).probs)
+        names = _class_names(probs.shape[-1], class_names)
+        for ax, panel in zip(row, _class_panels(probs, names, short=True), strict=True):
+            _draw_panel(fig, ax, g0, g1, panel)
+            _draw_points(ax, x, y, names, size=5, lw=0.2)
+            ax.set_title(f"{name}: {panel[1]}", fontsize=10)
             ax.set_xticks([])
             ax.set_yticks([])
+    axes[0, 0].legend(loc="lower left", fontsize=7)
     return fig
 
 
@@ -427,4 +492,168 @@ def reference_agreement(results: dict):
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="x", labelrotation=45, labelsize=8)
     fig.suptitle(f"against {results['reference']['method']} (max R-hat {results['reference']['max_r_hat']})", fontsize=9)
+    return fig
+
+
+# --- regression with any number of features: predicted vs observed, calibration, residuals ---
+
+
+def _draw_predicted_vs_observed(ax, check: dict, y: np.ndarray, name: str = "") -> None:
+    y = np.asarray(y)
+    mean, lower, upper = check["mean"], check["lower"], check["upper"]
+    inside = (y >= lower) & (y <= upper)
+    lo = float(min(y.min(), lower.min()))
+    hi = float(max(y.max(), upper.max()))
+    ax.plot([lo, hi], [lo, hi], color="0.5", ls=":", lw=1)
+    for keep, colour, label in ((inside, "tab:blue", "inside"), (~inside, "tab:red", "outside")):
+        ax.errorbar(y[keep], mean[keep], yerr=np.stack([mean[keep] - lower[keep], upper[keep] - mean[keep]]), fmt="o", ms=3,
+                    color=colour, ecolor=colour, elinewidth=0.6, alpha=0.7, label=f"{label} the interval ({keep.sum()})")
+    ax.set_xlabel("observed")
+    ax.set_ylabel(f"predicted mean, {check['level']:.0%} interval")
+    ax.set_title(f"{name + ': ' if name else ''}{inside.mean():.0%} inside the central {check['level']:.0%} intervals", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def _draw_calibration(ax, checks: dict) -> None:
+    ax.plot([0, 1], [0, 1], color="0.5", ls=":", label="calibrated")
+    for name, c in checks.items():
+        ax.plot(c["levels"], c["coverage"], marker="o", ms=3, label=name)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("nominal level of the central interval")
+    ax.set_ylabel("share of targets inside")
+    ax.set_title("calibration: interval coverage vs nominal", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+
+
+def top_features(x: np.ndarray, residuals: list[np.ndarray], k: int, bins: int = 8) -> list[int]:
+    """The ``k`` feature columns of ``x`` ``(n, F)`` along which the residuals ``(n,)`` leave the
+    most structure: by the variance over ``bins`` quantile bins of the feature of the mean
+    residual in each bin (summed over the residual arrays given), largest first; every column,
+    in order, when ``F ≤ k``.
+
+    Returns:
+        Column indices.
+    """
+    f = x.shape[1]
+    if f <= k:
+        return list(range(f))
+    scores = np.zeros(f)
+    for j in range(f):
+        edges = np.unique(np.quantile(x[:, j], np.linspace(0, 1, bins + 1)))
+        idx = np.clip(np.searchsorted(edges, x[:, j], side="right") - 1, 0, max(len(edges) - 2, 0))
+        for r in residuals:
+            counts = np.bincount(idx, minlength=len(edges))
+            means = np.bincount(idx, weights=r, minlength=len(edges))[counts > 0] / counts[counts > 0]
+            scores[j] += np.average((means - r.mean()) ** 2, weights=counts[counts > 0])
+    return [int(j) for j in np.argsort(-scores, kind="stable")[:k]]
+
+
+def _draw_residuals(ax, x_col: np.ndarray, check: dict, feature: str, name: str = "") -> None:
+    r = check["residual"]
+    ax.axhline(0, color="0.5", ls=":", lw=1)
+    ax.errorbar(x_col, r, yerr=np.stack([check["upper"] - check["mean"], check["mean"] - check["lower"]]), fmt="o", ms=2.5,
+                color="tab:blue", ecolor="tab:blue", elinewidth=0.4, alpha=0.6)
+    ax.set_xlabel(feature)
+    ax.set_ylabel("observed − predicted")
+    if name:
+        ax.set_title(name, fontsize=9)
+
+
+def _check_fits(checks: dict, what: str) -> None:
+    if not checks:
+        raise ValueError(f"{what} needs at least one fit's checks (bnnpp.evaluation.regression_checks)")
+
+
+def predicted_vs_observed(checks: dict, y: np.ndarray, *, title: str = ""):
+    """Predicted mean against observed target with each row's central predictive interval as
+    an error bar (blue inside, red outside), the diagonal, and the share inside; one panel per fit.
+
+    Args:
+        checks: name → :func:`bnnpp.evaluation.regression_checks` of that fit at the rows.
+        y: the observed targets ``(n,)``, in the same units.
+    Returns:
+        A Figure with one panel per fit.
+    """
+    _check_fits(checks, "predicted_vs_observed")
+    fig = Figure(figsize=(4.2 * len(checks), 4.0), layout="constrained")
+    axes = fig.subplots(1, len(checks), squeeze=False)[0]
+    for ax, (name, c) in zip(axes, checks.items(), strict=True):
+        _draw_predicted_vs_observed(ax, c, y, name)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def calibration_curve(checks: dict, *, title: str = ""):
+    """Share of targets inside the central predictive interval against its nominal level, fits
+    overlaid, with the diagonal of calibration (above it: intervals too wide; below: too narrow).
+
+    Args:
+        checks: name → :func:`bnnpp.evaluation.regression_checks` (its ``levels`` and ``coverage``).
+    Returns:
+        A Figure with one axes.
+    """
+    _check_fits(checks, "calibration_curve")
+    fig = Figure(figsize=(5, 4.6), layout="constrained")
+    _draw_calibration(fig.subplots(), checks)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def residuals_by_feature(checks: dict, x: np.ndarray, feature_names, *, max_features: int = 4, title: str = ""):
+    """Residuals (observed − predicted mean, with the central interval as error bar) against
+    each feature, or against the ``max_features`` along which they leave the most structure
+    (:func:`top_features`); one row per fit.
+
+    Args:
+        checks: name → :func:`bnnpp.evaluation.regression_checks`.
+        x: ``(n, F)`` the rows' features (in their original units, for readable axes).
+        feature_names: ``F`` names.
+    Returns:
+        A Figure with one row per fit and one column per feature shown.
+    """
+    _check_fits(checks, "residuals_by_feature")
+    x = np.asarray(x).reshape(len(x), -1)
+    if len(feature_names) != x.shape[1]:
+        raise ValueError(f"got {len(feature_names)} feature names for {x.shape[1]} features: pass one per column")
+    cols = top_features(x, [c["residual"] for c in checks.values()], max_features)
+    fig = Figure(figsize=(3.4 * len(cols), 2.8 * len(checks) + (0.4 if title else 0)), layout="constrained")
+    axes = fig.subplots(len(checks), len(cols), squeeze=False, sharey="row")
+    for row, (name, c) in zip(axes, checks.items(), strict=True):
+        for ax, j in zip(row, cols, strict=True):
+            _draw_residuals(ax, x[:, j], c, feature_names[j], name if j == cols[0] else "")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def regression_diagnostics(check: dict, y: np.ndarray, x: np.ndarray, feature_names, *, max_features: int = 4, title: str = ""):
+    """One fit's regression picture for any number of features: predicted vs observed with
+    central intervals and the calibration curve on top, residuals against each feature (or
+    the ``max_features`` with most structure, :func:`top_features`) below.
+
+    Args:
+        check: :func:`bnnpp.evaluation.regression_checks` of the fit at the rows.
+        y: observed targets ``(n,)``; x: the rows' features ``(n, F)``; feature_names: ``F`` names.
+    Returns:
+        A Figure with two panels above and up to ``max_features`` below.
+    """
+    x = np.asarray(x).reshape(len(x), -1)
+    if len(feature_names) != x.shape[1]:
+        raise ValueError(f"got {len(feature_names)} feature names for {x.shape[1]} features: pass one per column")
+    cols = top_features(x, [check["residual"]], max_features)
+    fig = Figure(figsize=(max(9.0, 3.2 * len(cols)), 8.2), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=(1.25, 1))
+    ax_po, ax_cal = top.subplots(1, 2)
+    _draw_predicted_vs_observed(ax_po, check, y)
+    _draw_calibration(ax_cal, {"this fit": check})
+    axes = bottom.subplots(1, len(cols), squeeze=False, sharey=True)[0]
+    for ax, j in zip(axes, cols, strict=True):
+        _draw_residuals(ax, x[:, j], check, feature_names[j])
+    shown = "every feature" if len(cols) == x.shape[1] else f"the {len(cols)} of {x.shape[1]} features with most structure left"
+    bottom.suptitle(f"residuals against {shown}", fontsize=9)
+    if title:
+        fig.suptitle(title)
     return fig

@@ -19,6 +19,7 @@ __all__ = [
     "published_pruning_markdown",
     "reference_markdown",
     "sweep_markdown",
+    "table_evaluation_markdown",
 ]
 
 
@@ -181,6 +182,26 @@ def evaluation_markdown(report: dict) -> str:
         lines += [f"Skipped: {'; '.join(report['skipped'])}", ""]
     lines.append(f"Figures: {', '.join(report.get('figures', []))}")
     return "\n".join(lines) + "\n"
+
+
+def table_evaluation_markdown(report: dict) -> str:
+    """``evaluation.md`` of a table run (:func:`bnnpp.runs.evaluate_table_run`): its scores on
+    the rows evaluated, one table row."""
+    t = report["test"]
+    if report["task"] == "classification":
+        head = "| rows | n | accuracy | NLL | Brier | ECE | mean entropy | mean MI |"
+        row = (f"| {report['data']} | {t['n']} | {t['accuracy']:.4f} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
+               f"{t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |")
+    else:
+        head = "| rows | n | RMSE | NLL | 95% coverage | mean sd | mean epistemic sd |"
+        row = (f"| {report['data']} | {t['n']} | {_fmt(t['rmse'], '.4g')} | {t['nll']:.4f} | {t['coverage_95']:.3f} | "
+               f"{_fmt(t['mean_sd'], '.4g')} | {_fmt(t['mean_epistemic_sd'], '.4g')} |")
+    return "\n".join([
+        f"# Evaluation of {report['run_dir']} ({report['method']})", "",
+        f"{report['num_samples']} posterior draws per prediction; regression scores in the target's units.", "",
+        head, "|" + "---|" * (head.count("|") - 1), row, "",
+        f"Figures: {', '.join(report.get('figures', [])) or 'none'}.", "",
+    ])
 
 
 def _count(n: int) -> str:

@@ -42,8 +42,11 @@ __all__ = [
     "OOD_SETS",
     "block_rows",
     "check_run_dir",
+    "class_names",
     "dataset_from_record",
     "evaluate_run",
+    "evaluate_table_run",
+    "figure_rows",
     "fashion_like",
     "figure",
     "fit_report",
@@ -51,6 +54,8 @@ __all__ = [
     "metrics_on_test_set",
     "open_run",
     "prune_run",
+    "regression_test_checks",
+    "original_test_features",
     "write_compare_figures",
     "write_compare_run",
     "write_fit_run",
@@ -113,9 +118,9 @@ def dataset_from_record(record: dict, shard: tuple[int, int] | None = None) -> d
     raise ValueError(f"the report names no known dataset (data={name!r}); known: {', '.join([*SYNTHETIC, *IMAGE_SETS])}")
 
 
-def check_run_dir(run_dir: str | os.PathLike) -> tuple[str, dict]:
-    """Check that ``run_dir`` is a ``bnnpp fit`` image run, reading no posterior and no data
-    (cheap, for up-front checks).
+def check_run_dir(run_dir: str | os.PathLike, *, images: bool = True) -> tuple[str, dict]:
+    """Check that ``run_dir`` is a ``bnnpp fit`` run (with ``images``, of an image set),
+    reading no posterior and no data (cheap, for up-front checks).
 
     Returns:
         ``(path, report)``: the folder as a ``str`` and its ``metrics.json`` dict. Raises
@@ -134,7 +139,7 @@ def check_run_dir(run_dir: str | os.PathLike) -> tuple[str, dict]:
             report = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON ({e}): fit the run again") from None
-    if report.get("data") not in IMAGE_SETS:
+    if images and report.get("data") not in IMAGE_SETS:
         raise ValueError(
             f"{run_dir} was fitted to {report.get('data')!r}; this command works on image runs "
             f"({', '.join(IMAGE_SETS)}): fit one with `bnnpp fit --data mnist ...`"
@@ -273,11 +278,53 @@ sd/√200 < 0.04 in probability, invisible in the picture, and the grid's predic
 cheaper (``benchmarks/quickstart.py`` measures the write time)."""
 
 
+def class_names(dataset: data.Dataset) -> tuple | None:
+    """The labels of a classification dataset's class indices (a user's file records them),
+    else ``None`` (``class 0``, ``class 1``, ... in figures)."""
+    return None if dataset.transform is None or dataset.transform.classes is None else dataset.transform.classes
+
+
+def original_test_features(dataset: data.Dataset) -> tuple[np.ndarray, tuple[str, ...]]:
+    """The test rows' features in the file's units ``(n_test, F)`` (standardisation undone for
+    a user's file; built-in sets as they are) and the feature names (``x0, x1, ...`` without)."""
+    x = np.asarray(dataset.x_test, np.float64).reshape(len(dataset.x_test), -1)
+    t = dataset.transform
+    if t is None or t.x_mean.shape != x.shape[1:]:
+        return x, tuple(f"x{i}" for i in range(x.shape[1]))
+    return x * t.x_sd + t.x_mean, t.features
+
+
+FIGURE_ROWS = 2000
+"""Test rows the regression figures draw at most (evenly spaced through the split): more points
+than this are a blot, and the interval bisection costs draws × rows."""
+
+
+def figure_rows(dataset: data.Dataset, max_rows: int = FIGURE_ROWS) -> data.Dataset:
+    """``dataset`` with at most ``max_rows`` test rows, evenly spaced, for a figure (the same
+    dataset when it has no more)."""
+    n = len(dataset.x_test)
+    if n <= max_rows:
+        return dataset
+    keep = np.linspace(0, n - 1, max_rows).round().astype(int)
+    return dataclasses.replace(dataset, x_test=dataset.x_test[keep], y_test=dataset.y_test[keep])
+
+
+def regression_test_checks(prediction: Prediction, dataset: data.Dataset) -> dict:
+    """:func:`bnnpp.evaluation.regression_checks` of a prediction at ``dataset.x_test``, in the
+    targets' original units (``y_shift``/``y_scale``)."""
+    shift, scale = float(dataset.y_shift), float(dataset.y_scale)
+    original = evaluation.in_original_units(prediction, shift, scale)
+    return evaluation.regression_checks(original, np.asarray(dataset.y_test, np.float64) * scale + shift)
+
+
 def figure(posterior, dataset: data.Dataset):
-    """The figure of a fit run and its file name: the decision map (2-D classification) or the
-    regression bands (1-D regression) as ``uncertainty.png``; otherwise (images, a user's
-    table) the loss curve as ``loss.png`` (or ``(None, None)`` when the method keeps no loss
-    trace).
+    """The figure of a fit run and its file name, as ``uncertainty.png``: the decision map
+    (2-D classification; every class with its name), the regression bands (1-D regression)
+    or, for a regression with several features, predicted vs observed with intervals, the
+    calibration curve and the residuals against the features (on the test rows,
+    :func:`bnnpp.plots.regression_diagnostics`); otherwise (images, a table of other than 2
+    features to classify) the loss curve as ``loss.png`` (or ``(None, None)`` when the method
+    keeps no loss trace).
 
     Returns:
         ``(figure, file_name)``.
@@ -286,11 +333,18 @@ def figure(posterior, dataset: data.Dataset):
     from bnnpp import plots
 
     title = f"{dataset.name}: {posterior.info['method']}"
-    if dataset.x_train.ndim != 2 or dataset.x_train.shape[1] != (2 if dataset.task == "classification" else 1):
-        return loss_figure(posterior, title), "loss.png"
+    tabular = dataset.x_train.ndim == 2
     predict = functools.partial(posterior.predict, num_samples=min(FIGURE_DRAWS, posterior.num_chains * posterior.num_draws))
+    if tabular and dataset.task == "regression" and dataset.x_train.shape[1] != 1 and np.ndim(dataset.y_test) == 1:
+        dataset = figure_rows(dataset)
+        x_raw, names = original_test_features(dataset)
+        check = regression_test_checks(predict(dataset.x_test), dataset)
+        y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
+        return plots.regression_diagnostics(check, y, x_raw, names, title=title), "uncertainty.png"
+    if not tabular or dataset.x_train.shape[1] != (2 if dataset.task == "classification" else 1):
+        return loss_figure(posterior, title), "loss.png"
     if dataset.task == "classification":
-        return plots.decision_map(predict, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
+        return plots.decision_map(predict, dataset.x_train, dataset.y_train, title=title, class_names=class_names(dataset)), "uncertainty.png"
     grid = np.sort(dataset.x_test, axis=0)
     return plots.regression_bands(predict(grid), grid, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
 
@@ -465,6 +519,90 @@ def evaluate_run(
     return result
 
 
+def evaluate_table_run(
+    run_dir: str | os.PathLike,
+    *,
+    data_file: str | os.PathLike | None = None,
+    target: str | None = None,
+    num_samples: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """Evaluate a ``bnnpp fit`` run of a table (a built-in 1-D/2-D set or a user's file) on its
+    own test split or on new labelled rows, and write ``evaluation.json``, ``evaluation.md``
+    and the figures into the run folder: classification ``reliability.png`` (and
+    ``decision_map.png`` for 2-D inputs, every class with its name); regression
+    ``regression.png`` (:func:`bnnpp.plots.regression_diagnostics`: predicted vs observed with
+    90% central intervals, calibration curve, residuals against the features).
+
+    Args:
+        run_dir: the run folder.
+        data_file: labelled rows (a CSV naming the features and the target, or an ``.npz``
+            with ``x`` and ``y``; :func:`bnnpp.tables.read_labelled`); default: the run's test split.
+        target: the CSV's target column (default: the run's).
+        num_samples: posterior draws per prediction (default: all the run kept).
+        seed: key of any randomness in the model while predicting.
+
+    Returns:
+        The report written to ``evaluation.json``: ``run_dir``, ``data``, ``method``, ``task``,
+        ``num_samples``, ``test`` (``n`` and :meth:`~bnnpp.posterior.Prediction.scores`;
+        regression in the targets' original units), ``figures`` and ``seconds``.
+    """
+    from bnnpp import plots, tables  # matplotlib (~0.5 s) loads when a run is evaluated
+
+    if num_samples is not None:
+        evaluation.check_count(num_samples, "num_samples")
+    run_dir, report = check_run_dir(run_dir, images=False)
+    if report.get("data") in IMAGE_SETS:
+        raise ValueError(f"{run_dir} is an image run: evaluate it without --data (test error, calibration and OOD detection)")
+    if target is not None and data_file is None:
+        raise ValueError("--target names the target column of --data FILE: give the file too")
+    t0 = time.perf_counter()
+    posterior = load(os.path.join(run_dir, "posterior.nc"))
+    if data_file is None:
+        dataset = dataset_from_record(report)
+        name = "test split"
+    else:
+        transform = tables.run_transform(report, posterior)
+        x, y = tables.read_labelled(data_file, transform, target)
+        classes = None if transform.task == "regression" else int(posterior.predict(x[:1], num_samples=1).probs.shape[-1])
+        if classes is not None and y.size and int(y.max()) >= classes:
+            raise ValueError(f"{data_file}: class index {int(y.max())} but the run predicts {classes} classes")
+        dataset = data.Dataset(x, y, x, y, transform.task, classes, os.path.basename(os.fspath(data_file)),
+                               y_shift=transform.y_shift, y_scale=transform.y_scale, transform=transform)
+        name = os.path.abspath(os.fspath(data_file))
+    draws = posterior.num_chains * posterior.num_draws if num_samples is None else min(num_samples, posterior.num_chains * posterior.num_draws)
+    predict = functools.partial(posterior.predict, num_samples=draws, seed=seed)
+    title = f"{dataset.name}: {posterior.info.get('method')}"
+    x2d = dataset.x_test.ndim == 2
+    if dataset.task == "classification":
+        probs = evaluation.predict_probs(posterior, dataset.x_test, num_samples=draws, seed=seed,
+                                         batch_size=block_rows(posterior, dataset.x_test))
+        scores = Prediction("classification", probs=probs).scores(dataset.y_test)
+        figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title)}
+        if x2d and dataset.x_test.shape[1] == 2:
+            figs["decision_map.png"] = plots.decision_map(predict, dataset.x_test, dataset.y_test, title=title,
+                                                          class_names=class_names(dataset))
+    else:
+        standardised = predict(dataset.x_test)
+        prediction = evaluation.in_original_units(standardised, float(dataset.y_shift), float(dataset.y_scale))
+        y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
+        scores = prediction.scores(y)
+        figs = {}
+        if np.ndim(y) == 1:
+            shown = figure_rows(dataset)
+            check = regression_test_checks(standardised if shown is dataset else predict(shown.x_test), shown)
+            x_raw, names = original_test_features(shown)
+            y_shown = np.asarray(shown.y_test, np.float64) * shown.y_scale + shown.y_shift
+            figs["regression.png"] = plots.regression_diagnostics(check, y_shown, x_raw, names, title=title)
+    result = {
+        "run_dir": run_dir, "data": name, "method": posterior.info.get("method"), "task": dataset.task, "num_samples": draws,
+        "test": {"n": int(len(dataset.y_test)), **scores}, "seconds": {"evaluate": time.perf_counter() - t0},
+    }
+    evaluation.write_report(run_dir, result, figs, None, markdown=reports.table_evaluation_markdown)
+    result["figures"] = sorted(figs)
+    return result
+
+
 def _cutoffs(values: dict[str, np.ndarray], fractions: Sequence[float]) -> dict[str, float]:
     """Label (``"50%"``) → the largest pooled SNR that pruning that share removes."""
     pooled = np.sort(np.concatenate([v.ravel() for v in values.values()]))
@@ -560,8 +698,10 @@ def prune_run(
 
 def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: data.Dataset, results: dict | None = None) -> list[str]:
     """Save the comparison figures of ``bnnpp compare`` into ``folder``: ``decision_maps.png``
-    and ``reliability.png`` (classification) or ``bands.png`` (regression: mean, epistemic and
-    total bands on a grid reaching out of the data), ``forest_scales.png`` (posteriors with
+    (2-D inputs; every class with its name) and ``reliability.png`` (classification), or for
+    regression ``bands.png`` (1-D inputs: mean, epistemic and total bands), and
+    ``predicted_vs_observed.png``, ``calibration.png`` and ``residuals.png`` (test rows, original
+    units; :mod:`bnnpp.plots`), ``forest_scales.png`` (posteriors with
     layer scales), ``trace_<method>.png`` (those with several chains) and ``reference.png``
     (when ``results`` hold a reference posterior's agreement numbers).
 
@@ -571,15 +711,26 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
     # ArviZ and matplotlib (~1.5 s to import) load on first use, not at command start-up
     from bnnpp import diagnostics, plots
 
+    figs: dict = {}
     if dataset.task == "regression":
-        figs = {"bands.png": plots.regression_bands_grid(
-            {m: p.predict(dataset.x_test) for m, p in posteriors.items()}, dataset.x_test, dataset.x_train, dataset.y_train,
-        )} if dataset.x_train.shape[1:] == (1,) else {}
+        predictions = {m: p.predict(dataset.x_test) for m, p in posteriors.items()}
+        if dataset.x_train.shape[1:] == (1,):
+            figs["bands.png"] = plots.regression_bands_grid(predictions, dataset.x_test, dataset.x_train, dataset.y_train)
+        if np.ndim(dataset.y_test) == 1:
+            shown = figure_rows(dataset)
+            if shown is not dataset:
+                dataset, predictions = shown, {m: p.predict(shown.x_test) for m, p in posteriors.items()}
+            checks = {m: regression_test_checks(pred, dataset) for m, pred in predictions.items()}
+            y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
+            x_raw, names = original_test_features(dataset)
+            figs["predicted_vs_observed.png"] = plots.predicted_vs_observed(checks, y)
+            figs["calibration.png"] = plots.calibration_curve(checks)
+            figs["residuals.png"] = plots.residuals_by_feature(checks, x_raw, names)
     else:
-        figs = {
-            "decision_maps.png": plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train),
-            "reliability.png": plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}),
-        }
+        if dataset.x_train.ndim == 2 and dataset.x_train.shape[1] == 2:
+            figs["decision_maps.png"] = plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train,
+                                                            dataset.y_train, class_names=class_names(dataset))
+        figs["reliability.png"] = plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()})
     if results is not None and results.get("reference"):
         figs["reference.png"] = plots.reference_agreement(results)
     with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}

@@ -237,7 +237,8 @@ def sweep(
         raise ValueError(f"seeds must be a non-empty list of integers ≥ 0, got {seeds!r}")
     for d in datasets:
         if d.task != "classification":
-            raise ValueError(f"sweep scores classifiers; dataset {d.name!r} is {d.task}")
+            raise ValueError(f"sweep scores classifiers; dataset {d.name!r} is {d.task}: compare priors on it with "
+                             "bnnpp compare --prior ... or fit each with bnnpp fit")
     chosen = get_method(method)
     parsed = chosen.parse(options)
     if vmap and chosen.build is None:

@@ -9,6 +9,12 @@ to new rows, and returns one row of predictive summaries per input in the origin
   mean probability, as the training file labelled it), ``entropy`` (predictive entropy, nats)
   and ``mutual_information`` (between label and weights; the epistemic part).
 
+Regression can add quantiles of the predictive distribution (``q_<p>``) and central intervals
+(``lower_<pct>``, ``upper_<pct>``), from the mixture over posterior draws
+(:func:`bnnpp.evaluation.predictive_quantiles`). The columns of an input CSV that are not
+features (an id, the target, anything else) come first, as the file wrote them; one whose
+name an output column also has is written as ``input_<name>``.
+
 :func:`write_table` saves such a table as CSV or ``.npz``.
 """
 
@@ -23,7 +29,7 @@ import numpy as np
 from bnnpp import data, evaluation
 from bnnpp.posterior import Prediction
 
-__all__ = ["predict_run", "prediction_table", "run_transform", "write_table"]
+__all__ = ["check_levels", "other_columns", "predict_run", "prediction_table", "read_labelled", "run_transform", "write_table"]
 
 
 def run_transform(report: dict, posterior) -> data.FileTransform:
@@ -37,19 +43,51 @@ def run_transform(report: dict, posterior) -> data.FileTransform:
     return data.FileTransform(features, "y", task, np.zeros(shape), np.ones(shape))  # classes: 0..C-1
 
 
-def prediction_table(prediction: Prediction, transform: data.FileTransform, classes: tuple | None = None) -> dict[str, np.ndarray]:
+def check_levels(values, name: str) -> tuple[float, ...]:
+    """Quantile or interval levels as a tuple of floats, each strictly between 0 and 1, without
+    repeats; one-line ValueError naming ``name`` otherwise."""
+    try:
+        levels = tuple(float(v) for v in values)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} takes numbers between 0 and 1 such as 0.05,0.5,0.95, got {values!r}") from None
+    bad = [v for v in levels if not 0 < v < 1]
+    if not levels or bad:
+        raise ValueError(f"{name} takes numbers strictly between 0 and 1 such as 0.05,0.5,0.95, got {', '.join(map(str, levels)) or 'none'}")
+    if len(set(levels)) != len(levels):
+        raise ValueError(f"{name} names a level twice: {', '.join(map(str, levels))}")
+    return levels
+
+
+def prediction_table(prediction: Prediction, transform: data.FileTransform, classes: tuple | None = None, *,
+                     quantiles=(), intervals=()) -> dict[str, np.ndarray]:
     """Column name → ``(n,)`` array of the per-row summaries (module docstring) of
     ``prediction``, regression values mapped back to the original units with ``transform``'s
     ``y_shift``/``y_scale``; ``classes``: the labels of the class indices (default
-    ``transform.classes``, else 0..C−1)."""
+    ``transform.classes``, else 0..C−1). Regression only: ``quantiles`` (levels in (0, 1))
+    add ``q_<level>`` columns, ``intervals`` (central levels in (0, 1)) ``lower_<pct>`` and
+    ``upper_<pct>`` columns, both of the predictive mixture over draws."""
     if prediction.task == "regression":
         s = transform.y_scale
-        return {
+        table = {
             "mean": prediction.mean * s + transform.y_shift,
             "sd": prediction.std * s,
             "epistemic_sd": prediction.epistemic_std * s,
             "aleatoric_sd": prediction.aleatoric_std * s,
         }
+        quantiles = check_levels(quantiles, "quantiles") if len(quantiles) else ()
+        intervals = check_levels(intervals, "intervals") if len(intervals) else ()
+        if quantiles or intervals:
+            original = evaluation.in_original_units(prediction, transform.y_shift, s)
+            levels = [*quantiles, *((1 - c) / 2 for c in intervals), *((1 + c) / 2 for c in intervals)]
+            values = evaluation.predictive_quantiles(original, levels)
+            k = len(intervals)
+            table.update({f"q_{q:g}": values[i] for i, q in enumerate(quantiles)})
+            for i, c in enumerate(intervals):
+                table[f"lower_{100 * c:g}"] = values[len(quantiles) + i]
+                table[f"upper_{100 * c:g}"] = values[len(quantiles) + k + i]
+        return table
+    if len(quantiles) or len(intervals):
+        raise ValueError("quantiles and intervals are for regression runs; this run classifies (its table has prob_<class>)")
     mean = prediction.mean
     labels = classes or transform.classes or tuple(range(mean.shape[1]))
     if len(labels) != mean.shape[1]:
@@ -61,8 +99,77 @@ def prediction_table(prediction: Prediction, transform: data.FileTransform, clas
     return table
 
 
+def other_columns(path: str | os.PathLike, transform: data.FileTransform) -> dict[str, np.ndarray]:
+    """The columns of an input CSV that are not the run's features (ids, the target, ...):
+    name → ``(n,)`` array of the cells as text, in file order; ``{}`` for other files."""
+    path = os.fspath(path)
+    if not path.endswith(".csv"):
+        return {}
+    header, rows = data.read_csv(path, transform.features)
+    cols = list(zip(*rows, strict=True))
+    return {h: np.asarray(cols[i], dtype=str) for i, h in enumerate(header) if h not in transform.features}
+
+
+def read_labelled(path: str | os.PathLike, transform: data.FileTransform, target: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled new rows for a run: model inputs ``(n, ...)`` float32 (the run's
+    standardisation applied) and targets ``(n,)`` as the model sees them — class indices into
+    ``transform.classes`` (int32), or regression targets standardised with the run's
+    ``y_shift``/``y_scale`` (float32).
+
+    Args:
+        path: a CSV with a header naming the features and the target column, or an ``.npz``
+            with arrays ``x`` and ``y`` (or ``x_test`` and ``y_test``).
+        target: the CSV's target column (default: the run's target).
+
+    Raises a one-line ValueError for a missing column, a label the run never saw, NaN.
+    """
+    path = os.fspath(path)
+    x = transform.inputs(data.read_inputs(path, transform))
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as z:
+            key = "y" if "x" in z.files else "y_test"
+            if key not in z.files:
+                raise ValueError(f"{path}: labelled rows need an array 'y' beside 'x' (or 'y_test' beside 'x_test')")
+            labels = z[key]
+        name = key
+    elif path.endswith(".csv"):
+        name = target or transform.target
+        header, rows = data.read_csv(path, (name,))
+        labels = np.asarray([r[header.index(name)] for r in rows])
+    else:
+        raise ValueError(f"{path}: labelled rows must be a .csv or .npz file")
+    if labels.shape != (len(x),):
+        raise ValueError(f"{path}: {name} must hold one target per row, shape ({len(x)},), got {labels.shape}")
+    if transform.task == "regression":
+        y = data.numeric_column(path, name, [str(v) for v in labels]) if labels.dtype.kind not in "biuf" else labels.astype(np.float64)
+        if not np.all(np.isfinite(y)):
+            raise ValueError(f"{path}: {name} holds NaN or inf: drop or impute those rows")
+        return x, ((y - transform.y_shift) / transform.y_scale).astype(np.float32)
+    if transform.classes is None:  # a built-in set's run: labels are the class indices
+        if not all(_is_number(v) and float(v) == int(float(v)) >= 0 for v in labels.tolist()):
+            raise ValueError(f"{path}: {name} must hold class indices 0, 1, ... for this run")
+        return x, labels.astype(np.float64).astype(np.int32)
+    classes = transform.classes
+    index = {str(c): i for i, c in enumerate(classes)}
+    text = [str(int(float(v))) if isinstance(classes[0], int) and _is_number(v) else str(v) for v in labels.tolist()]
+    unknown = sorted({t for t in text if t not in index})
+    if unknown:
+        raise ValueError(f"{path}: {name} holds label(s) {', '.join(unknown[:5])} the run was not fitted on; its classes are "
+                         f"{', '.join(map(str, classes))}")
+    return x, np.asarray([index[t] for t in text], np.int32)
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name: bool = True,
-                num_samples: int | None = None, seed: int = 0) -> dict[str, np.ndarray]:
+                num_samples: int | None = None, seed: int = 0, quantiles=(), intervals=(),
+                keep_columns: bool = True) -> dict[str, np.ndarray]:
     """Predict every row of a file with a ``bnnpp fit`` run.
 
     Args:
@@ -72,10 +179,14 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
             without, a header-less CSV of feature values in training order (or ``.npy``/``.npz``).
         num_samples: posterior draws to use (default: all).
         seed: key of any randomness in the model.
+        quantiles, intervals: regression: the predictive quantiles and central intervals to
+            add (levels in (0, 1); see :func:`prediction_table`).
+        keep_columns: with ``by_name``, put the CSV's non-feature columns (ids, ...) first.
 
     Returns:
-        The :func:`prediction_table` of the rows, in file order. One-line ValueError for a run
-        folder that is not one, or a file whose columns do not match the run's features.
+        The :func:`prediction_table` of the rows, in file order, after the kept input columns.
+        One-line ValueError for a run folder that is not one, a file whose columns do not match
+        the run's features, or quantiles asked of a classifier.
     """
     from bnnpp.inference import load  # the inference stack (JAX) loads only when predicting
     from bnnpp.runs import block_rows
@@ -86,18 +197,28 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
             raise ValueError(f"{run_dir} holds no {name}: pass a folder written by `bnnpp fit --out DIR`")
     with open(os.path.join(run_dir, "metrics.json")) as f:
         report = json.load(f)
+    quantiles = check_levels(quantiles, "quantiles") if len(quantiles) else ()
+    intervals = check_levels(intervals, "intervals") if len(intervals) else ()
+    recorded = (report.get("preprocessing") or {}).get("task")
+    if (quantiles or intervals) and recorded == "classification":  # before the posterior is read
+        raise ValueError("quantiles and intervals are for regression runs; this run classifies (its table has prob_<class>)")
     posterior = load(os.path.join(run_dir, "posterior.nc"))
     transform = run_transform(report, posterior)
+    if (quantiles or intervals) and transform.task == "classification":
+        raise ValueError("quantiles and intervals are for regression runs; this run classifies (its table has prob_<class>)")
     x = transform.inputs(data.read_inputs(path, transform, by_name=by_name))
+    kept = other_columns(path, transform) if by_name and keep_columns else {}
     if transform.task == "classification":
         probs = evaluation.predict_probs(posterior, x, num_samples=num_samples, seed=seed, batch_size=block_rows(posterior, x))
         prediction = Prediction("classification", probs=probs)
     else:
         b = block_rows(posterior, x)
         parts = [posterior.predict(x[i : i + b], num_samples=num_samples, seed=seed) for i in range(0, len(x), b)]
-        prediction = Prediction("regression", draws=np.concatenate([p.draws for p in parts], axis=1),
-                                noise=np.concatenate([p.noise for p in parts], axis=1))
-    return prediction_table(prediction, transform)
+        joined = {k: None if getattr(parts[0], k) is None else np.concatenate([getattr(p, k) for p in parts], axis=1)
+                  for k in ("draws", "noise", "df")}
+        prediction = Prediction("regression", likelihood=parts[0].likelihood, **joined)
+    table = prediction_table(prediction, transform, quantiles=quantiles, intervals=intervals)
+    return {**{(f"input_{k}" if k in table else k): v for k, v in kept.items()}, **table}
 
 
 def write_table(path: str | os.PathLike, table: dict[str, np.ndarray]) -> None:

@@ -112,7 +112,7 @@ def test_csv_round_trip_fit_predict_config(houses, tmp_path, monkeypatch, capsys
     assert main(["fit", "--data", str(houses), "--target", "price", *flags, "--out", str(run)]) == 0
     report = json.loads((run / "metrics.json").read_text())
     assert report["preprocessing"]["features"] == ["area", "rooms"] and report["sha256"] == data.file_sha256(houses)
-    assert {"config.toml", "loss.png"} <= {p.name for p in run.iterdir()}
+    assert {"config.toml", "uncertainty.png"} <= {p.name for p in run.iterdir()}  # predicted vs observed, calibration, residuals
     # new rows with the columns in another order and no target
     area, rooms, price = _houses(20, seed=9)
     new = _write_csv(tmp_path / "new.csv", ["rooms", "area"], zip(rooms, area, strict=True))
@@ -157,7 +157,9 @@ def test_classification_predict_columns(tmp_path, monkeypatch):
     assert main(["predict", str(run), "--data", str(path), "--out", str(tmp_path / "p.csv")]) == 0
     with open(tmp_path / "p.csv") as f:
         table = list(csv.DictReader(f))
-    assert list(table[0]) == ["prob_cat", "prob_dog", "predicted", "entropy", "mutual_information"]
+    # the file's other columns (here the label) come first, as written
+    assert list(table[0]) == ["kind", "prob_cat", "prob_dog", "predicted", "entropy", "mutual_information"]
+    assert [r["kind"] for r in table] == ["cat" if a + b > 0 else "dog" for a, b in x]
     p = np.array([[float(r["prob_cat"]), float(r["prob_dog"])] for r in table])
     np.testing.assert_allclose(p.sum(1), 1, atol=1e-5)
     entropy = np.array([float(r["entropy"]) for r in table])

@@ -134,7 +134,11 @@ def test_bad_run_dirs(command, tmp_path, capsys):
     (tmp_path / "posterior.nc").write_bytes(b"")
     _bad([command, str(tmp_path)], capsys, "holds no metrics.json")
     (tmp_path / "metrics.json").write_text(json.dumps({"data": "moons"}))
-    _bad([command, str(tmp_path)], capsys, "works on image runs")
+    if command == "prune":
+        _bad([command, str(tmp_path)], capsys, "works on image runs")
+    else:  # a table run is evaluated: this one's posterior.nc is not a posterior
+        _bad([command, str(tmp_path)], capsys, "is not a readable netCDF file")
+        _bad([command, str(tmp_path), "--tau", "0.3"], capsys, "--tau apply to image runs")
 
 
 def test_bad_options(tmp_path, capsys):

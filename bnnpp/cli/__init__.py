@@ -23,8 +23,8 @@ COMMANDS: dict[str, str] = {
     "fit": "fit a Bayesian network and write posterior.nc, metrics.json and a figure",
     "predict": "predictions of a run at new inputs (CSV/npz): mean and sd, or class probabilities and uncertainty",
     "compare": "fit several methods on the same data and seed; write compare.md/json and figures",
-    "sweep": "fit a weight-prior x hyperprior grid on moons/circles; write sweep.md/json",
-    "evaluate": "test error, calibration, per-image uncertainty and OOD detection of an image run",
+    "sweep": "fit a weight-prior x hyperprior grid on moons/circles or your classification file; write sweep.md/json",
+    "evaluate": "scores and figures of a run on its test split or new labelled rows; images: also OOD detection",
     "prune": "test error after pruning weights by signal-to-noise ratio or magnitude",
 }
 """Command name → one-line help (each command's module ``bnnpp.cli.<name>`` has ``add_parser``)."""

@@ -11,6 +11,7 @@ import time
 
 import bnnpp
 from bnnpp import priors, reports, runs
+from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
@@ -49,15 +50,20 @@ def add_parser(sub) -> None:
         "compare",
         help="fit several methods on the same data and seed; write compare.md/json and figures",
         description="Fit each --methods entry to the same data with the same seed; write DIR/compare.md and "
-        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information — or for the "
-        "sinusoid RMSE, NLL, 95% coverage and predictive sds —, max R-hat and min ESS of permutation-invariant "
-        "quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; with --reference nuts, "
-        "each method's predictive agreement with a long NUTS run) and figures: decision_maps.png and "
-        "reliability.png (or bands.png), forest_scales.png, trace_<method>.png (MCMC methods), reference.png.",
+        "DIR/compare.json (test accuracy, NLL, Brier, ECE, mean entropy and mutual information — or for a "
+        "regression RMSE, NLL, 95% coverage and predictive sds in the target's units —, max R-hat and min ESS of "
+        "permutation-invariant quantities, PSIS k̂ of VI fits, PSIS-LOO elpd ± se, seconds; ArviZ's LOO ranking; "
+        "with --reference nuts, each method's predictive agreement with a long NUTS run) and figures: "
+        "decision_maps.png (2-D inputs, every class named) and reliability.png, or for a regression bands.png "
+        "(1-D inputs), predicted_vs_observed.png, calibration.png and residuals.png; forest_scales.png, "
+        "trace_<method>.png (MCMC methods), reference.png.",
         formatter_class=DefaultsOnce,
     )
     p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); a [METHOD] table sets that method's options; flags typed override it")
-    p.add_argument("--data", default="moons", choices=COMPARE_SETS, help="built-in dataset (sinusoid: 1-D regression)")
+    p.add_argument("--data", default="moons", metavar="{" + ",".join(COMPARE_SETS) + ",PATH}",
+                   help="built-in dataset (sinusoid: 1-D regression) or your own .csv (header row; --target names the "
+                   "target, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)")
+    add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
     p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")
     p.add_argument("--hidden", default="5,5", help="hidden widths, comma-separated")
@@ -80,6 +86,22 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run)
 
 
+def load_data(args) -> tuple[bnnpp.data.Dataset, dict | None]:
+    """The dataset of ``--data`` (a generated set, or a user's file read as ``bnnpp fit`` reads
+    it) and, for a file, its data record (:func:`bnnpp.cli._data.file_record`), else ``None``.
+    Uses ``args.data``, ``target``, ``task``, ``test_fraction``, ``data_noise`` and ``seed``."""
+    if is_file_data(args.data):
+        if args.data_noise is not None:
+            raise ValueError(f"--data-noise applies to the built-in sets, not to your file {args.data}")
+        record = file_record(args.data, args.target, args.task, args.test_fraction, args.seed)
+        return runs.dataset_from_record(record), record
+    check_builtin(args.data, args.target, args.task, args.test_fraction)
+    if args.data not in COMPARE_SETS:
+        raise ValueError(f"--data {args.data}: compare takes {', '.join(COMPARE_SETS)} or a .csv/.npz file")
+    kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
+    return bnnpp.data.load_synthetic(args.data, seed=args.seed, **kwargs), None
+
+
 def _build(args):
     # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs, not
     # when any `bnnpp` command starts
@@ -95,10 +117,9 @@ def _build(args):
     except ValueError:
         raise ValueError(f"--hidden takes comma-separated widths such as 5,5, got {args.hidden!r}") from None
     prior = priors.from_flags(args.prior, args.hyperprior, None, args.scale, None)
-    kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
-    dataset = bnnpp.data.load_synthetic(args.data, seed=args.seed, **kwargs)
+    dataset, record = load_data(args)
     if args.noise is not None and (dataset.task != "regression" or args.noise <= 0):
-        raise ValueError(f"--noise is the known observation sd of a regression (--data sinusoid), a number > 0; got {args.noise} for {args.data}")
+        raise ValueError(f"--noise is the known observation sd of a regression, a number > 0; got {args.noise} for {args.data}")
     if dataset.task == "regression":
         model = bnnpp.models.mlp(hidden, activation=args.activation, likelihood="gaussian", noise=args.noise, prior=prior)
     else:
@@ -120,7 +141,7 @@ def _build(args):
         unknown = [o for o in reference_options if o not in known]
         if unknown:
             raise ValueError(f"--set-reference {unknown[0]}: {args.reference} takes {', '.join(sorted(known))}")
-    return dataset, model, methods, options, reference_options
+    return dataset, model, methods, options, reference_options, record
 
 
 def run(args) -> int:
@@ -129,7 +150,7 @@ def run(args) -> int:
 
     t0 = time.perf_counter()
     try:
-        dataset, model, methods, options, reference_options = _build(args)
+        dataset, model, methods, options, reference_options, record = _build(args)
         base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
         for m in methods:  # reject bad --set values before the first fit compiles
             get_backend(m).check_options({**base.get(m, {}), **options.get(m, {})})
@@ -144,6 +165,8 @@ def run(args) -> int:
         reference=args.reference, reference_options=reference_options,
     )
     results["model"] = model.spec()
+    if record is not None:  # a user's file: its path and SHA-256, to know which bytes were compared
+        results["data_file"] = record
     results["quick"] = args.quick
     runs.write_compare_run(args.out, results, posteriors, dataset, started=t0)
     print(reports.compare_markdown(results))

@@ -29,9 +29,10 @@ import jax
 
 import bnnpp
 from bnnpp import config, distributed, files, priors, runs
+from bnnpp.cli._data import add_file_flags, check_builtin, check_file, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
-from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC, TASKS
+from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
 from bnnpp.inference import check_data, get_backend, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
@@ -127,12 +128,7 @@ def add_parser(sub) -> None:
                    help="built-in dataset (generated locally), MNIST / Fashion-MNIST (read from local files), or your "
                    "own .csv (header row; --target names the target, every other column is a numeric feature) or .npz "
                    "(arrays x, y, optional x_test, y_test)")
-    g.add_argument("--target", default=None, help="a .csv's target column")
-    g.add_argument("--task", default=None, choices=list(TASKS), help="your file's task (default: inferred: text or integer "
-                   "labels with at most 10 values are classes, other numbers regression)")
-    g.add_argument("--test-fraction", type=float, default=None, help="your file without x_test: share of rows held out "
-                   "for testing, a random subset drawn with --seed (default 0.2); inputs (and regression targets) are "
-                   "standardised with the training rows' mean and sd, recorded in metrics.json and applied by bnnpp predict")
+    add_file_flags(g)
     g.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: the dataset's: moons 0.3, circles 0.2, sinusoid 1.0)")
     g.add_argument("--data-dir", default=None, help="mnist/fashion_mnist: folder with the four IDX .gz files, or its parent (default: a tensorflow-datasets copy prepared in $TFDS_DATA_DIR or ~/tensorflow_datasets, else $BNNPP_DATA_DIR/<data>)")
     g.add_argument("--normalize", default=None, choices=list(NORMALIZATIONS), help="mnist/fashion_mnist pixels: /255, /126 (Blundell et al.) or standardised with the training mean and sd (default 255)")
@@ -182,38 +178,23 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def is_file_data(data: str) -> bool:
-    """Whether ``--data`` names a user's file rather than a built-in set."""
-    return data not in SYNTHETIC and data not in IMAGE_SETS
-
-
 def _file_record(args) -> dict:
     """The data record of a user's .csv/.npz (see :func:`bnnpp.runs.dataset_from_record`)."""
-    if not args.data.endswith((".csv", ".npz")):
-        raise ValueError(f"--data {args.data}: not a built-in set ({', '.join([*SYNTHETIC, *IMAGE_SETS])}) nor a .csv/.npz file")
-    if not os.path.isfile(args.data):
-        raise ValueError(f"--data {args.data}: no such file")
+    check_file(args.data)
     for flag, value in (("--data-noise", args.data_noise), ("--data-dir", args.data_dir), ("--normalize", args.normalize),
                         ("--validation", args.validation), ("--train-subset", args.train_subset)):
         if value is not None:
             raise ValueError(f"{flag} applies to the built-in sets, not to your file {args.data}")
     if args.model != "mlp":
         raise ValueError(f"--model {args.model} takes 28×28 images: use --model mlp for a table")
-    if args.data.endswith(".csv") and args.target is None:
-        raise ValueError(f"--data {args.data} needs --target COLUMN: the column to predict")
-    path = os.path.abspath(args.data)
-    return {"data": path, "target": args.target, "task": args.task,
-            "test_fraction": 0.2 if args.test_fraction is None else args.test_fraction, "seed": args.seed,
-            "sha256": bnnpp.data.file_sha256(path)}
+    return file_record(args.data, args.target, args.task, args.test_fraction, args.seed)
 
 
 def _data_record(args) -> dict:
     """How to load (and later reload) this run's data; checks the data flags against --data."""
     if is_file_data(args.data):
         return _file_record(args)
-    for flag, value in (("--target", args.target), ("--task", args.task), ("--test-fraction", args.test_fraction)):
-        if value is not None:
-            raise ValueError(f"{flag} applies to your own .csv/.npz file, not to --data {args.data}")
+    check_builtin(args.data, args.target, args.task, args.test_fraction)
     image_flags = [
         flag
         for flag, value in (("--data-dir", args.data_dir), ("--normalize", args.normalize), ("--validation", args.validation), ("--train-subset", args.train_subset))

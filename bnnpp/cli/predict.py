@@ -17,8 +17,9 @@ def add_parser(sub) -> None:
         "predict",
         help="predict new rows with a fitted run; write a CSV/npz of means and uncertainties",
         description="Predict every row of a file with a run of `bnnpp fit`. The run's recorded standardisation "
-        "is applied to the inputs; the output holds one row per input: regression mean, sd, epistemic_sd and "
-        "aleatoric_sd in the target's units, or classification prob_<class> for every class, predicted, "
+        "is applied to the inputs; the output holds one row per input: the --data CSV's columns that are not "
+        "features (ids, ...) as they are, then regression mean, sd, epistemic_sd and aleatoric_sd in the target's "
+        "units (and any --quantiles / --intervals), or classification prob_<class> for every class, predicted, "
         "entropy and mutual_information.",
         formatter_class=DefaultsOnce,
     )
@@ -28,9 +29,20 @@ def add_parser(sub) -> None:
                      "such as the target are ignored) or an .npz with array x")
     src.add_argument("--x", help="a header-less .csv of feature values in the training column order, or .npy/.npz (array x)")
     p.add_argument("--out", required=True, help="the file to write: .csv or .npz")
+    p.add_argument("--quantiles", type=_levels, default=None, metavar="P,P,...",
+                   help="regression: add columns q_P of the predictive distribution's quantiles, e.g. 0.05,0.5,0.95")
+    p.add_argument("--intervals", type=_levels, default=None, metavar="L,L,...",
+                   help="regression: add central predictive intervals lower_<pct>, upper_<pct>, e.g. 0.5,0.9")
     p.add_argument("--num-samples", type=int, default=None, help="posterior draws to use (default: all the run kept)")
     p.add_argument("--seed", type=int, default=0, help="seed of any randomness in the model while predicting")
     p.set_defaults(handler=run)
+
+
+def _levels(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers between 0 and 1 such as 0.05,0.5,0.95, got {text!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,12 +53,19 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--out {args.out}: write a .csv or .npz file")
     if args.num_samples is not None and args.num_samples < 1:
         raise CLIError(f"--num-samples must be ≥ 1, got {args.num_samples}")
+    try:
+        for flag, levels in (("--quantiles", args.quantiles), ("--intervals", args.intervals)):
+            if levels:
+                tables.check_levels(levels, flag)
+    except ValueError as e:
+        raise CLIError(str(e)) from None
     parent = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(parent):
         raise CLIError(f"--out {args.out}: folder {parent} does not exist")
     try:
         table = tables.predict_run(args.run_dir, args.data or args.x, by_name=args.data is not None,
-                                   num_samples=args.num_samples, seed=args.seed)
+                                   num_samples=args.num_samples, seed=args.seed,
+                                   quantiles=args.quantiles or (), intervals=args.intervals or ())
         tables.write_table(args.out, table)
     except (ValueError, TypeError) as e:
         if isinstance(e, MissingColumnError):  # the hint names this command's flag, not the Python argument

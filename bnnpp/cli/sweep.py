@@ -11,9 +11,14 @@ import time
 
 import bnnpp
 from bnnpp import reports, runs, sweep
+from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
+
+
+SWEEP_SETS = ("moons", "circles")
+"""The built-in sets ``bnnpp sweep`` takes (it scores classifiers)."""
 
 
 def _names(text: str) -> list[str]:
@@ -30,7 +35,7 @@ def _numbers(text: str, kind=float) -> list:
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "sweep",
-        help="fit a weight-prior x hyperprior grid on moons/circles; write sweep.md/json",
+        help="fit a weight-prior x hyperprior grid on moons/circles or your classification file; write sweep.md/json",
         description="Fit every weight prior x scale hyperprior configuration (fixed scales on a log grid) "
         "with every seed on each dataset and tabulate test accuracy and NLL (mean ± sd over seeds; 'fixed' "
         "shows the best scale of the grid). Configurations that share structure train together in one "
@@ -38,7 +43,10 @@ def add_parser(sub) -> None:
         formatter_class=DefaultsOnce,
     )
     p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); flags typed override it")
-    p.add_argument("--data", type=_names, default=["moons", "circles"], help="comma-separated: moons, circles")
+    p.add_argument("--data", type=_names, default=["moons", "circles"],
+                   help="comma-separated: moons, circles, or your own classification .csv (header row; --target names the "
+                   "label column, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)")
+    add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: each set's)")
     p.add_argument("--priors", type=_names, default=["normal", "laplace", "cauchy", "flat"], help="weight priors")
     p.add_argument("--hyperpriors", type=_names, default=list(sweep.HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)")
@@ -57,9 +65,15 @@ def add_parser(sub) -> None:
 def _build(args):
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder path")
-    bad = [d for d in args.data if d not in ("moons", "circles")]
+    builtin = [d for d in args.data if not is_file_data(d)]
+    bad = [d for d in builtin if d not in SWEEP_SETS]
     if bad or not args.data:
-        raise ValueError(f"--data takes moons and/or circles, got {','.join(args.data) or 'nothing'}")
+        raise ValueError(f"--data takes moons, circles and/or classification .csv/.npz files, got {','.join(args.data) or 'nothing'}")
+    if len(builtin) == len(args.data):
+        check_builtin(",".join(args.data), args.target, args.task, args.test_fraction)
+    records = [file_record(d, args.target, args.task, args.test_fraction, 0) for d in args.data if is_file_data(d)]
+    if records and args.data_noise is not None:
+        raise ValueError(f"--data-noise applies to the built-in sets, not to your file {records[0]['data']}")
     configs = sweep.grid(args.priors, args.hyperpriors, args.fixed_scales)
     backend = get_backend(args.method)
     options = {}
@@ -69,14 +83,16 @@ def _build(args):
         options["num_samples"] = args.num_samples
     backend.check_options(options)
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
-    datasets = [bnnpp.data.load_synthetic(d, seed=0, **kwargs) for d in args.data]
-    return datasets, configs, options
+    file_records = iter(records)  # the data stay fixed over --seeds: a file's test split is drawn with seed 0
+    datasets = [runs.dataset_from_record(next(file_records)) if is_file_data(d) else bnnpp.data.load_synthetic(d, seed=0, **kwargs)
+                for d in args.data]
+    return datasets, configs, options, records
 
 
 def run(args) -> int:
     t0 = time.perf_counter()
     try:
-        datasets, configs, options = _build(args)
+        datasets, configs, options, records = _build(args)
         result = sweep.sweep(
             datasets, configs, method=args.method, seeds=args.seeds, hidden=args.hidden,
             vmap=not args.no_vmap, progress=not args.quiet, **options,
@@ -88,6 +104,7 @@ def run(args) -> int:
         "method": args.method, "options": options, "seeds": args.seeds, "vmap": not args.no_vmap,
         "runs": len(result["runs"]), "seconds": result["seconds"], "compiled_groups": result["compiled_groups"],
         "hidden": list(args.hidden),
+        **({"data_files": records} if records else {}),  # each file's path and SHA-256
     }
     runs.write_sweep_run(args.out, meta, table, result["runs"])
     print(reports.sweep_markdown(table, meta))
