@@ -41,6 +41,7 @@ def _truth(x, y):
     return np.exp(scipy.optimize.minimize(neg, np.zeros(2), method="Nelder-Mead", options={"xatol": 1e-8, "fatol": 1e-10}).x)
 
 
+@pytest.mark.slow  # about 2 minutes each on the shared 2-core CPU (3,000 steps with 60 evidence updates)
 @pytest.mark.parametrize("structure", ["full", "diag"])
 def test_online_evidence_reaches_the_exact_evidence_optimum(structure, monkeypatch):
     """The fixed point of the online updates (weights at their MAP given h, h at the evidence's
