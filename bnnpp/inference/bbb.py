@@ -44,6 +44,7 @@ import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values
+from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
@@ -100,7 +101,11 @@ class BBBOptions(Options):
     kl: str = option("analytic", "closed-form KL where prior and q are Gaussian, or Monte-Carlo", choices=("analytic", "mc"))
     kl_weighting: str = option("uniform", "KL weight per minibatch: 1/M or 2^(M-i)/(2^M-1)", choices=("uniform", "blundell"))
     estimator: str = option("local", "gradient estimator for dense and conv layers", choices=ESTIMATORS)
-    init_loc: str = option("glorot", "initial variational means", choices=("glorot", "uniform"))
+    init_loc: str = option(
+        "glorot", "initial variational means: glorot, uniform, or map (a short evidence-trained MAP fit of map_steps steps)",
+        choices=("glorot", "uniform", "map"),
+    )
+    map_steps: int = option(2000, "MAP steps of init_loc='map'", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     init_scale: float = option(0.05, "initial sd of the variational factors", check=positive_float)
     learn_prior: bool = option(False, "train the scale mixture's pi, sigma1, sigma2", check=boolean)
@@ -224,10 +229,14 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
     x1, y1 = x[:1], y[:1]  # latent shapes do not depend on n: one row runs the model when drawing
     rho0 = _softplus_inv(options.init_scale)
 
+    start = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
+
     def init(key, data):
         keys = dict(zip(sites, jax.random.split(key, len(sites)), strict=True))
         loc = {}
         for name, info in sites.items():
+            if start is not None:
+                continue
             if options.init_loc == "glorot" and name in layer_sites:
                 layer, part = layer_sites[name]
                 lim = math.sqrt(6.0 / (layers[layer]["fan_in"] + layers[layer]["fan_out"]))
@@ -237,6 +246,9 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
             else:
                 r = options.init_radius
                 loc[name] = jax.random.uniform(keys[name], info.shape, minval=-r, maxval=r)
+        if start is not None:
+            position = start(key, data)
+            loc = {name: position[name] for name in sites}
         params = {"loc": loc, "rho": {name: jnp.full(s.shape, rho0) for name, s in sites.items()}}
         if options.learn_prior:
             pi, s1, s2 = next(iter(layers.values()))["prior"].params

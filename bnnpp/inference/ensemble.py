@@ -37,6 +37,7 @@ apart the modes are. ``stats.traces["loss"]`` is ``(steps, M)``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -170,6 +171,8 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
         :class:`Algorithm`; ``member_step(key, state, batch)`` → ``(state, loss ())`` is one
         member's step, which ``step`` vmaps with the keys ``fold_in(key, m)``.
     """
+    if adversarial_epsilon > 0:  # the adversarial step below updates every site by the joint
+        options = dataclasses.replace(options, hyperparameters="map")
     one = build_map(model, x, y, options)
     n = x.shape[0]
     batch = options.batch_size or n

@@ -41,6 +41,9 @@ __all__ = [
     "DEFAULTS","MAPInfo", "MAPOptions", "MAPState", "build"]
 
 
+HYPERPARAMETERS = ("auto", "evidence", "map")
+
+
 @dataclass(frozen=True)
 class MAPOptions(Options):
     """Options of ``method="map"``."""
@@ -54,6 +57,13 @@ class MAPOptions(Options):
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    hyperparameters: str = option(
+        "auto", "how prior scales and a learned noise sd are fitted: evidence (the Laplace-GGN marginal likelihood every "
+        "evidence_every steps, Immer et al. 2021), map (jointly with the weights), auto (evidence for bnnpp networks "
+        "with such sites, else map)", choices=HYPERPARAMETERS,
+    )
+    evidence_every: int | None = option(None, "steps between evidence updates (None: 1/50 of the run)", check=optional(positive_int), type=int)
+    evidence_steps: int = option(20, "Adam steps on the hyperparameters per evidence update", check=positive_int)
 
 
 DEFAULTS = MAPOptions.defaults()
@@ -79,6 +89,17 @@ def _keys(root) -> Keys:
     return Keys(init=key_init, steps=key_model, data=jax.random.fold_in(key_init, 1), sample=key_model)
 
 
+def evidence_plan_of(model, x, y, options) -> Any:
+    """The :class:`~bnnpp.inference.evidence.EvidencePlan` of options with a
+    ``hyperparameters`` field, or ``None`` (``"map"``, or ``"auto"`` with nothing to learn)."""
+    from bnnpp.inference.evidence import evidence_plan
+
+    choice = getattr(options, "hyperparameters", "map")
+    if choice == "map":
+        return None
+    return evidence_plan(model, x, y, required=choice == "evidence")
+
+
 def build(model, x, y, options: MAPOptions) -> Algorithm:
     """MAP as an :class:`Algorithm`; ``sample`` repeats the mode ``(num_samples, *site)``."""
     opt = optimizer_of(options)
@@ -87,9 +108,20 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
     batch = options.batch_size or n
     key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))
 
+    from bnnpp.inference.evidence import EvidenceState, evidence_update, hyper_optimizer, resolve_every
+
+    plan = evidence_plan_of(model, x, y, options)
+    num_steps = steps_for(options, n)
+    every = resolve_every(options.evidence_every, num_steps)
+
     def init(key, data):
         u = init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius)
-        return MAPState(u, opt.init(u))
+        if plan is None:
+            return MAPState(u, opt.init(u))
+        # hyperparameters start at 1 (unconstrained 0: unit prior scales, unit noise sd)
+        hyper = {k: jnp.zeros_like(u[k]) for k in plan.hyper}
+        u = {**u, **hyper}
+        return MAPState(u, EvidenceState(opt.init(u), hyper_optimizer().init(hyper), jnp.zeros((), jnp.int32)))
 
     def neg_log_joint(u, xb, yb):
         log_prior, log_lik, _ = joint_terms(model, u, xb, yb, key_model)
@@ -97,8 +129,21 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
 
     def step(key, state, batch_data):
         loss, grads = jax.value_and_grad(neg_log_joint)(state.position, *batch_data)
-        position, opt_state = apply_optimizer(opt, grads, state.opt_state, state.position)
-        return MAPState(position, opt_state), MAPInfo(loss)
+        if plan is None:
+            position, opt_state = apply_optimizer(opt, grads, state.opt_state, state.position)
+            return MAPState(position, opt_state), MAPInfo(loss)
+        # the weights by the log joint with the hyperparameters held; every `every` steps the
+        # hyperparameters by the evidence at the new weights (bnnpp.inference.evidence)
+        ev = state.opt_state
+        position, opt_inner = apply_optimizer(opt, grads, ev.opt, state.position)
+        position = {**position, **{k: state.position[k] for k in plan.hyper}}
+        t = ev.t + 1
+        position, hyper_opt = jax.lax.cond(
+            (t % every == 0) & (t + every <= num_steps),  # the last update leaves `every` steps to the weights
+            lambda: evidence_update(model, plan, position, ev.hyper_opt, *batch_data, n, options.evidence_steps),
+            lambda: (position, ev.hyper_opt),
+        )
+        return MAPState(position, EvidenceState(opt_inner, hyper_opt, t)), MAPInfo(loss)
 
     def sample(key, state, num_samples):
         # latent shapes do not depend on n: one row is enough to run the model
@@ -106,10 +151,39 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (num_samples, *jnp.shape(v))), values)
 
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=1, batch_size=options.batch_size, name="map",
+        init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map",
         point=lambda state: state.position, keys=_keys,
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
     )
 
 
 register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)"))
+
+
+def map_start(model, x, y, num_steps: int, batch_size: int | None = None):
+    """A short MAP fit for a variational method to start from (``init_loc="map"``): ``num_steps``
+    steps of :func:`build`'s algorithm with the default options (``hyperparameters="auto"``:
+    prior scales and noise by evidence), on minibatches of ``batch_size`` rows drawn uniformly
+    (``None``: the full data), run inside the caller's compiled ``init``.
+
+    Returns ``start(key, data) -> {site: unconstrained value}``, the MAP position."""
+    options = MAPOptions(num_steps=num_steps, batch_size=batch_size)
+    one = build(model, x, y, options)
+    n = x.shape[0]
+
+    def start(key, data):
+        xd, yd = data
+        key_init, key_steps = jax.random.split(key)
+
+        def body(state, k):
+            if batch_size is None or batch_size >= n:
+                batch = (xd, yd)
+            else:
+                rows = jax.random.randint(k, (batch_size,), 0, n)
+                batch = (xd[rows], yd[rows])
+            return one.step(k, state, batch)[0], None
+
+        state, _ = jax.lax.scan(body, one.init(key_init, data), jax.random.split(key_steps, num_steps))
+        return state.position
+
+    return start
