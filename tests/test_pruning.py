@@ -263,3 +263,23 @@ def test_mnist_bbb_variant_selection():
         mod._parse_cell("0.75,8")
     with pytest.raises(SystemExit, match="no variant label"):
         mod.selected_variants(argparse.Namespace(full=False, only=["nothing like it"], mixture=None, estimator=None))
+
+
+def test_mnist_bbb_choose_cell_takes_the_lowest_validation_error(tmp_path):
+    """--choose-from: the scale-mixture row with the lowest validation error; the Gaussian-prior
+    row and rows without a validation error are skipped; no usable row is a one-line exit."""
+    import json
+
+    mod = _mnist_bbb_module()
+    rows = [
+        {"variant": "Gaussian", "settings": {"mixture": None}, "validation_error_10_draws": 0.010},
+        {"variant": "a", "settings": {"mixture": [0.5, 0, 6]}, "validation_error_10_draws": 0.030},
+        {"variant": "b", "settings": {"mixture": [0.25, 1, 7]}, "validation_error_10_draws": 0.020},
+        {"variant": "old", "settings": {"mixture": [0.75, 0, 8]}},
+    ]
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps({"rows": rows}))
+    assert mod.choose_cell(str(path))["variant"] == "b"
+    path.write_text(json.dumps({"rows": rows[:1]}))
+    with pytest.raises(SystemExit, match="no scale-mixture row"):
+        mod.choose_cell(str(path))
