@@ -84,6 +84,8 @@ def main(argv=None) -> dict:
                     help="after training: the posterior predictive from 100 draws and the SNR / magnitude pruning table")
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default=os.path.join(HERE, "results", "mnist_bbb_drift"))
+    ap.add_argument("--summarize", nargs="+", metavar="JSON", help="a markdown table of these records (to --md or stdout); no training")
+    ap.add_argument("--md", default=None, help="--summarize: write the table here")
     ap.add_argument("--checks", action="store_true",
                     help="no training: the KL weights of an MNIST epoch (sum, float32) and the KL sum in float32 against float64")
     args = ap.parse_args(argv)
@@ -91,6 +93,8 @@ def main(argv=None) -> dict:
         return plot(args.plot, args.png)
     if args.checks:
         return checks(args.out)
+    if args.summarize:
+        return summarize(args.summarize, args.md)
     if not args.label:
         ap.error("--label is required for a training run")
 
@@ -186,6 +190,39 @@ def main(argv=None) -> dict:
         os.replace(path + ".tmp", path)
         print(json.dumps({k: v for k, v in record["final"].items() if k != "pruning"}), flush=True)
     return record
+
+
+def summarize(paths: list[str], md: str | None) -> dict:
+    """One row per record: epochs run, the lowest test error at the means (and its epoch), the
+    error at the last epoch and the mean of its last 10 epochs, NLL and KL at the best and the
+    last epoch, median σ and median |μ| per weight layer at the first and last epoch, and the
+    share of hidden units switched off (all outgoing SNR < 1) at the last epoch."""
+    lines = [
+        "| record | epochs | best error at the means (epoch) | last | mean of last 10 | NLL best → last | KL best → last "
+        "| median σ per layer, first → last | median abs(μ) per layer, first → last | units off (hidden 1 / 2), last |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for p in paths:
+        r = json.load(open(p))
+        c = r["curve"]
+        best = min(c, key=lambda x: x["test_error_at_means"])
+        last = c[-1]
+        names = sorted(n for n in last["layers"] if n.endswith(".w"))
+        lay = lambda row, k: "/".join(f"{row['layers'][n][k]:.3g}" for n in names)  # noqa: E731
+        off = "/".join(f"{last['layers'][n]['units_off']:.2f}" for n in names if "units_off" in last["layers"][n])
+        tail = sum(x["test_error_at_means"] for x in c[-10:]) / len(c[-10:])
+        lines.append(
+            f"| {r['label']} | {len(c)} | {best['test_error_at_means']:.2%} ({best['epoch']}) | {last['test_error_at_means']:.2%} | "
+            f"{tail:.2%} | {best['nll']:.0f} → {last['nll']:.0f} | {best['kl']:.4g} → {last['kl']:.4g} | "
+            f"{lay(c[0], 'sigma_median')} → {lay(last, 'sigma_median')} | {lay(c[0], 'absmu_median')} → {lay(last, 'absmu_median')} | {off} |"
+        )
+    lines += ["", "Commands:", ""] + [f"- `{json.load(open(p))['command']}`" for p in paths]
+    text = "\n".join(lines) + "\n"
+    if md:
+        with open(md, "w") as f:
+            f.write(text)
+    print(text)
+    return {"markdown": text}
 
 
 def checks(out: str) -> dict:
