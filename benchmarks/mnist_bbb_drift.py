@@ -86,6 +86,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=os.path.join(HERE, "results", "mnist_bbb_drift"))
     ap.add_argument("--summarize", nargs="+", metavar="JSON", help="a markdown table of these records (to --md or stdout); no training")
     ap.add_argument("--md", default=None, help="--summarize: write the table here")
+    ap.add_argument("--every", type=int, default=None, help="--summarize: add the error at the means every EVERY epochs, one column a record")
     ap.add_argument("--checks", action="store_true",
                     help="no training: the KL weights of an MNIST epoch (sum, float32) and the KL sum in float32 against float64")
     args = ap.parse_args(argv)
@@ -94,7 +95,7 @@ def main(argv=None) -> dict:
     if args.checks:
         return checks(args.out)
     if args.summarize:
-        return summarize(args.summarize, args.md)
+        return summarize(args.summarize, args.md, args.every)
     if not args.label:
         ap.error("--label is required for a training run")
 
@@ -192,7 +193,7 @@ def main(argv=None) -> dict:
     return record
 
 
-def summarize(paths: list[str], md: str | None) -> dict:
+def summarize(paths: list[str], md: str | None, every: int | None = None) -> dict:
     """One row per record: epochs run, the lowest test error at the means (and its epoch), the
     error at the last epoch and the mean of its last 10 epochs, NLL and KL at the best and the
     last epoch, median σ and median |μ| per weight layer at the first and last epoch, and the
@@ -216,6 +217,13 @@ def summarize(paths: list[str], md: str | None) -> dict:
             f"{tail:.2%} | {best['nll']:.0f} → {last['nll']:.0f} | {best['kl']:.4g} → {last['kl']:.4g} | "
             f"{lay(c[0], 'sigma_median')} → {lay(last, 'sigma_median')} | {lay(c[0], 'absmu_median')} → {lay(last, 'absmu_median')} | {off} |"
         )
+    if every:
+        recs = [json.load(open(p)) for p in paths]
+        longest = max(len(r["curve"]) for r in recs)
+        lines += ["", "| epoch | " + " | ".join(r["label"] for r in recs) + " |", "|---|" + "---|" * len(recs)]
+        for e in sorted({*range(every, longest + 1, every), 1, longest}):
+            cells = [f"{r['curve'][e - 1]['test_error_at_means']:.2%}" if e <= len(r["curve"]) else "" for r in recs]
+            lines.append(f"| {e} | " + " | ".join(cells) + " |")
     lines += ["", "Commands:", ""] + [f"- `{json.load(open(p))['command']}`" for p in paths]
     text = "\n".join(lines) + "\n"
     if md:
