@@ -263,3 +263,52 @@ def test_mnist_bbb_variant_selection():
         mod._parse_cell("0.75,8")
     with pytest.raises(SystemExit, match="no variant label"):
         mod.selected_variants(argparse.Namespace(full=False, only=["nothing like it"], mixture=None, estimator=None))
+
+
+def test_mnist_bbb_choose_cell_takes_the_lowest_validation_error(tmp_path):
+    """--choose-from: the scale-mixture row with the lowest validation error; the Gaussian-prior
+    row and rows without a validation error are skipped; no usable row is a one-line exit."""
+    import json
+
+    mod = _mnist_bbb_module()
+    rows = [
+        {"variant": "Gaussian", "settings": {"mixture": None}, "validation_error_10_draws": 0.010},
+        {"variant": "a", "settings": {"mixture": [0.5, 0, 6]}, "validation_error_10_draws": 0.030},
+        {"variant": "b", "settings": {"mixture": [0.25, 1, 7]}, "validation_error_10_draws": 0.020},
+        {"variant": "old", "settings": {"mixture": [0.75, 0, 8]}},
+    ]
+    path = tmp_path / "v.json"
+    path.write_text(json.dumps({"rows": rows}))
+    assert mod.choose_cell(str(path))["variant"] == "b"
+    path.write_text(json.dumps({"rows": rows[:1]}))
+    with pytest.raises(SystemExit, match="no scale-mixture row"):
+        mod.choose_cell(str(path))
+
+
+@pytest.mark.slow  # about a minute on a loaded 2-core CPU: compiles one BBB epoch, the pruning table and a slower-rho variant
+def test_mnist_bbb_drift_records_every_epoch(tmp_path):
+    """benchmarks/mnist_bbb_drift.py with tiny arguments: one record per epoch with the per-layer
+    statistics, the final predictive and pruning table, and the same with a separate ρ rate."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
+    if not (data / "mnist").is_dir():
+        pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
+    script = str(root / "benchmarks" / "mnist_bbb_drift.py")
+    common = ["--n-train", "256", "--n-test", "200", "--hidden", "8", "8", "--epochs", "2", "--data-dir", str(data), "--out", str(tmp_path)]
+    for extra in (["--label", "a", "--final"], ["--label", "b", "--rho-lr-factor", "0.1"]):
+        proc = subprocess.run([sys.executable, script, *extra, *common], check=False, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr
+    a = json.loads((tmp_path / "a.json").read_text())
+    assert [c["epoch"] for c in a["curve"]] == [1, 2]
+    layers = a["curve"][-1]["layers"]
+    assert set(layers) == {f"dense_{i}.{p}" for i in range(3) for p in "wb"}
+    assert 0 <= layers["dense_1.w"]["units_off"] <= 1 and layers["dense_0.w"]["sigma_median"] > 0
+    assert {(r["rule"], r["fraction"]) for r in a["final"]["pruning"]} == {(k, f) for k in pruning.RULES for f in (0, 0.5, 0.75, 0.95, 0.98)}
+    assert 0 < a["final"]["test_error_100_draws"] < 1
+    assert len(json.loads((tmp_path / "b.json").read_text())["curve"]) == 2
