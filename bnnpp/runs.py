@@ -306,7 +306,8 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
 
     Args:
         posterior: the fitted posterior.
-        model: its model (a :mod:`bnnpp.models` network: ``model.spec()`` is recorded).
+        model: its model (a :mod:`bnnpp.models` network: the spec of the model the posterior
+            holds, with the data transform the fit bound to it, is recorded, else ``model.spec()``).
         record: the data record (see :func:`dataset_from_record`).
         seed: the fit's seed.
         test: :func:`metrics_on_test_set`'s dict.
@@ -316,6 +317,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
     Returns:
         The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
         ``stopped_at``, ``test``, ``fit_info``, ``val_error`` (when the fit tracked it),
+        ``collapse_warning`` (when the fit explained its targets as noise: :mod:`bnnpp.inference.collapse`),
         ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
@@ -323,7 +325,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
     return {
         **record,
         "method": info["method"],
-        "model": model.spec(),
+        "model": (posterior.model if hasattr(posterior.model, "spec") else model).spec(),
         "options": {k: v for k, v in info["options"].items() if k not in ("optimizer", "validation_data")},
         "seed": seed,
         "steps_run": info.get("steps_run"),
@@ -331,6 +333,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         "test": test,
         "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters") if k in info},
         **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
+        **({"collapse_warning": info["collapse_warning"]} if info.get("collapse_warning") else {}),
         **({"placement": info["placement"]} if "placement" in info else {}),  # devices, mesh, per-device batch, step time
         "seconds": dict(seconds),
     }

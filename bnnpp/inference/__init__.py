@@ -141,13 +141,16 @@ def _standardized(model, x, y, rows):
     """A bnnpp network built with ``standardize=True`` and no transform yet gets one fitted on
     the training data (:func:`bnnpp.models.scaling.bind_scaling`); other models are unchanged.
     A process of a multi-process fit holds only its block of rows, which would give each
-    process another transform: such a network is refused until it carries one."""
+    process another transform: there the network sees the data as given, with a warning."""
     bound = bind_scaling(model, x, y)
     if bound is not model and rows is not None:
-        raise ValueError(
-            "a multi-process fit cannot standardise on one process's rows: build the network with standardize=False, "
-            "or give it the transform of every row, model.with_scaling(bnnpp.models.scaling.fit_scaling(x, y, model.likelihood))"
+        warnings.warn(
+            "a multi-process fit does not standardise the data (each process holds only its rows): the network sees it as "
+            "given; to standardise, give it the transform of every row, "
+            "model.with_scaling(bnnpp.models.scaling.fit_scaling(x, y, model.likelihood))",
+            stacklevel=3,
         )
+        return model
     return bound
 
 
