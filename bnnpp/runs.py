@@ -360,7 +360,8 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
 
     Args:
         posterior: the fitted posterior.
-        model: its model (a :mod:`bnnpp.models` network: ``model.spec()`` is recorded).
+        model: its model (a :mod:`bnnpp.models` network: the spec of the model the posterior
+            holds, with the data transform the fit bound to it, is recorded, else ``model.spec()``).
         record: the data record (see :func:`dataset_from_record`).
         seed: the fit's seed.
         test: :func:`metrics_on_test_set`'s dict.
@@ -371,6 +372,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
         ``stopped_at``, ``test``, ``fit_info``, ``health`` (the fit's
         :class:`~bnnpp.inference.health.FitHealthWarning` lines, empty when it looks done), ``val_error`` (when the fit tracked it),
+        ``collapse_warning`` (when the fit explained its targets as noise: :mod:`bnnpp.inference.collapse`),
         ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
@@ -378,7 +380,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
     return {
         **record,
         "method": info["method"],
-        "model": model.spec(),
+        "model": (posterior.model if hasattr(posterior.model, "spec") else model).spec(),
         "options": {k: v for k, v in info["options"].items() if k not in ("optimizer", "validation_data")},
         "seed": seed,
         "steps_run": info.get("steps_run"),
@@ -387,6 +389,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters", "psis_khat") if k in info},
         "health": list(info.get("health", [])),  # the fit's FitHealthWarning lines: not converged, PSIS k̂ > 0.7
         **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
+        **({"collapse_warning": info["collapse_warning"]} if info.get("collapse_warning") else {}),
         **({"placement": info["placement"]} if "placement" in info else {}),  # devices, mesh, per-device batch, step time
         "seconds": dict(seconds),
     }

@@ -148,7 +148,9 @@ def add_parser(sub) -> None:
     g.add_argument("--hyperprior-params", type=_floats, default=None, help="hyperprior parameters: s for half-normal/half-cauchy, a,b for inverse-gamma (default 1 / 1,1)")
     g.add_argument("--scale", type=float, default=None, help="the fixed prior scale with --hyperprior fixed (default 1)")
     g.add_argument("--per", default=None, choices=["layer", "network", "unit"], help="scope of a sampled scale (default layer)")
-    g.add_argument("--obs-noise", type=float, default=None, help="regression: fix the observation sd (default: learn it)")
+    g.add_argument("--obs-noise", type=float, default=None, help="regression: fix the observation sd, in the targets' units (default: learn it)")
+    g.add_argument("--no-standardize", action="store_true", help="MLP: feed the data as given (default: inputs, and regression "
+                   "targets, standardised on the training rows inside the model, recorded with it; predictions stay in the data's units)")
     g = p.add_argument_group(
         "inference",
         "Every flag is passed to the chosen --method; a flag the method does not take is an error. "
@@ -230,12 +232,16 @@ def _model(args, prior, task: str, num_classes: int | None):
         build = getattr(bnnpp.models, args.model, None)
         if build is None:
             raise ValueError(f"--model {args.model} needs bnnpp.models.{args.model}, which this install lacks; use --model mlp")
+        if args.no_standardize:
+            raise ValueError(f"--no-standardize applies to --model mlp; --model {args.model} sees the images as --normalize leaves them")
         return build(prior=prior, num_classes=num_classes, activation=args.activation)
     hidden = args.hidden if args.hidden is not None else ((400, 400) if image else (5, 5))
     activation = args.activation or ("relu" if image else "tanh")
     if task == "classification":
-        return bnnpp.models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=num_classes, prior=prior)
-    return bnnpp.models.mlp(hidden, activation=activation, likelihood="gaussian", noise=args.obs_noise, prior=prior)
+        return bnnpp.models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=num_classes, prior=prior,
+                                standardize=not args.no_standardize)
+    return bnnpp.models.mlp(hidden, activation=activation, likelihood="gaussian", noise=args.obs_noise, prior=prior,
+                            standardize=not args.no_standardize)
 
 
 def _build(args) -> tuple[Any, Any, dict, dict]:

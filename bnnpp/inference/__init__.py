@@ -19,11 +19,13 @@ from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropo
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
+from bnnpp.inference.collapse import warn_if_collapsed
 from bnnpp.inference.health import FitHealthWarning
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
 from bnnpp.inference.sharding import check_request, global_rows
 from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
+from bnnpp.models.scaling import bind_scaling
 from bnnpp.posterior import Posterior, Prediction, load
 from bnnpp.posterior.core import seed_integer
 
@@ -134,9 +136,29 @@ def fit(
     if rows is not None and rows.start == 0 and rows.stop == rows.total:
         rows = None  # every row: the ordinary fit
     parsed.check_data(*((x, y) if rows is None else global_rows(x, y, rows.total)))  # the batch against every row
+    model = _standardized(model, x, y, rows)
     check_model(model, x, y)
-    return chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                      devices=devices, mesh=mesh, rows=rows)
+    posterior = chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
+                           devices=devices, mesh=mesh, rows=rows)
+    warn_if_collapsed(posterior)
+    return posterior
+
+
+def _standardized(model, x, y, rows):
+    """A bnnpp network built with ``standardize=True`` and no transform yet gets one fitted on
+    the training data (:func:`bnnpp.models.scaling.bind_scaling`); other models are unchanged.
+    A process of a multi-process fit holds only its block of rows, which would give each
+    process another transform: there the network sees the data as given, with a warning."""
+    bound = bind_scaling(model, x, y)
+    if bound is not model and rows is not None:
+        warnings.warn(
+            "a multi-process fit does not standardise the data (each process holds only its rows): the network sees it as "
+            "given; to standardise, give it the transform of every row, "
+            "model.with_scaling(bnnpp.models.scaling.fit_scaling(x, y, model.likelihood))",
+            stacklevel=3,
+        )
+        return model
+    return bound
 
 
 def __getattr__(name: str):

@@ -11,6 +11,7 @@ import numpyro.distributions as dist
 from numpyro.distributions.util import validate_sample
 
 from bnnpp.models.layers import dense
+from bnnpp.models.scaling import Scaling
 from bnnpp.priors import Prior, normal, prior_from_spec
 
 __all__ = ["ACTIVATIONS", "DEFAULT_DF", "LIKELIHOODS", "MLP", "CategoricalLogits", "check_observation", "mlp", "observe"]
@@ -72,7 +73,9 @@ class MLP:
     per row.
 
     Use :func:`mlp` to build one; instances are immutable and describe themselves through
-    :meth:`spec` so a saved posterior can rebuild its model.
+    :meth:`spec` so a saved posterior can rebuild its model. With a :attr:`scaling`
+    (:mod:`bnnpp.models.scaling`) the layers see standardised inputs and ``mean`` is in the
+    targets' units.
     """
 
     input_rank = 2
@@ -89,6 +92,8 @@ class MLP:
         df: float | None = None,
         outputs: int | None = None,
         sd_link: str | None = None,
+        standardize: bool = False,
+        scaling: Scaling | None = None,
     ):
         self.hidden = hidden
         self.activation = activation
@@ -100,7 +105,14 @@ class MLP:
         self.df = df
         self.outputs = outputs
         self.sd_link = sd_link
+        self.standardize = standardize
+        self.scaling = scaling
         self._act = ACTIVATIONS[activation]
+
+    def with_scaling(self, scaling: Scaling | None) -> MLP:
+        """The same network with the data transform ``scaling`` (``None``: none)."""
+        return MLP(self.hidden, self.activation, self.likelihood, self.num_classes, self.noise, self.prior,
+                   self.noise_scale, self.df, self.outputs, self.sd_link, self.standardize, scaling)
 
     @property
     def task(self) -> str:
@@ -120,6 +132,8 @@ class MLP:
         data = numpyro.plate("data", n, subsample_size=subsample_size)
         with data:
             h = numpyro.subsample(x, event_dim=1)
+        if self.scaling is not None:
+            h = self.scaling.inputs(h)
         shared = self.prior.sample_scale("network") if self.prior.per == "network" else None
         widths = (*self.hidden, self.num_outputs)
         # The hidden activations are held transposed (features × rows) and each layer gets
@@ -132,7 +146,8 @@ class MLP:
             if i < len(widths) - 1:
                 ht = self._act(ht)
         h = ht.T
-        observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs, sd_link=self.sd_link)
+        observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs, sd_link=self.sd_link,
+                scaling=self.scaling)
 
     def spec(self) -> dict:
         """JSON-serialisable description; :func:`bnnpp.models.from_spec` rebuilds the model."""
@@ -148,10 +163,13 @@ class MLP:
             "df": self.df,
             "outputs": self.outputs,
             "sd_link": self.sd_link,
+            "standardize": self.standardize,
+            "scaling": None if self.scaling is None else self.scaling.spec(),
         }
 
     def __repr__(self) -> str:
         extra = "".join(f", {k}={v!r}" for k, v in (("df", self.df), ("outputs", self.outputs), ("sd_link", self.sd_link)) if v is not None)
+        extra += "" if self.standardize else ", standardize=False"
         return (
             f"mlp(hidden={self.hidden}, activation={self.activation!r}, likelihood={self.likelihood!r}, "
             f"num_classes={self.num_classes}, noise={self.noise}, prior={self.prior}{extra})"
@@ -160,7 +178,7 @@ class MLP:
 
 def observe(
     data, h: jnp.ndarray, y, likelihood: str, noise: float | None, noise_scale: float, *, df: float | None = None,
-    outputs: int | None = None, sd_link: str | None = None,
+    outputs: int | None = None, sd_link: str | None = None, scaling: Scaling | None = None,
 ) -> None:
     """The observation sites of a network with outputs ``h`` ``(n, width)``: ``noise`` ~
     HalfNormal(``noise_scale``) when a gaussian / student_t scale is learned (``noise=None``),
@@ -176,9 +194,16 @@ def observe(
     ``sd = exp(h[:, K:])`` with ``sd_link="exp"``, its log recorded as the deterministic
     ``log_sd``. With ``outputs=K`` a row of ``y`` ``(n, K)`` is one event
     (``.to_event(1)``), so the log-likelihood has one value per row.
+
+    With a ``scaling`` (:class:`~bnnpp.models.scaling.Scaling`) whose targets are standardised,
+    the mean is ``y_shift + y_scale · h``, a heteroscedastic sd is ``y_scale`` times the sd
+    above, and a learned ``noise`` is in the targets' units with the prior
+    HalfNormal(``noise_scale · y_scale``), i.e. HalfNormal(``noise_scale``) in standardised
+    units; a fixed ``noise`` is in the targets' units.
     """
+    unit = 1.0 if scaling is None else scaling.target_scale
     if likelihood in LEARNED_NOISE:
-        sigma = noise if noise is not None else numpyro.sample("noise", dist.HalfNormal(noise_scale))
+        sigma = noise if noise is not None else numpyro.sample("noise", dist.HalfNormal(noise_scale * unit))
     event = 0 if outputs is None else 1
     with data:
         yb = numpyro.subsample(y, event_dim=event) if y is not None else None
@@ -196,12 +221,14 @@ def observe(
             rate = numpyro.deterministic("rate", jnp.exp(head(h[..., :k])))
             fn = dist.Poisson(rate)
         else:
-            mean = numpyro.deterministic("mean", head(h[..., :k]))
+            f = head(h[..., :k])
+            mean = numpyro.deterministic("mean", f if scaling is None else scaling.mean(f))
             if likelihood == "heteroscedastic":
                 # softplus by default: an exp link lets a weight draw push one row's sd past
                 # float32 range (seen on protein); + 1e-6 as Lakshminarayanan et al. (2017, §2.2.1)
                 raw = head(h[..., k:])
                 sd = jnp.exp(raw) if sd_link == "exp" else jax.nn.softplus(raw) + 1e-6
+                sd = sd if scaling is None else jnp.float32(unit) * sd
                 numpyro.deterministic("log_sd", jnp.log(sd))
                 fn = dist.Normal(mean, sd)
             elif likelihood == "student_t":
@@ -275,6 +302,7 @@ def mlp(
     df: float | None = None,
     outputs: int | None = None,
     sd_link: str | None = None,
+    standardize: bool = True,
 ) -> MLP:
     """A fully connected Bayesian network as a NumPyro model ``model(x, y=None)``.
 
@@ -298,6 +326,13 @@ def mlp(
             ``"exp"`` (sd = exp(h), the link of bnnpp before 2026-11-25: it can overflow
             float32 for a weight draw that pushes ``h`` past 88; saved models of that time load
             with it).
+        standardize: ``True`` (default): :func:`bnnpp.fit` standardises the inputs on the
+            training set (column means and sds; a constant column is only centred) and, for
+            gaussian / student_t / heteroscedastic targets, the targets too (their means and
+            pooled sd), so the weight prior and ``noise_scale`` act on unit-scale data while
+            predictions, log-likelihoods and ArviZ groups stay in the data's own units
+            (:mod:`bnnpp.models.scaling`; the transform is saved with the model).
+            ``False``: the network sees the data as given.
 
     Returns:
         An :class:`MLP`, callable as ``model(x, y=None, *, subsample_size=None)`` with
@@ -323,7 +358,9 @@ def mlp(
         sd_link = "softplus" if sd_link is None else sd_link
         if sd_link not in SD_LINKS:
             raise ValueError(f"unknown sd_link {sd_link!r}; choose one of {', '.join(SD_LINKS)}")
-    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale, df, outputs, sd_link)
+    if not isinstance(standardize, bool):
+        raise TypeError(f"standardize must be True or False, got {standardize!r}")
+    return MLP(hidden_t, activation, likelihood, num_classes, noise, prior, noise_scale, df, outputs, sd_link, standardize)
 
 
 def mlp_from_spec(spec: dict) -> MLP:
@@ -340,4 +377,5 @@ def mlp_from_spec(spec: dict) -> MLP:
         outputs=spec.get("outputs"),
         # heteroscedastic files written before sd_link existed used the exp link
         sd_link=spec.get("sd_link", "exp") if spec["likelihood"] == "heteroscedastic" else None,
-    )
+        standardize=bool(spec.get("standardize", False)),  # files written before it existed saw raw data
+    ).with_scaling(None if spec.get("scaling") is None else Scaling.from_spec(spec["scaling"]))

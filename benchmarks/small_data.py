@@ -1,0 +1,210 @@
+"""Small regression problems on raw (unscaled) data: every method with its defaults against NUTS.
+
+Problems (20–200 training points each; the data as a user would have them, not standardised):
+
+* ``sinusoid`` (issue 35): 32 points x ~ U[−0.5, 0.5], y = 10·sin(2πx) + N(0, 1);
+  mlp(hidden=(50,), tanh, gaussian, learned noise, prior normal(scale=inverse_gamma(1, 1))).
+  Test: 1,000 points x ~ U[−0.5, 0.5]; sd growth from x = 0 to x = 0.9.
+* ``blog``: the regression of McAteer's "A quick intro to Bayesian neural networks" (the seed
+  blog post): 32 points on an even grid of [−0.5, 0.5], the same function and noise; a
+  1-20-20-1 ReLU net, every weight under the scale mixture π = 0.2, σ1 = 1, σ2 = 0.1, the
+  observation sd known (1.0). Test as ``sinusoid``.
+* ``cubic``: the toy of Hernández-Lobato & Adams (2015): 20 points x ~ U[−4, 4],
+  y = x³ + N(0, 3²); mlp(hidden=(50,), relu, learned noise, prior normal(scale=inverse_gamma(1, 1))).
+  Test: 1,000 points in [−4, 4]; sd growth from x = 0 to x = 6.
+* ``trend2d``: 100 points of two unscaled inputs, x1 ~ U[0, 100], x2 ~ U[1900, 2020],
+  y = 50 + 2·x1 + 30·sin(2π(x2 − 1900)/60) + N(0, 10²); mlp(hidden=(20, 20), tanh, learned
+  noise, prior normal(1.0)). Test: 1,000 points in the same box; sd growth from (50, 1960) to
+  (150, 2080).
+
+Per method (its registered defaults; ``bnnpp.models.mlp``'s default ``standardize=True``):
+test NLL of the predictive (per point), its ratio to NUTS's, RMSE of the predictive mean,
+growth of the total predictive sd from the inside to the outside point, and whether the
+collapse warning fired. The criteria of issue 35: NLL ≤ 1.5× NUTS and growth ≥ 2×.
+
+NUTS references (2 chains, 500 warm-up, 500 draws each) are cached in
+``results/small_data/nuts_<problem>.json`` and reused while their settings match.
+
+    python benchmarks/small_data.py                      # every problem and method: results/small_data.{json,md}
+    python benchmarks/small_data.py --quick              # sinusoid; map, laplace, advi; short NUTS (not cached)
+    python benchmarks/small_data.py --problems cubic --methods map,advi
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+from _common import machine, write_results
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FOLDER = os.path.join(HERE, "results", "small_data")
+METHODS = ("map", "laplace", "advi", "bbb", "ensemble", "swag", "multiswag", "sgld", "mc_dropout")
+QUICK_METHODS = ("map", "laplace", "advi")
+NUTS = {"num_chains": 2, "num_warmup": 500, "num_samples": 500}
+QUICK_NUTS = {"num_chains": 1, "num_warmup": 150, "num_samples": 150}
+CRITERIA = {"nll_ratio": 1.5, "growth": 2.0}
+
+
+def _sinusoid(x, rng):
+    return (10 * np.sin(2 * np.pi * x) + rng.normal(size=x.shape)).astype(np.float32)
+
+
+def problem(name: str, seed: int = 0) -> dict:
+    """Training and test data, inside/outside points and the model of problem ``name``."""
+    import bnnpp
+    from bnnpp import priors
+
+    rng = np.random.default_rng(seed)
+    hierarchical = priors.normal(scale=priors.inverse_gamma(1.0, 1.0))
+    if name in ("sinusoid", "blog"):
+        x = rng.uniform(-0.5, 0.5, 32) if name == "sinusoid" else np.linspace(-0.5, 0.5, 32)
+        xt = rng.uniform(-0.5, 0.5, 1000)
+        if name == "sinusoid":
+            model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=hierarchical)
+        else:
+            model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=1.0,
+                                     prior=priors.scale_mixture(pi=0.2, sigma1=1.0, sigma2=0.1))
+        return {"x": x[:, None].astype(np.float32), "y": _sinusoid(x, rng), "x_test": xt[:, None].astype(np.float32),
+                "y_test": _sinusoid(xt, rng), "inside": [[0.0]], "outside": [[0.9]], "model": model}
+    if name == "cubic":
+        x, xt = rng.uniform(-4, 4, 20), rng.uniform(-4, 4, 1000)
+        f = lambda v: (v**3 + 3 * rng.normal(size=v.shape)).astype(np.float32)
+        model = bnnpp.models.mlp((50,), activation="relu", likelihood="gaussian", noise=None, prior=hierarchical)
+        return {"x": x[:, None].astype(np.float32), "y": f(x), "x_test": xt[:, None].astype(np.float32), "y_test": f(xt),
+                "inside": [[0.0]], "outside": [[6.0]], "model": model}
+    if name == "trend2d":
+        def draw(n):
+            v = np.stack([rng.uniform(0, 100, n), rng.uniform(1900, 2020, n)], axis=1)
+            t = 50 + 2 * v[:, 0] + 30 * np.sin(2 * np.pi * (v[:, 1] - 1900) / 60) + 10 * rng.normal(size=n)
+            return v.astype(np.float32), t.astype(np.float32)
+        (x, y), (xt, yt) = draw(100), draw(1000)
+        model = bnnpp.models.mlp((20, 20), activation="tanh", likelihood="gaussian", noise=None, prior=priors.normal(1.0))
+        return {"x": x, "y": y, "x_test": xt, "y_test": yt, "inside": [[50.0, 1960.0]], "outside": [[150.0, 2080.0]], "model": model}
+    raise SystemExit(f"unknown problem {name!r}; choose from sinusoid, blog, cubic, trend2d")
+
+
+PROBLEMS = ("sinusoid", "blog", "cubic", "trend2d")
+
+
+def evaluate(post, p: dict) -> dict:
+    """Test NLL and RMSE, the sd growth from ``inside`` to ``outside``, the collapse warning."""
+    scores = post.predict(p["x_test"]).scores(p["y_test"])
+    sd = post.predict(np.asarray(p["inside"] + p["outside"], np.float32)).std
+    return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]),
+            "collapse_warning": post.stats.extras.get("collapse_warning")}
+
+
+def run_fit(p: dict, method: str, options: dict, seed: int) -> dict:
+    import bnnpp
+
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        post = bnnpp.fit(p["model"], (p["x"], p["y"]), method=method, seed=seed, progress=False, **options)
+    out = evaluate(post, p)
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def nuts_reference(name: str, p: dict, quick: bool) -> dict:
+    """NUTS's scores on problem ``name``: read from the cache when its settings match, else run (and cached unless quick)."""
+    settings = QUICK_NUTS if quick else NUTS
+    path = os.path.join(FOLDER, f"nuts_{name}.json")
+    if not quick and os.path.exists(path):
+        with open(path) as f:
+            cached = json.load(f)
+        if cached.get("settings") == settings:
+            return {**cached["scores"], "cached": True}
+    scores = run_fit(p, "nuts", settings, seed=0)
+    if not quick:
+        from bnnpp.files import atomic_file
+
+        with atomic_file(path, "wb") as f:
+            f.write(json.dumps({"problem": name, "settings": settings, "scores": scores, "date": dt.date.today().isoformat(),
+                                "machine": machine()}, indent=2).encode())
+    return {**scores, "cached": False}
+
+
+def table(results: dict) -> str:
+    lines = ["| problem | method | test NLL | ratio to NUTS | RMSE | sd growth | meets both | collapse warning | s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, rows in results.items():
+        ref = rows["nuts"]
+        lines.append(f"| {name} | nuts | {ref['nll']:.2f} | 1.00 | {ref['rmse']:.2f} | {ref['growth']:.1f}× | — | {'yes' if ref.get('collapse_warning') else 'no'} | {ref['seconds']:.0f} |")
+        for method, r in rows.items():
+            if method == "nuts":
+                continue
+            if "error" in r:
+                lines.append(f"| {name} | {method} | error: {r['error']} | | | | | | |")
+                continue
+            ok = r["nll_ratio"] <= CRITERIA["nll_ratio"] and r["growth"] >= CRITERIA["growth"]
+            lines.append(f"| {name} | {method} | {r['nll']:.2f} | {r['nll_ratio']:.2f} | {r['rmse']:.2f} | {r['growth']:.1f}× | "
+                         f"{'yes' if ok else 'no'} | {'yes' if r['collapse_warning'] else 'no'} | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="sinusoid only, map/laplace/advi, a short NUTS; writes results/small_data_quick.*")
+    ap.add_argument("--problems", default=",".join(PROBLEMS))
+    ap.add_argument("--methods", default=",".join(METHODS))
+    ap.add_argument("--seed", type=int, default=0, help="the fits' seed (the data's seed is 0)")
+    ap.add_argument("--out", default=None, help="result name in benchmarks/results (default small_data, or small_data_quick)")
+    args = ap.parse_args(argv)
+    problems = ["sinusoid"] if args.quick else [t for t in args.problems.split(",") if t]
+    methods = list(QUICK_METHODS) if args.quick else [t for t in args.methods.split(",") if t]
+    for name in problems:
+        if name not in PROBLEMS:
+            raise SystemExit(f"--problems: unknown {name!r}; choose from {', '.join(PROBLEMS)}")
+    import bnnpp.inference
+
+    unknown = [m for m in methods if m not in bnnpp.inference.registered() or m == "nuts"]
+    if unknown:
+        raise SystemExit(f"--methods: {', '.join(unknown)} not a method to compare with nuts")
+    os.makedirs(FOLDER, exist_ok=True)
+    name_out = args.out or ("small_data_quick" if args.quick else "small_data")
+    previous = os.path.join(HERE, "results", f"{name_out}.json")
+    results: dict = {}
+    commands: list = []
+    if os.path.exists(previous) and not args.quick:  # a run of some problems/methods adds to the table
+        with open(previous) as f:
+            old = json.load(f)
+        results, commands = old["results"], old["commands"]
+    command = "python benchmarks/" + " ".join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
+    commands = [*commands, command]
+    for name in problems:
+        p = problem(name)
+        ref = nuts_reference(name, p, args.quick)
+        rows = results.setdefault(name, {})
+        rows["nuts"] = ref
+        took = "cached" if ref["cached"] else f"{ref['seconds']:.0f} s"
+        print(f"{name} nuts: nll {ref['nll']:.3f} growth {ref['growth']:.2f} ({took})", flush=True)
+        for method in methods:
+            try:
+                r = run_fit(p, method, {}, args.seed)
+            except Exception as e:  # a method that fails is a row of the table, not the end of the run
+                rows[method] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                print(f"{name} {method}: {rows[method]['error']}", flush=True)
+                continue
+            r["nll_ratio"] = r["nll"] / ref["nll"]
+            rows[method] = r
+            print(f"{name} {method}: nll {r['nll']:.3f} (x{r['nll_ratio']:.2f}) rmse {r['rmse']:.2f} growth {r['growth']:.2f} "
+                  f"warn {bool(r['collapse_warning'])} {r['seconds']:.0f} s", flush=True)
+        result = {"commands": commands,
+                  "date": dt.date.today().isoformat(), "machine": machine(), "nuts_settings": QUICK_NUTS if args.quick else NUTS,
+                  "criteria": CRITERIA, "results": results}
+        ran = "\n".join(f"    {c}" for c in commands)
+        md = (f"# Small regression problems, raw data, method defaults against NUTS\n\nCommands (each adds its rows):\n\n{ran}\n\n"
+              f"{result['date']}, {result['machine']}\n\n{table(results)}\n")
+        write_results(os.path.join(HERE, "results"), name_out, result, md)
+
+
+if __name__ == "__main__":
+    main()
