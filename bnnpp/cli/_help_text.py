@@ -118,6 +118,7 @@ HELP = {'compare': 'usage: bnnpp compare [-h] [--config FILE] [--data {moons,cir
         '                 [--num-warmup NUM_WARMUP] [--target-accept-prob TARGET_ACCEPT_PROB]\n'
         '                 [--max-tree-depth MAX_TREE_DEPTH]\n'
         '                 [--chain-method {vectorized,parallel,sequential}] [--dense-mass] [--noncentered]\n'
+        '                 [--device {auto,cpu,default}]\n'
         '                 [--variant {sgld,psgld,sghmc,gaussian_dropout,variational,sparse}]\n'
         '                 [--step-size STEP_SIZE] [--decay-steps DECAY_STEPS] [--gamma GAMMA]\n'
         '                 [--num-cycles NUM_CYCLES] [--exploration EXPLORATION] [--burn-in BURN_IN]\n'
@@ -310,6 +311,9 @@ HELP = {'compare': 'usage: bnnpp compare [-h] [--config FILE] [--data {moons,cir
         '                        how NUTS runs its chains [nuts=vectorized]\n'
         '  --dense-mass          NUTS: adapt a dense mass matrix [nuts]\n'
         '  --noncentered         NUTS: sample location-scale weights as loc + scale * z [nuts]\n'
+        '  --device {auto,cpu,default}\n'
+        '                        NUTS: where to run (auto: the CPU when parameters x rows is small, else\n'
+        "                        JAX's default device; cpu; default) [nuts=auto]\n"
         '  --variant {sgld,psgld,sghmc,gaussian_dropout,variational,sparse}\n'
         "                        sgld: stochastic-gradient MCMC variant (the default psgld's steps do not\n"
         '                        grow with N); vd: gaussian_dropout (fixed alpha), variational (alpha per\n'
