@@ -179,14 +179,40 @@ class LooResult(NamedTuple):
     warning: bool
 
 
+MIN_SMOOTHED_DRAWS = 21
+"""Below this many draws the Pareto tail has at most 4 draws (``ceil(0.2 S)``): ArviZ 0.x then
+leaves the importance weights unsmoothed with k̂ = inf, and arviz-stats 1.x fails; :func:`loo`
+answers as 0.x does under both."""
+
+
+def _unsmoothed_loo(log_lik: np.ndarray) -> LooResult:
+    """Importance-sampling LOO with raw weights 1/p(y_i | θ_s) and k̂ = inf, ArviZ 0.x's answer
+    for fewer than :data:`MIN_SMOOTHED_DRAWS` draws; ``log_lik`` ``(S, n)``."""
+    from scipy.special import logsumexp
+
+    s = log_lik.shape[0]
+    elpd_i = np.log(s) - logsumexp(-log_lik, axis=0)
+    lpd = float(np.sum(logsumexp(log_lik, axis=0) - np.log(s)))
+    elpd = float(np.sum(elpd_i))
+    se = float(np.sqrt(elpd_i.size * np.var(elpd_i)))
+    return LooResult(elpd, se, lpd - elpd, np.full(elpd_i.size, np.inf), True)
+
+
 def loo(data) -> LooResult:
     """PSIS-LOO (Vehtari, Gelman & Gabry 2017) of an ArviZ container with one
-    ``log_likelihood`` variable, through ``az.loo`` (0.x) or ``arviz_stats.loo`` (1.x)."""
+    ``log_likelihood`` variable ``(chain, draw, obs)``, through ``az.loo`` (0.x) or
+    ``arviz_stats.loo`` (1.x); with fewer than :data:`MIN_SMOOTHED_DRAWS` draws under 1.x,
+    :func:`_unsmoothed_loo` (what 0.x computes then)."""
     import arviz as az
 
-    res = az.loo(data, pointwise=True)
     if arviz_major() >= 1:
+        (ll,) = groups(data)["log_likelihood"].data_vars.values()
+        if ll.sizes["chain"] * ll.sizes["draw"] < MIN_SMOOTHED_DRAWS:
+            values = np.asarray(ll.transpose("chain", "draw", ...).values, np.float64)
+            return _unsmoothed_loo(values.reshape(values.shape[0] * values.shape[1], -1))
+        res = az.loo(data, pointwise=True)
         return LooResult(float(res.elpd), float(res.se), float(res.p), np.asarray(res.pareto_k), bool(res.warning))
+    res = az.loo(data, pointwise=True)
     return LooResult(float(res.elpd_loo), float(res.se), float(res.p_loo), np.asarray(res.pareto_k), bool(res.warning))
 
 
