@@ -177,6 +177,7 @@ class LooResult(NamedTuple):
     p_loo: float
     pareto_k: np.ndarray  # (n,)
     warning: bool
+    elpd_i: np.ndarray | None = None  # (n,), filled by _unsmoothed_loo
 
 
 MIN_SMOOTHED_DRAWS = 21
@@ -195,7 +196,17 @@ def _unsmoothed_loo(log_lik: np.ndarray) -> LooResult:
     lpd = float(np.sum(logsumexp(log_lik, axis=0) - np.log(s)))
     elpd = float(np.sum(elpd_i))
     se = float(np.sqrt(elpd_i.size * np.var(elpd_i)))
-    return LooResult(elpd, se, lpd - elpd, np.full(elpd_i.size, np.inf), True)
+    return LooResult(elpd, se, lpd - elpd, np.full(elpd_i.size, np.inf), True, elpd_i)
+
+
+def _few_draws(data) -> np.ndarray | None:
+    """The log-likelihood ``(S, n)`` of ``data`` when it has fewer than
+    :data:`MIN_SMOOTHED_DRAWS` draws, else ``None``."""
+    (ll,) = groups(data)["log_likelihood"].data_vars.values()
+    if ll.sizes["chain"] * ll.sizes["draw"] >= MIN_SMOOTHED_DRAWS:
+        return None
+    values = np.asarray(ll.transpose("chain", "draw", ...).values, np.float64)
+    return values.reshape(values.shape[0] * values.shape[1], -1)
 
 
 def loo(data) -> LooResult:
@@ -206,12 +217,13 @@ def loo(data) -> LooResult:
     import arviz as az
 
     if arviz_major() >= 1:
-        (ll,) = groups(data)["log_likelihood"].data_vars.values()
-        if ll.sizes["chain"] * ll.sizes["draw"] < MIN_SMOOTHED_DRAWS:
-            values = np.asarray(ll.transpose("chain", "draw", ...).values, np.float64)
-            return _unsmoothed_loo(values.reshape(values.shape[0] * values.shape[1], -1))
+        few = _few_draws(data)
+        if few is not None:
+            return _unsmoothed_loo(few)
         res = az.loo(data, pointwise=True)
-        return LooResult(float(res.elpd), float(res.se), float(res.p), np.asarray(res.pareto_k), bool(res.warning))
+        k = np.asarray(res.pareto_k, np.float64)
+        k = np.where(np.isnan(k), np.inf, k)  # a tail arviz-stats cannot fit: unreliable, as 0.x's inf says
+        return LooResult(float(res.elpd), float(res.se), float(res.p), k, bool(res.warning))
     res = az.loo(data, pointwise=True)
     return LooResult(float(res.elpd_loo), float(res.se), float(res.p_loo), np.asarray(res.pareto_k), bool(res.warning))
 
@@ -219,16 +231,36 @@ def loo(data) -> LooResult:
 def compare(datas: Mapping[str, Any]):
     """``az.compare`` by PSIS-LOO with stacking weights, as a ``pandas.DataFrame`` best first
     with ArviZ 0.x's column names (``rank, elpd_loo, p_loo, elpd_diff, weight, se, dse,
-    warning``, …) under either version (1.x's ``elpd`` / ``p`` renamed, unrounded)."""
+    warning``, …) under either version: 1.x's ``elpd`` / ``p`` renamed, its ``elpd_diff``
+    negated to 0.x's sign (best − model, ≥ 0), unrounded; a fit with fewer than
+    :data:`MIN_SMOOTHED_DRAWS` draws enters as :func:`_unsmoothed_loo` under 1.x."""
     import arviz as az
 
     if arviz_major() >= 1:
-        table = az.compare(dict(datas), round_to="none")
+        table = az.compare({k: _elpd_data(v) for k, v in datas.items()}, round_to="none")
         table = table.rename(columns={"elpd": "elpd_loo", "p": "p_loo"})
+        table["elpd_diff"] = 0.0 - table["elpd_diff"]  # 1.x: model − best (≤ 0); 0.x: best − model (≥ 0)
         if "warning" not in table.columns and "diag_elpd" in table.columns:
             table["warning"] = table["diag_elpd"].astype(str).str.len() > 0
         return table
     return az.compare(dict(datas), ic="loo")
+
+
+def _elpd_data(data):
+    """ArviZ 1.x: ``data`` itself, or for fewer than :data:`MIN_SMOOTHED_DRAWS` draws its
+    :func:`_unsmoothed_loo` as arviz-stats' ``ELPDDataLOO`` (which ``az.compare`` accepts)."""
+    few = _few_draws(data)
+    if few is None:
+        return data
+    import xarray as xr
+    from arviz_stats.utils import ELPDDataLOO
+
+    res = _unsmoothed_loo(few)
+    return ELPDDataLOO(
+        elpd=res.elpd, se=res.se, p=res.p_loo, n_samples=few.shape[0], n_data_points=few.shape[1], scale="log",
+        warning=True, good_k=0.7, elpd_i=xr.DataArray(res.elpd_i, dims=["obs"]),
+        pareto_k=xr.DataArray(res.pareto_k, dims=["obs"]), approx_posterior=False,
+    )
 
 
 def rhat_ess(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
