@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-import warnings
 from importlib import metadata
 from typing import Any
 
@@ -134,16 +132,14 @@ def _groups(posterior, include_data: bool | None) -> dict:
             "observed_data": {obs: np.asarray(posterior.y)},
             "constant_data": {"x": np.asarray(posterior.x)},
         }
-    with warnings.catch_warnings():
-        # an ensemble is M chains of one draw each: ArviZ guesses the axes were swapped and
-        # warns, but (chain, draw) is exactly what these arrays are
-        warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
-        idata = arviz_compat.from_dict(
-            posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
-            dims={**dims, obs: y_dims, "x": x_dims},
-            attrs=attrs,
-            **kwargs,
-        )
+    # built with xarray, not az.from_dict: an ensemble's M chains of one draw each are taken as
+    # (chain, draw) without ArviZ's guess that the axes were swapped
+    idata = arviz_compat.from_dict(
+        posterior={k: np.asarray(v) for k, v in posterior.samples.items()},
+        dims={**dims, obs: y_dims, "x": x_dims},
+        attrs=attrs,
+        **kwargs,
+    )
     if with_data and not point:  # one log-density per row (an event's elements summed): its own dims
         # float64: PSIS exponentiates log-likelihood differences, which in float32 underflow
         # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
