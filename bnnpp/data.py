@@ -576,7 +576,7 @@ def _tfds_builder(name: str, tfds_dir: str):
     try:
         import tensorflow_datasets as tfds
     except ImportError:
-        return None, "tensorflow-datasets is not installed (pip install tensorflow-datasets)"
+        return None, 'tensorflow-datasets is not installed: pip install "bnnpp[tfds]"'
     builder = tfds.builder(name, data_dir=tfds_dir)
     if not builder.is_prepared():
         return None, f"{name} is not prepared there (no dataset_info.json in {builder.data_dir})"

@@ -1,6 +1,6 @@
 """The one door to ArviZ's analyses: convert a :class:`~bnnpp.Posterior` to ``InferenceData``, check
 convergence (MCMC and variational), estimate out-of-sample fit (PSIS-LOO), compare fits and
-draw ArviZ's figures. Nothing else in bnnpp imports ArviZ.
+draw ArviZ's figures. Only this module and :mod:`bnnpp.posterior.arviz_compat` call ArviZ.
 
 Every function takes a :class:`~bnnpp.Posterior` from any backend, so MCMC and variational
 fits are read the same way:
@@ -14,6 +14,8 @@ fits are read the same way:
 * :func:`elbo_convergence` and :func:`psis_khat` for variational fits (Yao, Vehtari, Simpson &
   Gelman 2018, "Yes, but did it work?").
 * :func:`loo` and :func:`compare` (Vehtari, Gelman & Gabry 2017).
+
+ArviZ 0.x and 1.x both work: every ArviZ call goes through :mod:`bnnpp.posterior.arviz_compat`.
 """
 
 from __future__ import annotations
@@ -26,13 +28,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import arviz as az
 import numpy as np
 from matplotlib.figure import Figure
 
 from bnnpp import metrics
 from bnnpp.inference.joint import gaussian_log_weights
-from bnnpp.posterior import MeanFieldGaussian
+from bnnpp.posterior import MeanFieldGaussian, arviz_compat
 from bnnpp.posterior.io import POINT_ESTIMATE_NOTE, read_netcdf, to_arviz
 
 __all__ = [
@@ -114,9 +115,16 @@ def _weight_sites(posterior) -> list[str]:
     return [n for n in posterior.samples if n.endswith((".w", ".b", ".kernel", ".bias"))]  # bnnpp and Flax layers
 
 
-def _posterior_only(posterior, names) -> az.InferenceData:
+def _posterior_only(posterior, names):
+    """The installed ArviZ's container holding only the posterior draws of ``names``."""
     dims = {n: list(posterior.sites[n].dims) for n in names if n in posterior.sites}
-    return az.from_dict(posterior={n: np.asarray(posterior.samples[n]) for n in names}, dims=dims)
+    posterior_group = {n: np.asarray(posterior.samples[n]) for n in names}
+    return arviz_compat.build(arviz_compat.from_dict(posterior=posterior_group, dims=dims, attrs={}))
+
+
+def _entry_label(name: str, index: tuple[int, ...]) -> str:
+    """ArviZ's row label of one entry of a site: ``name`` or ``name[i, j]``."""
+    return f"{name}[{', '.join(map(str, index))}]" if index else name
 
 
 def _none_if_nan(v) -> float | None:
@@ -163,20 +171,22 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
         return out
     scales = scale_sites(posterior)
     out["scales"] = {}
-    if scales:
-        with _quiet_arviz():  # one chain: ArviZ warns and leaves r_hat NaN (→ None)
-            table = az.summary(_posterior_only(posterior, scales), kind="all", round_to="none")
-        for label, row in table.iterrows():
-            out["scales"][str(label)] = {k: _none_if_nan(row[k]) for k in ("mean", "sd", "r_hat", "ess_bulk", "ess_tail")}
+    for name in scales:
+        draws = np.asarray(posterior.samples[name], np.float64)
+        with _quiet_arviz():  # one chain: R-hat is NaN (→ None)
+            rhat, bulk, tail = arviz_compat.rhat_ess(draws)
+        mean, sd = draws.mean(axis=(0, 1)), draws.std(axis=(0, 1), ddof=1)
+        for index in np.ndindex(draws.shape[2:]):
+            values = {"mean": mean[index], "sd": sd[index], "r_hat": rhat[index], "ess_bulk": bulk[index], "ess_tail": tail[index]}
+            out["scales"][_entry_label(name, index)] = {k: _none_if_nan(v) for k, v in values.items()}
 
     multi = posterior.num_chains >= 2
 
-    def block(idata) -> dict:
-        rhat = (
-            np.concatenate([np.ravel(v.values) for v in az.rhat(idata).data_vars.values()]) if multi else np.zeros(0)
-        )
-        bulk = np.concatenate([np.ravel(v.values) for v in az.ess(idata, method="bulk").data_vars.values()])
-        tail = np.concatenate([np.ravel(v.values) for v in az.ess(idata, method="tail").data_vars.values()])
+    def block(arrays: list[np.ndarray]) -> dict:  # each (chain, draw, ...)
+        stats = [arviz_compat.rhat_ess(a) for a in arrays]
+        rhat = np.concatenate([np.ravel(r) for r, _, _ in stats]) if multi else np.zeros(0)
+        bulk = np.concatenate([np.ravel(b) for _, b, _ in stats])
+        tail = np.concatenate([np.ravel(t) for _, _, t in stats])
         finite = rhat[np.isfinite(rhat)]
         return {
             "count": int(bulk.size),
@@ -188,7 +198,7 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
 
     weights = _weight_sites(posterior)
     with _quiet_arviz():  # ESS of one chain is fine; ArviZ still logs a shape warning
-        out["weights"] = block(_posterior_only(posterior, weights)) if weights else None
+        out["weights"] = block([np.asarray(posterior.samples[n]) for n in weights]) if weights else None
     out["predictive"] = None
     if posterior.model is not None and (x_ref is not None or posterior.has_data):
         x_ref = np.asarray(posterior.x[:num_ref] if x_ref is None else x_ref, np.float32)
@@ -196,7 +206,7 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
         q = pred.probs if pred.task == "classification" else pred.draws
         q = q.reshape(posterior.num_chains, posterior.num_draws, *q.shape[1:])
         with _quiet_arviz():
-            out["predictive"] = block(az.from_dict(posterior={"p": q}))
+            out["predictive"] = block([np.asarray(q)])
     heads_r = [v["r_hat"] for v in out["scales"].values() if v["r_hat"] is not None]
     heads_e = [v["ess_bulk"] for v in out["scales"].values() if v["ess_bulk"] is not None]
     if out["predictive"]:
@@ -315,8 +325,7 @@ def psis_khat(posterior, num_draws: int = 1000, seed: int = 0) -> PsisKhat:
     lw = gaussian_log_weights(model, loc, scale, posterior.x, posterior.y, num_draws, seed)
     if not np.all(np.isfinite(lw)):
         return PsisKhat(float("inf"), khat_reading(float("inf")), num_draws)
-    _, k = az.psislw(lw)
-    k = float(np.asarray(k))
+    k = arviz_compat.pareto_khat(lw)
     return PsisKhat(k, khat_reading(k), num_draws)
 
 
@@ -330,8 +339,9 @@ def vi_check(posterior, num_draws: int = 1000, seed: int = 0) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-def _idata(obj) -> az.InferenceData:
-    return obj if isinstance(obj, az.InferenceData) else obj.to_arviz()
+def _idata(obj):
+    """``obj`` if it is ArviZ data already (``InferenceData`` or ``DataTree``), else ``obj.to_arviz()``."""
+    return obj if arviz_compat.is_arviz_data(obj) else obj.to_arviz()
 
 
 @dataclass(frozen=True, repr=False)
@@ -402,8 +412,8 @@ def loo(posterior) -> Loo:
     """PSIS leave-one-out cross-validation (Vehtari, Gelman & Gabry 2017).
 
     Args:
-        posterior: a :class:`~bnnpp.Posterior` or an ``InferenceData`` with a
-            ``log_likelihood`` group, with at least two draws.
+        posterior: a :class:`~bnnpp.Posterior`, or ArviZ data (``InferenceData`` or
+            ``DataTree``) with a ``log_likelihood`` group, with at least two draws.
 
     Returns:
         A :class:`Loo`: ``elpd`` and its ``se``, ``p_loo``, ``n``, the Pareto k̂ of every
@@ -415,21 +425,22 @@ def loo(posterior) -> Loo:
     Raises:
         ValueError: one line, for a point estimate (MAP: one draw) or a fit without its data.
     """
-    if not isinstance(posterior, az.InferenceData):
+    if not arviz_compat.is_arviz_data(posterior):
         if not posterior.has_data:
             raise ValueError("loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True")
         if posterior.num_chains * posterior.num_draws < 2:
             raise ValueError(f"loo of method {posterior.method!r}: {POINT_ESTIMATE_NOTE}")
     idata = _idata(posterior)
-    if "log_likelihood" not in idata.groups():
-        note = idata.posterior.attrs.get("bnnpp_no_log_likelihood")
+    groups = arviz_compat.groups(idata)
+    if "log_likelihood" not in groups:
+        note = groups["posterior"].attrs.get("bnnpp_no_log_likelihood")
         raise ValueError(f"loo: {note}" if note else "loo needs a log_likelihood group: build it with Posterior.to_arviz() (training data included)")
-    ll = idata.log_likelihood
+    ll = groups["log_likelihood"]
     draws = ll.sizes.get("chain", 1) * ll.sizes.get("draw", 1)
     if draws < 2:
         raise ValueError(f"loo: {POINT_ESTIMATE_NOTE}")
     with _quiet_arviz():  # one chain (VI): ArviZ logs a shape warning computing the relative ESS
-        res = az.loo(idata, pointwise=True)
+        res = arviz_compat.loo(idata)
     k = np.asarray(res.pareto_k)
     bad = int(np.sum(~(k <= 0.7)))  # inf and NaN count as unreliable
     if bad:
@@ -437,35 +448,36 @@ def loo(posterior) -> Loo:
                "held-out data (Prediction.scores)" if draws < LOO_MIN_DRAWS else "")
         warnings.warn(f"loo: Pareto k̂ > 0.7 for {bad} of {k.size} observations, whose LOO terms are unreliable "
                       f"(Loo.pareto_k){few}", UserWarning, stacklevel=2)
-    return Loo(float(res.elpd_loo), float(res.se), float(res.p_loo), int(k.size), k, bool(res.warning))
+    return Loo(res.elpd, res.se, res.p_loo, int(k.size), k, res.warning)
 
 
 def compare(posteriors: dict[str, Any]):
     """Rank fits by PSIS-LOO with ``az.compare`` (stacking weights).
 
     Args:
-        posteriors: name → :class:`~bnnpp.Posterior` or ``InferenceData``; each needs a
+        posteriors: name → :class:`~bnnpp.Posterior` or ArviZ data; each needs a
             log-likelihood and at least two draws (MAP is left out by the caller).
 
     Returns:
         ArviZ's comparison ``pandas.DataFrame`` (rank, elpd_loo, p_loo, elpd_diff, weight,
-        se, dse, warning), best first, with two more columns: ``khat_above_0.7`` (how many
+        se, dse, warning), best first (these column names under ArviZ 0.x and 1.x), with two more columns: ``khat_above_0.7`` (how many
         observations of the fit have Pareto k̂ > 0.7) and ``unreliable`` (any has, or ArviZ
         flagged the fit: its elpd_loo, and so its place in the ranking, cannot be trusted).
         When a fit is unreliable an :class:`UnreliableComparisonWarning` says which, in one line.
     """
     if len(posteriors) < 2:
         raise ValueError(f"compare needs at least two fits with several draws each, got {len(posteriors)}")
-    point = [k for k, v in posteriors.items() if not isinstance(v, az.InferenceData) and v.num_chains * v.num_draws < 2]
-    point += [k for k, v in posteriors.items() if isinstance(v, az.InferenceData) and "log_likelihood" not in v.groups()]
+    given = {k: arviz_compat.is_arviz_data(v) for k, v in posteriors.items()}
+    point = [k for k, v in posteriors.items() if not given[k] and v.num_chains * v.num_draws < 2]
+    point += [k for k, v in posteriors.items() if given[k] and "log_likelihood" not in arviz_compat.group_names(v)]
     if point:
         raise ValueError(f"compare: {', '.join(map(str, point))} has no log-likelihood draws ({POINT_ESTIMATE_NOTE})")
     idatas = {k: _idata(v) for k, v in posteriors.items()}
     with _quiet_arviz():
-        table = az.compare(idatas, ic="loo")
+        table = arviz_compat.compare(idatas)
         above = {}
         for name, idata in idatas.items():
-            k = np.asarray(az.loo(idata, pointwise=True).pareto_k)
+            k = np.asarray(arviz_compat.loo(idata).pareto_k)
             above[name] = (int(np.sum(~(k <= 0.7))), int(k.size))  # inf and NaN count as unreliable
     table["khat_above_0.7"] = [above[name][0] for name in table.index]
     table["unreliable"] = [bool(above[name][0] or row["warning"]) for name, row in table.iterrows()]
@@ -490,7 +502,9 @@ class UnreliableComparisonWarning(UserWarning):
 
 def forest_plot(posteriors: dict[str, Any], var_names: list[str] | None = None, *, title: str = "") -> Figure:
     """ArviZ forest plot of the scale sites across fits: one row per site entry, one
-    colour per fit (94% HDI and quartiles).
+    colour per fit (94% HDI and quartiles). Under ArviZ 1.x, whose plots draw into figures of
+    their own, the same rows are drawn here with matplotlib (94% equal-tailed interval,
+    quartiles, median).
 
     Args:
         posteriors: name → :class:`~bnnpp.Posterior`.
@@ -506,9 +520,36 @@ def forest_plot(posteriors: dict[str, Any], var_names: list[str] | None = None, 
     n_rows = sum(int(np.prod(posteriors[names[0]].samples[v].shape[2:], dtype=int)) for v in var_names)
     fig = Figure(figsize=(7, 1.2 + 0.35 * n_rows * len(names)), layout="constrained")
     ax = fig.subplots()
+    if arviz_compat.arviz_major() >= 1:
+        _forest_rows(ax, {n: posteriors[n] for n in names}, var_names)
+        ax.set_title(title or "layer scales across methods (94% interval)")
+        return fig
+    import arviz as az
+
     az.plot_forest(datas, model_names=names, var_names=var_names, combined=True, ax=ax)
     ax.set_title(title or "layer scales across methods (94% HDI)")
     return fig
+
+
+def _forest_rows(ax, posteriors: dict[str, Any], var_names: list[str]) -> None:
+    """Forest rows drawn with matplotlib: per site entry and fit, the 94% equal-tailed
+    interval (thin), the quartiles (thick) and the median (dot), chains combined."""
+    labels, y = [], 0
+    for var in reversed(var_names):
+        shape = np.shape(next(iter(posteriors.values())).samples[var])[2:]
+        for index in reversed(list(np.ndindex(shape))):
+            for i, (name, post) in enumerate(posteriors.items()):
+                draws = np.asarray(post.samples[var], np.float64).reshape(-1, *shape)[(slice(None), *index)]
+                lo, q1, med, q3, hi = np.quantile(draws, [0.03, 0.25, 0.5, 0.75, 0.97])
+                colour = f"C{i}"
+                ax.plot([lo, hi], [y, y], color=colour, lw=1)
+                ax.plot([q1, q3], [y, y], color=colour, lw=3)
+                ax.plot([med], [y], "o", color=colour, ms=4, label=name if not labels else None)
+                y += 1
+            labels.append((y - (len(posteriors) + 1) / 2, _entry_label(var, index)))
+            y += 1
+    ax.set_yticks([t for t, _ in labels], [text for _, text in labels])
+    ax.legend(loc="best", fontsize="small")
 
 
 def trace_plot(posterior, var_names: list[str] | None = None, *, title: str = "") -> Figure:
@@ -518,7 +559,18 @@ def trace_plot(posterior, var_names: list[str] | None = None, *, title: str = ""
         raise ValueError("no scale sites to plot: the model has fixed prior scales (use a hyperprior)")
     fig = Figure(figsize=(10, 2.0 * len(var_names)), layout="constrained")
     axes = fig.subplots(len(var_names), 2, squeeze=False)
-    az.plot_trace(_posterior_only(posterior, var_names), var_names=var_names, axes=axes, compact=True)
+    if arviz_compat.arviz_major() >= 1:  # ArviZ 1.x plots into figures of its own: the same panels here
+        for (left, right), var in zip(axes, var_names, strict=True):
+            draws = np.asarray(posterior.samples[var], np.float64)
+            for c, chain in enumerate(draws.reshape(draws.shape[0], draws.shape[1], -1)):
+                left.hist(chain.ravel(), bins=30, density=True, histtype="step", color=f"C{c}")
+                right.plot(chain, color=f"C{c}", lw=0.5)
+            left.set_title(var)
+            right.set_title(var)
+    else:
+        import arviz as az
+
+        az.plot_trace(_posterior_only(posterior, var_names), var_names=var_names, axes=axes, compact=True)
     if title:
         fig.suptitle(title)
     return fig

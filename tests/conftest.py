@@ -6,9 +6,15 @@ Rank promotion is left at JAX's default: NumPyro's distributions rely on it inte
 
 from __future__ import annotations
 
-import jax
-import jax.monitoring
-import pytest
+import os
+
+# The tests share a GPU with the `bnnpp` processes they start and with other jobs: allocate
+# as needed instead of XLA's default 75% of the device at the first computation.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
+import jax.monitoring  # noqa: E402
+import pytest  # noqa: E402
 
 _COMPILES: list[float] = []
 jax.monitoring.register_event_duration_secs_listener(

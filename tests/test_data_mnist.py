@@ -279,6 +279,14 @@ def test_tfds_prepared_as_tfrecord_is_not_used(tmp_path):
         data.load("mnist", tfds_data_dir=tmp_path / "tfds")
 
 
+def test_tfds_missing_names_the_extra(tmp_path, monkeypatch):
+    # tensorflow-datasets is the optional extra bnnpp[tfds]; the IDX path never needs it
+    monkeypatch.setitem(__import__("sys").modules, "tensorflow_datasets", None)  # import fails
+    (tmp_path / "tfds" / "mnist").mkdir(parents=True)
+    with pytest.raises(ValueError, match=r'tensorflow-datasets is not installed: pip install "bnnpp\[tfds\]"'):
+        data.load("mnist", tfds_data_dir=tmp_path / "tfds")
+
+
 def test_tfds_mock_data_through_data_source(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     # the prepared metadata marks the set as present; mock_data then replaces the records

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-HEAVY = ("jax", "numpyro", "arviz", "matplotlib", "scipy")
+HEAVY = ("jax", "numpyro", "arviz", "matplotlib", "scipy", "tensorflow_datasets")
 
 
 def _modules_after(code: str) -> dict:
@@ -31,11 +31,45 @@ def _modules_after(code: str) -> dict:
             "import contextlib, io, bnnpp.cli\nwith contextlib.suppress(SystemExit), contextlib.redirect_stderr(io.StringIO()):\n"
             "    bnnpp.cli.main(['no-such-command'])"
         ),
+        (
+            "import contextlib, io, bnnpp.cli\nwith contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "    bnnpp.cli.main(['fit', '--help'])"
+        ),
     ],
 )
 def test_start_up_loads_nothing_heavy(code):
     loaded = _modules_after(code)
     assert not any(loaded.values()), loaded
+
+
+def test_command_help_snapshot_has_the_live_flags():
+    """``bnnpp COMMAND --help`` prints a snapshot (bnnpp/cli/_help_text.py); it must name the
+    flags and choices the live parser has. Regenerate it with ``python -m bnnpp.cli._help_snapshot``."""
+    import re
+
+    from bnnpp.cli import COMMANDS
+    from bnnpp.cli._help_snapshot import render
+    from bnnpp.cli._help_text import HELP
+
+    words = lambda text: set(re.findall(r"--[a-z][a-z0-9-]*|\{[^}]*\}", text))  # noqa: E731
+    assert set(HELP) == set(COMMANDS)
+    for name in COMMANDS:
+        assert words(HELP[name]) == words(render(name)), f"{name}: run python -m bnnpp.cli._help_snapshot"
+
+
+@pytest.mark.parametrize("given", [None, "true"])
+def test_the_cli_does_not_preallocate_gpu_memory_unless_asked(given):
+    """XLA takes 75% of a GPU at its first computation by default; the CLI turns that off
+    before JAX starts, unless the user set XLA_PYTHON_CLIENT_PREALLOCATE."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "XLA_PYTHON_CLIENT_PREALLOCATE"}
+    if given is not None:
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = given
+    code = "import os, bnnpp.cli; print(os.environ['XLA_PYTHON_CLIENT_PREALLOCATE'])"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == (given or "false")
 
 
 def test_the_help_lists_every_command():

@@ -78,6 +78,7 @@ def test_sample_stats_and_round_trip(tmp_path, recwarn):
 
     info = post.info
     assert info["method"] == "nuts" and info["num_parameters"] == 3
+    assert info["device"] == "cpu"  # 3 parameters: the CPU under device="auto", on a GPU machine too
     assert info["options"]["num_chains"] == 2 and info["options"]["target_accept_prob"] == 0.8
     for key in ("compile_seconds", "run_seconds", "sample_seconds"):
         assert info[key] >= 0.0
@@ -109,6 +110,20 @@ def test_sample_stats_and_round_trip(tmp_path, recwarn):
     stats_back = back.to_arviz().sample_stats
     assert set(STATS) <= set(stats_back.data_vars)
     np.testing.assert_array_equal(stats_back["tree_depth"].values, stats["tree_depth"].values)
+
+
+def test_device_auto_keeps_small_nuts_on_the_cpu(monkeypatch):
+    cpu = jax.devices("cpu")[0]
+    if jax.default_backend() == "cpu":  # nothing to choose on a CPU-only machine
+        assert nuts.device_for("auto", 57, 700, placed=False) is None
+    monkeypatch.setattr(nuts.jax, "default_backend", lambda: "gpu")
+    assert nuts.device_for("auto", 57, 700, placed=False) == cpu  # moons 2-5-5-2: 6 draws/s on an H100, 23 on a CPU
+    assert nuts.device_for("auto", 10_602, 60_000, placed=False) is None
+    assert nuts.device_for("default", 57, 700, placed=False) is None
+    assert nuts.device_for("cpu", 10**6, 10**6, placed=False) == cpu
+    assert nuts.device_for("auto", 57, 700, placed=True) is None  # a mesh decides
+    with pytest.raises(ValueError, match='device="cpu" runs NUTS on one CPU device'):
+        nuts.device_for("cpu", 57, 700, placed=True)
 
 
 def test_tree_depth_from_steps():

@@ -1,4 +1,4 @@
-"""The posterior's file and ArviZ side: :func:`to_arviz` builds ``az.InferenceData`` from a
+"""The posterior's file and ArviZ side: :func:`to_arviz` builds the ArviZ container (0.x or 1.x) from a
 posterior of any method; :func:`save` writes it as one netCDF file; :func:`read_netcdf`
 reads one fully into memory. :func:`bnnpp.posterior.load` turns a file back into a
 :class:`~bnnpp.Posterior`.
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
-import warnings
 from importlib import metadata
 from typing import Any
 
@@ -20,8 +18,12 @@ import jax
 import numpy as np
 
 from bnnpp.files import atomic_path
+from bnnpp.posterior import arviz_compat
+from bnnpp.posterior.arviz_compat import decode_name as _decode_name
+from bnnpp.posterior.arviz_compat import encode_name as _encode_name
+from bnnpp.posterior.arviz_compat import renamed as _renamed
 
-__all__ = ["POINT_ESTIMATE_NOTE", "ROW_DIM", "ArvizNames", "arviz_names", "meta_json", "observed_name", "read_netcdf", "save", "to_arviz"]
+__all__ = ["POINT_ESTIMATE_NOTE", "ROW_DIM", "ArvizNames", "arviz_names", "meta_json", "observed_name", "read_groups", "read_netcdf", "save", "to_arviz"]
 
 ROW_DIM = "obs"
 """The dimension of the data rows in the data and log_likelihood groups, unless the model
@@ -118,7 +120,7 @@ def _attrs(posterior) -> dict:
 
 
 def to_arviz(posterior, include_data: bool | None = None):
-    """Build an ``az.InferenceData`` from a posterior of any method.
+    """Build the ArviZ data of a posterior of any method.
 
     Groups:
         posterior: every latent site ``(chain, draw, *dims)`` with the model's dim names
@@ -144,10 +146,16 @@ def to_arviz(posterior, include_data: bool | None = None):
     holds the JSON that :func:`bnnpp.load` reads back.
 
     Returns:
-        An ``arviz.InferenceData``.
+        The installed ArviZ's container: an ``arviz.InferenceData`` under ArviZ 0.x, an
+        ``xarray.DataTree`` (one child per group) under ArviZ 1.x
+        (:mod:`bnnpp.posterior.arviz_compat`).
     """
-    # ArviZ and xarray take about a second to import: they load on first use, not with bnnpp
-    import arviz as az
+    return arviz_compat.build(_groups(posterior, include_data))
+
+
+def _groups(posterior, include_data: bool | None) -> dict:
+    """The groups of :func:`to_arviz` as ``{name: xarray.Dataset}``."""
+    # xarray takes a while to import: it loads on first use, not with bnnpp
     import xarray as xr
 
     with_data = posterior.include_data(include_data)
@@ -167,25 +175,23 @@ def to_arviz(posterior, include_data: bool | None = None):
             "observed_data": {obs: np.asarray(posterior.y)},
             "constant_data": {"x": np.asarray(posterior.x)},
         }
-    with warnings.catch_warnings():
-        # an ensemble is M chains of one draw each: ArviZ guesses the axes were swapped and
-        # warns, but (chain, draw) is exactly what these arrays are
-        warnings.filterwarnings("ignore", message="More chains", category=UserWarning)
-        idata = az.from_dict(
-            posterior={names.variables[k]: np.asarray(v) for k, v in {**posterior.samples, **deterministic}.items()},
-            dims={**dims, obs: y_dims, "x": x_dims},
-            attrs=attrs,
-            **kwargs,
-        )
+    # built with xarray, not az.from_dict: an ensemble's M chains of one draw each are taken as
+    # (chain, draw) without ArviZ's guess that the axes were swapped
+    idata = arviz_compat.from_dict(
+        posterior={names.variables[k]: np.asarray(v) for k, v in {**posterior.samples, **deterministic}.items()},
+        dims={**dims, obs: y_dims, "x": x_dims},
+        attrs=attrs,
+        **kwargs,
+    )
     if with_data and not point:  # one log-density per row (an event's elements summed): its own dims
         # float64: PSIS exponentiates log-likelihood differences, which in float32 underflow
         # to 0 beyond ~88 nats and make az.loo's Pareto fit divide by zero (NaN elpd)
         ll = np.asarray(posterior.log_likelihood(), np.float64)
-        idata.add_groups({"log_likelihood": xr.Dataset(
+        idata["log_likelihood"] = xr.Dataset(
             {obs: (("chain", "draw", row), ll)},
             coords={"chain": np.arange(ll.shape[0]), "draw": np.arange(ll.shape[1]), row: np.arange(ll.shape[2])},
             attrs=attrs,
-        )})
+        )
     traces = {k: np.asarray(v) for k, v in posterior.stats.traces.items() if np.ndim(v) >= 1}
     per_draw = posterior.stats.sample_stats
     if traces or per_draw:
@@ -207,21 +213,17 @@ def to_arviz(posterior, include_data: bool | None = None):
             coords["step"] = np.arange(n_steps)
         if per_draw:
             coords["draw"] = np.arange(posterior.num_draws)
-        idata.add_groups({"sample_stats": xr.Dataset(variables, coords=coords, attrs=attrs)})
+        idata["sample_stats"] = xr.Dataset(variables, coords=coords, attrs=attrs)
     if posterior.approximation is not None:
         params = posterior.approximation.to_params()
-        idata.add_groups(
-            {
-                "variational_params": xr.Dataset(
-                    {k: ([f"{k}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v)) for k, v in params.items()}
-                )
-            }
+        idata["variational_params"] = xr.Dataset(
+            {k: ([f"{k}_dim_{i}" for i in range(np.ndim(v))], np.asarray(v)) for k, v in params.items()}
         )
-    idata.posterior.attrs["bnnpp"] = meta_json(posterior, names)
+    idata["posterior"].attrs["bnnpp"] = meta_json(posterior, names)
     if point:
         # PSIS-LOO needs draws to reweight: with one (MAP) az.loo fails on an index error, so
         # the group it reads is left out and this attribute says why
-        idata.posterior.attrs["bnnpp_no_log_likelihood"] = POINT_ESTIMATE_NOTE
+        idata["posterior"].attrs["bnnpp_no_log_likelihood"] = POINT_ESTIMATE_NOTE
     return idata
 
 
@@ -262,36 +264,10 @@ def save(posterior, path: str | os.PathLike, include_data: bool | None = None) -
     suffix = os.path.splitext(path)[1].lower()
     if suffix in _OTHER_FORMATS:  # the file is netCDF whatever its name: a .json or .pkl name would mislead
         raise ValueError(f"{path}: save writes a netCDF file; name it {os.path.splitext(path)[0]}.nc")
-    idata = to_arviz(posterior, include_data=include_data)
+    groups = _groups(posterior, include_data)
     os.makedirs(folder, exist_ok=True)
     with atomic_path(path) as tmp:
-        _renamed(idata, _encode_name).to_netcdf(tmp)
-
-
-_ESCAPES = {"%": "%25", "/": "%2F"}
-
-
-def _encode_name(name):
-    """netCDF forbids '/' in names (NumPyro's ``random_flax_module`` sites have them): escape
-    '%' and '/' as ``%25`` / ``%2F``, reversibly (:func:`_decode_name`)."""
-    return "".join(_ESCAPES.get(c, c) for c in name) if isinstance(name, str) else name
-
-
-def _decode_name(name):
-    """Inverse of :func:`_encode_name`."""
-    return re.sub("%(25|2F)", lambda m: {"25": "%", "2F": "/"}[m.group(1)], name) if isinstance(name, str) else name
-
-
-def _renamed(idata, fn):
-    """``idata`` itself, its variable, coordinate and dimension names mapped through ``fn``
-    in place (no copy: callers pass an InferenceData of their own)."""
-
-    def one(ds):
-        mapping = {n: fn(n) for n in {*ds.data_vars, *ds.coords, *ds.dims} if fn(n) != n}
-        return ds.rename(mapping) if mapping else ds
-
-    idata.map(one, inplace=True)
-    return idata
+        arviz_compat.write_netcdf(_renamed(groups, _encode_name), tmp)
 
 
 MAX_LOAD_BYTES = 8 * 2**30
@@ -299,21 +275,28 @@ MAX_LOAD_BYTES = 8 * 2**30
 
 
 def read_netcdf(path: str | os.PathLike, max_bytes: int = MAX_LOAD_BYTES):
-    """Read an InferenceData file fully into memory (so the file is closed afterwards),
-    after checking from its metadata that its arrays need at most ``max_bytes``.
+    """:func:`read_groups` of ``path`` in the installed ArviZ's container (``InferenceData``
+    under 0.x, ``DataTree`` under 1.x; see :func:`to_arviz`)."""
+    return arviz_compat.build(read_groups(path, max_bytes))
+
+
+def read_groups(path: str | os.PathLike, max_bytes: int = MAX_LOAD_BYTES) -> dict:
+    """Read a file written by :func:`save` (or by ArviZ 0.x or 1.x) fully into memory (so the
+    file is closed afterwards), after checking from its metadata that its arrays need at most
+    ``max_bytes``.
+
+    Returns:
+        ``{group: xarray.Dataset}`` in memory, with the names as the posterior had them.
 
     Raises:
         ValueError: one line naming the file, when it is not a readable netCDF/HDF5 file or
             its arrays declare more than ``max_bytes``.
     """
-    import arviz as az
-
     path = os.fspath(path)
     try:
-        idata = az.from_netcdf(path)  # lazy: reads the metadata only
+        groups = arviz_compat.open_groups(path)  # lazy: reads the metadata only
     except Exception as e:  # h5py and xarray raise OSError, KeyError, ValueError, ... on a bad file
         raise ValueError(f"{path} is not a readable netCDF file ({type(e).__name__}: {e}): pass a file written by Posterior.save") from None
-    groups = {g: getattr(idata, g) for g in idata.groups()}
     declared = sum(int(ds.nbytes) for ds in groups.values())
     if declared > max_bytes:
         for ds in groups.values():
@@ -328,4 +311,4 @@ def read_netcdf(path: str | os.PathLike, max_bytes: int = MAX_LOAD_BYTES):
             ds.close()
     except Exception as e:
         raise ValueError(f"{path} is damaged: its arrays cannot be read ({type(e).__name__}: {e})") from None
-    return _renamed(idata, _decode_name)
+    return _renamed(groups, _decode_name)

@@ -15,7 +15,7 @@ from bnnpp.introspection import SiteInfo, check_sites, refuse_flax_module, renam
 from bnnpp.posterior.approximation import FitStats
 from bnnpp.posterior.families import from_guide_params
 from bnnpp.posterior.core import Posterior
-from bnnpp.posterior.io import read_netcdf
+from bnnpp.posterior.io import read_groups
 
 __all__ = ["load"]
 
@@ -41,23 +41,23 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     refuse_flax_module(model)  # a bare Flax module is not a model: wrap it with from_flax
     if not os.path.isfile(path):
         raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save")
-    idata = read_netcdf(path)
-    meta, sites = _checked_meta(idata, path)
+    groups = read_groups(path)
+    meta, sites = _checked_meta(groups, path)
     variables = {k: meta["variables"].get(k, k) for k in sites}
-    samples = {k: np.asarray(idata.posterior[variables[k]].values) for k in sites}
+    samples = {k: np.asarray(groups["posterior"][variables[k]].values) for k in sites}
     bad = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
     if bad:
         warnings.warn(f"{path}: non-finite values in the draws of {', '.join(bad)}", RuntimeWarning, stacklevel=2)
     info = dict(meta["info"])
-    if "sample_stats" in idata.groups():
-        for name, var in idata.sample_stats.data_vars.items():
+    if "sample_stats" in groups:
+        for name, var in groups["sample_stats"].data_vars.items():
             if "draw" in var.dims:
                 info.setdefault("sample_stats", {})[name] = np.asarray(var.values)
             else:  # a per-step trace, (chain=1, step, ...) or (step, ...)
                 info[name] = np.asarray(var.values[0] if "chain" in var.dims else var.values)
     params = None
-    if "variational_params" in idata.groups():
-        params = {k: np.asarray(v.values) for k, v in idata.variational_params.data_vars.items()}
+    if "variational_params" in groups:
+        params = {k: np.asarray(v.values) for k, v in groups["variational_params"].data_vars.items()}
     try:
         approximation = from_guide_params(params, list(sites), meta.get("approximation"))
     except ValueError as e:
@@ -72,25 +72,25 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
             raise ValueError(f"{path}: its model spec cannot be rebuilt ({type(e).__name__}: {e})") from None
     elif model is not None:
         model = rename_observed(model, observed)
-    if "constant_data" in idata.groups():
-        x = np.asarray(idata.constant_data["x"].values)
-        y = np.asarray(idata.observed_data[observed].values)
+    if "constant_data" in groups:
+        x = np.asarray(groups["constant_data"]["x"].values)
+        y = np.asarray(groups["observed_data"][observed].values)
     else:  # saved without its training data
         x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
         y = np.zeros((0, *data.get("y_shape", ())), data.get("y_dtype", "int32"))
     if given:
         probe = x[:1] if x.shape[0] else np.zeros((1, *x.shape[1:]), np.float32)
         check_sites(model, sites, probe, path)
-    if "constant_data" in idata.groups() and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(meta["data"]["feature_shape"])):
+    if "constant_data" in groups and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(meta["data"]["feature_shape"])):
         raise ValueError(f"{path}: its training data has shapes x {x.shape}, y {y.shape} that contradict its metadata")
     return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation)
 
 
-def _checked_meta(idata, path: str) -> tuple[dict, dict[str, SiteInfo]]:
+def _checked_meta(groups: dict, path: str) -> tuple[dict, dict[str, SiteInfo]]:
     """The ``bnnpp`` metadata of a file, checked against its arrays; ValueError naming what is wrong."""
-    if "posterior" not in idata.groups():
+    if "posterior" not in groups:
         raise ValueError(f"{path} has no posterior group: it is not a bnnpp posterior; save one with Posterior.save")
-    meta_text = idata.posterior.attrs.get("bnnpp")
+    meta_text = groups["posterior"].attrs.get("bnnpp")
     if meta_text is None:
         raise ValueError(f"{path} is not a bnnpp posterior (no 'bnnpp' attribute); save it with Posterior.save")
     try:
@@ -105,9 +105,9 @@ def _checked_meta(idata, path: str) -> tuple[dict, dict[str, SiteInfo]]:
         raise ValueError(f"{path}: its metadata lists no latent sites")
     lead = None
     for name, site in sites.items():
-        if variables[name] not in idata.posterior:
+        if variables[name] not in groups["posterior"]:
             raise ValueError(f"{path}: site {name!r} of its metadata has no draws in the posterior group")
-        shape = tuple(idata.posterior[variables[name]].shape)
+        shape = tuple(groups["posterior"][variables[name]].shape)
         if shape[2:] != site.shape or len(shape) != 2 + len(site.shape):
             raise ValueError(f"{path}: site {name!r} has draws of shape {shape}, but its metadata says (chain, draw, *{site.shape})")
         if lead is not None and shape[:2] != lead:
