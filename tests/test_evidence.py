@@ -51,7 +51,7 @@ def test_online_evidence_reaches_the_exact_evidence_optimum(structure, monkeypat
     if structure == "diag":
         monkeypatch.setattr(evidence, "FULL_LIMIT", 0)
     x, y = _data()
-    model = bnnpp.models.mlp((), likelihood="gaussian", noise=None, noise_scale=NOISE_SCALE,
+    model = bnnpp.models.mlp((), standardize=False, likelihood="gaussian", noise=None, noise_scale=NOISE_SCALE,
                              prior=priors.normal(scale=priors.inverse_gamma(A, B)))
     post = bnnpp.fit(model, (x, y), method="map", hyperparameters="evidence", num_steps=3000, progress=False)
     v, s = _truth(x, y)
@@ -61,6 +61,6 @@ def test_online_evidence_reaches_the_exact_evidence_optimum(structure, monkeypat
 
 def test_evidence_refuses_a_model_without_hyperparameters_in_one_line():
     x, y = _data(20)
-    model = bnnpp.models.mlp((), likelihood="gaussian", noise=0.5, prior=priors.normal(1.0))
+    model = bnnpp.models.mlp((), standardize=False, likelihood="gaussian", noise=0.5, prior=priors.normal(1.0))
     with pytest.raises(ValueError, match="hyperparameters='map'"):
         bnnpp.fit(model, (x, y), method="map", hyperparameters="evidence", num_steps=10, progress=False)

@@ -48,7 +48,7 @@ def test_conjugate_linear_regression_is_exact(hessian, precision):
     (1e-4 absolute on coefficients of size ~1); the covariance is computed in float32 from
     exact curvature (rtol 1e-4)."""
     x, y = _regression()
-    model = bnnpp.models.mlp((), likelihood="gaussian", noise=SIGMA, prior=priors.normal(TAU))
+    model = bnnpp.models.mlp((), standardize=False, likelihood="gaussian", noise=SIGMA, prior=priors.normal(TAU))
     post = bnnpp.fit(model, (x, y), method="laplace", hessian=hessian, prior_precision=precision, progress=False, **PRECISE)
     mean, cov = _closed_form(x, y)
     approx = post.approximation
@@ -105,7 +105,7 @@ def test_evidence_recovers_the_prior_precision_and_noise(hessian):
     b = rng.normal(0, 1 / np.sqrt(delta0))
     x = rng.normal(size=(n, d)).astype(np.float32)
     y = (x @ w + b + rng.normal(0, sigma0, n)).astype(np.float32)
-    model = bnnpp.models.mlp((), likelihood="gaussian", prior=priors.normal(1.0))
+    model = bnnpp.models.mlp((), standardize=False, likelihood="gaussian", prior=priors.normal(1.0))
     options = {"subset": "last_layer"} if hessian == "full" else {}  # full: the noise site outside θ, so σ is tuned
     post = bnnpp.fit(model, (x, y), method="laplace", hessian=hessian, num_steps=3000, learning_rate=0.02, progress=False, **options)
     assert abs(post.info["prior_precision"] / delta0 - 1) < 0.4
@@ -124,7 +124,7 @@ def test_logistic_regression_matches_a_long_nuts_run():
     x = rng.normal(size=(300, 3)).astype(np.float32)
     logit = x @ np.array([1.0, -1.5, 0.5]) + 0.3
     y = (rng.random(300) < 1 / (1 + np.exp(-logit))).astype(np.int32)
-    model = bnnpp.models.mlp((), likelihood="bernoulli", prior=priors.normal(1.0))
+    model = bnnpp.models.mlp((), standardize=False, likelihood="bernoulli", prior=priors.normal(1.0))
     lap = bnnpp.fit(model, (x, y), method="laplace", hessian="full", prior_precision="model", num_samples=20_000,
                     progress=False, **PRECISE)
     ref = bnnpp.fit(model, (x, y), method="nuts", num_chains=4, num_warmup=1000, num_samples=4000, progress=False)

@@ -21,7 +21,7 @@ def _data():
 
 def test_minibatch_map_reaches_the_ridge_solution():
     x, y = _data()
-    model = models.mlp((), likelihood="gaussian", noise=1.0, prior=priors.normal(1.0))
+    model = models.mlp((), standardize=False, likelihood="gaussian", noise=1.0, prior=priors.normal(1.0))
     # log joint = −½‖y − Xw − b‖² − ½‖w‖² − ½b² + const: mode (AᵀA + I)⁻¹ Aᵀy with A = [X, 1]
     a = np.c_[x, np.ones(len(x))].astype(np.float64)
     exact = np.linalg.solve(a.T @ a + np.eye(4), a.T @ y)
@@ -35,7 +35,7 @@ def test_minibatch_map_reaches_the_ridge_solution():
 
 def test_batch_size_checks():
     x, y = _data()
-    model = models.mlp((), likelihood="gaussian", noise=1.0)
+    model = models.mlp((), standardize=False, likelihood="gaussian", noise=1.0)
     with pytest.raises(ValueError, match="batch_size 500 is larger than the 200 training rows"):
         bnnpp.fit(model, (x, y), method="map", batch_size=500)
     with pytest.raises(ValueError, match="batch_size must be an integer"):

@@ -77,7 +77,7 @@ def test_sparse_linear_regression_keeps_the_signal_and_drops_the_noise():
     ask for ≥ 50 dropped (59 seen), every zero weight with |t| > 1.5 kept (as the rule says)
     and ≥ 85% of those with |t| < 0.5 dropped (37 of 39 seen)."""
     x, y, w, true = _sparse_regression()
-    model = bnnpp.models.mlp((), likelihood="gaussian", noise=0.5)
+    model = bnnpp.models.mlp((), standardize=False, likelihood="gaussian", noise=0.5)
     post = bnnpp.fit(model, (x, y), method="vd", seed=0, progress=False, epochs=4000, num_samples=10)
     q = post.approximation
     assert isinstance(q, VariationalDropout)

@@ -121,6 +121,8 @@ def vi_khat(posterior, seed: int = 0) -> float | None:
         return None
     loc = {n: np.asarray(q.loc[n], np.float32) for n in names}
     scale = {n: np.asarray(q.scale[n], np.float32) for n in names}
+    if not all(np.all(np.isfinite(loc[n])) and np.all(scale[n] > 0) and np.all(np.isfinite(scale[n])) for n in names):
+        return None  # no density to weight by
     lw = gaussian_log_weights(posterior.model, loc, scale, posterior.x, posterior.y, KHAT_DRAWS, seed)
     return pareto_khat(lw)
 
@@ -143,7 +145,7 @@ def check(posterior) -> list[str]:
                 f"{r['drop'] / max(r['se'], 1e-300):.0f} standard errors) from the middle to the end of the "
                 f"{trace.shape[0]} steps{member}; run longer (more steps or epochs)"
             )
-    khat = vi_khat(posterior, stats.seed)
+    khat = vi_khat(posterior, stats.seed) if stats.stopped_at is None else None  # a NaN stop's q may hold non-finite scales
     if khat is not None:
         stats.extras["psis_khat"] = khat
         if not khat <= KHAT_THRESHOLD:

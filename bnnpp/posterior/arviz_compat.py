@@ -112,12 +112,20 @@ def build(groups: Mapping[str, Any]):
     under 1.x, where a name with '/' is escaped as in a file (:func:`encode_name`)."""
     import xarray as xr
 
+    # the container's own attrs: the run's (method, options, ...) as az.from_dict set them, not
+    # the posterior group's file metadata
+    attrs = {k: v for k, v in getattr(groups.get("posterior"), "attrs", {}).items() if k not in _GROUP_ONLY_ATTRS}
     if arviz_major() >= 1:
         escaped = renamed(groups, lambda n: encode_name(n) if isinstance(n, str) and "/" in n else n)
-        return xr.DataTree.from_dict({f"/{g}": ds for g, ds in escaped.items()})
+        tree = xr.DataTree.from_dict({f"/{g}": ds for g, ds in escaped.items()})
+        tree.attrs.update(attrs)
+        return tree
     import arviz as az
 
-    return az.InferenceData(**dict(groups))
+    return az.InferenceData(attrs=attrs, **dict(groups))
+
+
+_GROUP_ONLY_ATTRS = ("bnnpp", "bnnpp_no_log_likelihood")
 
 
 def is_arviz_data(obj) -> bool:
