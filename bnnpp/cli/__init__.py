@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
         if command in HELP:
             print(HELP[command], end="")
-            return 0
+            raise SystemExit(0)  # as argparse's own --help does
     parser = build_parser(only=command)
     try:
         expanded = config.expand_argv(parser, argv)  # --config FILE: its options, overridden by the flags typed

@@ -131,12 +131,12 @@ def fit(
     if checkpoint_dir is not None:
         checkpoint = Checkpointing(os.fspath(checkpoint_dir), every_steps=checkpoint_every, every_minutes=checkpoint_minutes)
     x, y = check_data(data, model)
-    model = rename_observed(model, observed, x, y)
     rows = getattr(data, "rows", None)
     if rows is not None and rows.start == 0 and rows.stop == rows.total:
         rows = None  # every row: the ordinary fit
+    model = _standardized(model, x, y, rows)  # before the observed site is renamed: it returns a new network
+    model = rename_observed(model, observed, x, y)
     parsed.check_data(*((x, y) if rows is None else global_rows(x, y, rows.total)))  # the batch against every row
-    model = _standardized(model, x, y, rows)
     check_model(model, x, y)
     posterior = chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
                            devices=devices, mesh=mesh, rows=rows)
