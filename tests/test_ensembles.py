@@ -49,7 +49,7 @@ def test_members_are_the_one_by_one_map_fits(small_moons, net):
     post = bnnpp.fit(net, (x, y), method="ensemble", seed=seed, progress=False, members=members, num_steps=steps, batch_size=16)
     assert post.num_chains == members and post.num_draws == 1
     keys = default_keys(jax.random.PRNGKey(seed))
-    one = map_estimate.build(net, x, y, map_estimate.MAPOptions(num_steps=steps, batch_size=16))
+    one = map_estimate.build(post.model, x, y, map_estimate.MAPOptions(num_steps=steps, batch_size=16))
     for m in range(members):
         alone = one._replace(keys=lambda root, m=m: Keys(jax.random.fold_in(keys.init, m), keys.steps, keys.data, keys.sample))
         draws, _ = trace_fit(alone, jax.random.PRNGKey(seed), jnp.asarray(x), jnp.asarray(y))
@@ -431,7 +431,7 @@ def test_swag_warns_when_its_sgd_phase_leaves_the_mode():
     """At rate 0.05 the sinusoid's SGD phase diverges (weights in the hundreds, mean loss ~50×
     the pretrained one); at 0.002 it stays at the mode, and the fit says nothing."""
     d = bnnpp.data.sinusoid()
-    model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=1.0)
+    model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=1.0, standardize=False)  # the scenario is raw data
     small = {"pretrain_steps": 2000, "swag_epochs": 50, "num_samples": 5, "progress": False}
     with pytest.warns(RuntimeWarning, match="lower swag_learning_rate"):
         bnnpp.fit(model, (d.x_train, d.y_train), method="swag", swag_learning_rate=0.05, **small)
