@@ -210,7 +210,7 @@ def test_cli_modules_do_not_import_each_other():
 
     folder = pathlib.Path(bnnpp.__file__).parent / "cli"
     for path in folder.glob("*.py"):
-        if path.name == "__init__.py":
+        if path.name in ("__init__.py", "_help_snapshot.py"):  # the parser's package and the tool that snapshots its help
             continue
         tree = ast.parse(path.read_text())
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
