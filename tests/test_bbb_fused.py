@@ -99,7 +99,7 @@ def test_bbb_step_profile_quick(tmp_path):
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bbb_step_profile.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "bbb_step_profile.py"
     proc = subprocess.run(
         [sys.executable, str(script), "--quick", "--results", str(tmp_path)], check=False, capture_output=True, text=True, timeout=900
     )

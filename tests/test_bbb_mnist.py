@@ -125,12 +125,12 @@ def test_bad_validation_data_fails_before_compiling(validation, error, match, mo
 
 
 def test_revision_ab_refuses_an_unknown_revision_before_timing(tmp_path):
-    """benchmarks/revision_ab.py: a revision git does not know is a one-line SystemExit, and no
+    """benchmarks/studies/revision_ab.py: a revision git does not know is a one-line SystemExit, and no
     result file is written."""
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "revision_ab.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "revision_ab.py"
     proc = subprocess.run([sys.executable, str(script), "--baseline", "no-such-revision", "--data-dir", str(_data_dir()),
                            "--results", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False)
     if "no mnist/ folder" in proc.stderr:
@@ -147,7 +147,7 @@ def test_revision_ab_quick_times_both_revisions(mnist, tmp_path):
     import subprocess
     import sys
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "revision_ab.py"
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "studies" / "revision_ab.py"
     proc = subprocess.run([sys.executable, str(script), "--baseline", "HEAD", "--quick", "--data-dir", str(_data_dir()),
                            "--results", str(tmp_path)], capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]

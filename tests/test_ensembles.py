@@ -382,7 +382,7 @@ def _run_benchmark(script: str, results, *extra) -> dict:
     import sys
 
     root = pathlib.Path(__file__).resolve().parents[1]
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / f"{script}.py"), "--quick", "--results", str(results), *extra],
+    proc = subprocess.run([sys.executable, str(next(p for p in (root / "benchmarks" / f"{script}.py", root / "benchmarks" / "studies" / f"{script}.py") if p.is_file())), "--quick", "--results", str(results), *extra],
                           capture_output=True, text=True, cwd=root, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads((results / f"{script}.json").read_text())

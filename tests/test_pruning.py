@@ -287,7 +287,7 @@ def test_mnist_bbb_choose_cell_takes_the_lowest_validation_error(tmp_path):
 
 @pytest.mark.slow  # about a minute on a loaded 2-core CPU: compiles one BBB epoch, the pruning table and a slower-rho variant
 def test_mnist_bbb_drift_records_every_epoch(tmp_path):
-    """benchmarks/mnist_bbb_drift.py with tiny arguments: one record per epoch with the per-layer
+    """benchmarks/studies/mnist_bbb_drift.py with tiny arguments: one record per epoch with the per-layer
     statistics, the final predictive and pruning table, and the same with a separate ρ rate."""
     import json
     import os
@@ -299,7 +299,7 @@ def test_mnist_bbb_drift_records_every_epoch(tmp_path):
     data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
     if not (data / "mnist").is_dir():
         pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
-    script = str(root / "benchmarks" / "mnist_bbb_drift.py")
+    script = str(root / "benchmarks" / "studies" / "mnist_bbb_drift.py")
     common = ["--n-train", "256", "--n-test", "200", "--hidden", "8", "8", "--epochs", "2", "--data-dir", str(data), "--out", str(tmp_path)]
     for extra in (["--label", "a", "--final"], ["--label", "b", "--rho-lr-factor", "0.1"]):
         proc = subprocess.run([sys.executable, script, *extra, *common], check=False, capture_output=True, text=True, timeout=900)

@@ -31,9 +31,15 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     assert (tmp_path / "runs" / "posterior.nc").is_file()
 
 
+def _script(name: str) -> pathlib.Path:
+    """``benchmarks/<name>.py``, or ``benchmarks/studies/<name>.py`` for a one-off study."""
+    top = ROOT / "benchmarks" / f"{name}.py"
+    return top if top.is_file() else ROOT / "benchmarks" / "studies" / f"{name}.py"
+
+
 def _run_quick(script: str, results) -> dict:
     """Run ``benchmarks/<script>.py --quick`` into ``results``; return the JSON it wrote."""
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{script}.py"), "--quick", "--results", str(results)],
+    proc = subprocess.run([sys.executable, str(_script(script)), "--quick", "--results", str(results)],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     return json.loads((results / f"{script}.json").read_text())
@@ -219,3 +225,15 @@ def test_sinusoid_mixture_q_benchmark_quick(tmp_path):
     for r in result["rows"]:
         assert np.isfinite(r["negative_elbo"]) and r["test_nll"] > 0 and r["train_rmse"] > 0 and r["epistemic_ratio"] > 0
     assert set(result["rows"][1]["first_component_share"]) == {"dense_0.w", "dense_0.b", "dense_1.w", "dense_1.b", "dense_2.w", "dense_2.b"}
+
+
+def test_every_top_level_benchmark_is_a_table_the_readme_cites():
+    """benchmarks/ holds one script per user-facing table, each named in the README's Benchmarks
+    table; one-off studies live in benchmarks/studies/."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Benchmarks"):]
+    scripts = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_"))
+    missing = [s for s in scripts if f"| `{s}` |" not in section]
+    assert not missing, f"benchmarks not in the README's Benchmarks table: {missing} (add a row, or move a study to benchmarks/studies/)"
+    for study in (ROOT / "benchmarks" / "studies").glob("*.py"):
+        assert f"`{study.name}`" not in section.split("One-off studies")[0], study.name

@@ -24,7 +24,7 @@ minibatches and keys, so the fit is the same up to float reassociation. On a CPU
 all members sweeps every member's parameters, gradients and Adam moments through memory;
 once those exceed the cache (MNIST 2×400: 5 × 7.7 MB against a 32 MB L3) each vmapped
 step pays main-memory traffic that a member stepped on its own does not (per member 1.11×
-one MAP fit's time vmapped, 1.00× in turn; benchmarks/results/ensemble_cost.md). The
+one MAP fit's time vmapped, 1.00× in turn; benchmarks/studies/results/ensemble_cost.md). The
 default ``"auto"`` therefore steps members in turn on a CPU above :data:`IN_TURN_BYTES` of
 members' state and vmaps them otherwise (small nets, where one wide step beats five narrow
 ones, and accelerators). Either way it is one program, compiled once.
@@ -108,7 +108,7 @@ gradients and Adam's two moments, ``M × P × 4`` float32 numbers — is larger 
 
 Measured on the 2-core CPU here (32 MiB L3; MNIST 2×width ReLU MLPs, 5 members, one epoch of
 128-row batches; run time per member over one MAP fit's, vmap / in turn;
-``benchmarks/results/ensemble_cost.md``, layouts table): 7 MiB (2×100) 0.70 / 0.93,
+``benchmarks/studies/results/ensemble_cost.md``, layouts table): 7 MiB (2×100) 0.70 / 0.93,
 15 MiB (2×200) 0.86 / 0.97, 25 MiB (2×300) 1.00 / 1.00, 36 MiB (2×400) 1.11 / 0.99,
 97 MiB (2×800) 1.34 / 1.01. Past the cache every vmapped step sweeps all members' state
 through main memory, while a member stepped alone keeps its own in cache from one step to
@@ -150,7 +150,7 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     groups inside the program (``jax.lax.map(..., batch_size=b)``; ``None``: one vmap over all);
     the result is the same, only memory and time differ (fewer members at once need less
     memory; on 2 CPU cores it was slower than both one vmap over all and the members in turn
-    through each chunk, benchmarks/results/ensemble_cost.md).
+    through each chunk, benchmarks/studies/results/ensemble_cost.md).
 
     Rows ``(B, D)`` (rank-2 inputs) are copied to every member, ``(M, B, D)``, when the
     minibatch is smaller than twice a member's parameters (``B·D < 2P``) and the copy has at

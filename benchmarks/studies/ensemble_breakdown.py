@@ -16,9 +16,9 @@ Chunks of each kind run alternately ``--repeats`` times; the fastest is kept (th
 cores are shared with other work: minima are the least disturbed numbers, CPU time the least
 sensitive to other processes). The load average is recorded.
 
-    python benchmarks/ensemble_breakdown.py               # moons, MNIST 2x400, LeNet-5 (~4 CPU minutes)
-    python benchmarks/ensemble_breakdown.py --no-lenet    # without LeNet-5 (~2 CPU minutes)
-    python benchmarks/ensemble_breakdown.py --quick       # moons only, once (a smoke test)
+    python benchmarks/studies/ensemble_breakdown.py               # moons, MNIST 2x400, LeNet-5 (~4 CPU minutes)
+    python benchmarks/studies/ensemble_breakdown.py --no-lenet    # without LeNet-5 (~2 CPU minutes)
+    python benchmarks/studies/ensemble_breakdown.py --quick       # moons only, once (a smoke test)
 
 Writes ``--results``/ensemble_breakdown.{json,md}. MNIST from ``--data-dir`` or ``$BNNPP_DATA_DIR``.
 """
@@ -31,6 +31,8 @@ import os
 import sys
 import time
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import default_data_dir, machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -214,7 +216,7 @@ def main(argv=None) -> dict:
 def _finish(args, argv, result: dict, steps: dict, load_before) -> dict:
     result.update(
         benchmark="ensemble_breakdown",
-        produced_by=" ".join(["python benchmarks/ensemble_breakdown.py", *(argv if argv is not None else sys.argv[1:])]),
+        produced_by=" ".join(["python benchmarks/studies/ensemble_breakdown.py", *(argv if argv is not None else sys.argv[1:])]),
         date=dt.date.today().isoformat(), machine=machine(), members=MEMBERS, repeats=args.repeats,
         load_average=[load_before[0], os.getloadavg()[0]], steps=steps,
     )

@@ -8,8 +8,8 @@ The baseline's module is read with ``git show REV:bnnpp/inference/variational_la
 its ``negative_elbo_terms`` replaces bbb's for the baseline fits (everything else — bbb.py, the
 runner, MAP — is this checkout's), so only the layers' draw and KL differ.
 
-    python benchmarks/bbb_ab.py --baseline e1950eb              # 3 rounds, ~3 minutes on 2 cores
-    python benchmarks/bbb_ab.py --baseline e1950eb --quick      # smoke run: 1 round on 2,560 images
+    python benchmarks/studies/bbb_ab.py --baseline e1950eb              # 3 rounds, ~3 minutes on 2 cores
+    python benchmarks/studies/bbb_ab.py --baseline e1950eb --quick      # smoke run: 1 round on 2,560 images
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tempfile
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 from _common import default_data_dir, machine, write_results
 
 
@@ -84,7 +85,7 @@ def main(argv=None) -> dict:
         bbb.negative_elbo_terms = current
     med = {k: statistics.median(v) for k, v in per.items()}
     names = [name for name, *_ in fits]
-    command = "python benchmarks/bbb_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python benchmarks/studies/bbb_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {
         "command": command, "date": dt.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
         "seconds_per_epoch": per, "median_seconds_per_epoch": med, "load_average_1min": load,

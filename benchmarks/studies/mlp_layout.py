@@ -11,8 +11,8 @@ alternately ``--repeats`` times; the fastest counts.
 * **moons** 2-5-5-2 tanh on 700 rows, full batch (the ensemble_cost moons net);
 * **MNIST-sized** 784-400-400-10 ReLU on random batches of 128 (``--no-mnist`` skips it).
 
-    python benchmarks/mlp_layout.py              # ~1 CPU minute
-    python benchmarks/mlp_layout.py --no-mnist   # moons only
+    python benchmarks/studies/mlp_layout.py              # ~1 CPU minute
+    python benchmarks/studies/mlp_layout.py --no-mnist   # moons only
 
 Writes ``--results``/mlp_layout.{json,md}.
 """
@@ -26,6 +26,8 @@ import os
 import sys
 import time
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -154,7 +156,7 @@ def main(argv=None) -> dict:
         cases["784-400-400-10 ReLU, batch 128"] = measure(net, x, y, 30, args.repeats)
     result = {
         "benchmark": "mlp_layout",
-        "produced_by": " ".join(["python benchmarks/mlp_layout.py", *(argv if argv is not None else sys.argv[1:])]),
+        "produced_by": " ".join(["python benchmarks/studies/mlp_layout.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(), "machine": machine(), "repeats": args.repeats,
         "load_average": [load_before[0], os.getloadavg()[0]], "us_per_step": cases,
     }

@@ -8,11 +8,11 @@ minibatches at a time (the runner's scheme: a fresh permutation per epoch, the l
 batch dropped), so every epoch's state can be summarised on the host. The record is rewritten
 after every epoch (a partial run leaves its evidence)::
 
-    python benchmarks/mnist_bbb_drift.py --label base --n-train 10000 --epochs 150
-    python benchmarks/mnist_bbb_drift.py --label uniform --kl-weighting uniform ...
-    python benchmarks/mnist_bbb_drift.py --plot results/mnist_bbb_drift/base.json ...   # PNG of σ, |μ| per layer
+    python benchmarks/studies/mnist_bbb_drift.py --label base --n-train 10000 --epochs 150
+    python benchmarks/studies/mnist_bbb_drift.py --label uniform --kl-weighting uniform ...
+    python benchmarks/studies/mnist_bbb_drift.py --plot results/mnist_bbb_drift/base.json ...   # PNG of σ, |μ| per layer
 
-Writes ``--out``/<label>.json (default benchmarks/results/mnist_bbb_drift).
+Writes ``--out``/<label>.json (default benchmarks/studies/results/mnist_bbb_drift).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import os
 import sys
 import time
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -157,7 +159,7 @@ def main(argv=None) -> dict:
     record = {
         "benchmark": "mnist_bbb_drift",
         "label": args.label,
-        "command": "python benchmarks/mnist_bbb_drift.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python benchmarks/studies/mnist_bbb_drift.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "date": dt.datetime.now().isoformat(timespec="minutes"),
         "machine": machine(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("plot", "png", "out", "data_dir")},

@@ -1,6 +1,6 @@
 """``bnnpp COMMAND --help`` wall time, in fresh processes, for each command.
 
-Usage: ``python benchmarks/cli_help.py [--repeats 5] [--baseline SRC] [--results DIR]``.
+Usage: ``python benchmarks/studies/cli_help.py [--repeats 5] [--baseline SRC] [--results DIR]``.
 ``--baseline SRC`` also times a source tree SRC (e.g. an older commit from ``git archive``)
 the same way, interleaved run by run, so both see the same machine load. Writes
 ``results/cli_help.{json,md}`` with the median and max seconds per command and tree, the load
@@ -18,8 +18,10 @@ import subprocess
 import sys
 import time
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(BENCHMARKS)
 COMMANDS = ("fit", "predict", "compare", "sweep", "evaluate", "prune")
 
 

@@ -13,9 +13,9 @@ the variational objective), the test NLL on the 300-point grid on [−1.5, 1.5],
 (noise sd 1) and the epistemic sd ratio at x = ±1.2 to x = 0 — the issue's sinusoid criteria.
 NUTS's row in ``results/regression.md`` is the reference (test NLL 4.37, ratio 17.6).
 
-    python benchmarks/sinusoid_optima.py              # priors mixture and normal, fit seeds 0, 1, 2
-    python benchmarks/sinusoid_optima.py --quick      # 300 steps, one seed: a smoke test
-    python benchmarks/sinusoid_optima.py --bnaf --fit-seeds 0   # the flow guide below (about 13 minutes a seed; 9 with --quick)
+    python benchmarks/studies/sinusoid_optima.py              # priors mixture and normal, fit seeds 0, 1, 2
+    python benchmarks/studies/sinusoid_optima.py --quick      # 300 steps, one seed: a smoke test
+    python benchmarks/studies/sinusoid_optima.py --bnaf --fit-seeds 0   # the flow guide below (about 13 minutes a seed; 9 with --quick)
 
 ``--bnaf`` fits NumPyro's ``AutoBNAFNormal`` instead (a block neural autoregressive flow, one
 flow, hidden factor 4 — the issue's flow guide; ``AutoIAFNormal`` diverged in the tenth
@@ -35,6 +35,8 @@ import sys
 import time
 
 import numpy as np
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import machine, parse_seeds, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -112,7 +114,7 @@ def _result(name: str, argv, steps: int, rows: list[dict]) -> dict:
     """The JSON record of a run: the command, date, machine, steps and rows."""
     return {
         "benchmark": name,
-        "produced_by": " ".join(["python benchmarks/sinusoid_optima.py", *(argv if argv is not None else sys.argv[1:])]),
+        "produced_by": " ".join(["python benchmarks/studies/sinusoid_optima.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "steps": steps,

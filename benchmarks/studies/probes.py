@@ -10,8 +10,8 @@
    1,500 full-batch epochs) from different starts: final negative ELBO, train RMSE and the
    epistemic sd ratio x = ±1.2 / x = 0.
 
-    python benchmarks/probes.py           # writes results/probes.{json,md} (about 3 minutes)
-    python benchmarks/probes.py --quick   # smaller, for the smoke test
+    python benchmarks/studies/probes.py           # writes results/probes.{json,md} (about 3 minutes)
+    python benchmarks/studies/probes.py --quick   # smaller, for the smoke test
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import sys
 import time
 
 import numpy as np
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,7 +103,7 @@ def main(argv=None) -> dict:
     sinus = sinusoid_probe(200 if args.quick else 1500)
     result = {
         "benchmark": "probes",
-        "produced_by": "python benchmarks/probes.py" + (" --quick" if args.quick else ""),
+        "produced_by": "python benchmarks/studies/probes.py" + (" --quick" if args.quick else ""),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "load_average_at_end": os.getloadavg()[0],

@@ -18,8 +18,8 @@ sums are robust to other jobs on a shared machine; they are CPU time summed over
 threads, so they can exceed the wall time. Random inputs (the cost does not depend on the
 pixels).
 
-    python benchmarks/bbb_step_profile.py            # ~2 minutes on 2 CPU cores
-    python benchmarks/bbb_step_profile.py --quick    # smoke run
+    python benchmarks/studies/bbb_step_profile.py            # ~2 minutes on 2 CPU cores
+    python benchmarks/studies/bbb_step_profile.py --quick    # smoke run
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ import time
 
 import numpy as np
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
 from _common import machine, write_results
 
 BATCH = 128
@@ -146,7 +147,7 @@ def main(argv=None) -> dict:
     programs = {name: _program(a, args.steps) for name, a in _algorithms().items()}
     rows = {name: profile(name, c, s, args.steps, args.repeats) for name, (c, s) in programs.items()}
     ref = rows["map"]
-    command = "python benchmarks/bbb_step_profile.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(argv if argv is not None else sys.argv[1:]))
+    command = "python benchmarks/studies/bbb_step_profile.py" + ("" if argv is None and len(sys.argv) == 1 else " " + " ".join(argv if argv is not None else sys.argv[1:]))
     result = {
         "command": command, "date": dt.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
         "load_average_1min": os.getloadavg()[0], "steps": args.steps, "repeats": args.repeats, "rows": rows,

@@ -15,8 +15,8 @@ at its default.
   (two thirds of it outside the data) and the epistemic sd ratio ±1.2 / 0 — how far the
   band widens off the data.
 
-    python benchmarks/vi_schedule.py --data-dir ../shared/data
-    python benchmarks/vi_schedule.py --quick          # moons only, short fits (a smoke test)
+    python benchmarks/studies/vi_schedule.py --data-dir ../shared/data
+    python benchmarks/studies/vi_schedule.py --quick          # moons only, short fits (a smoke test)
 
 Writes ``results/vi_schedule.{json,md}`` (``--results``). About 40 minutes on 2 cores.
 """
@@ -30,6 +30,8 @@ import sys
 import time
 
 import numpy as np
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -155,7 +157,7 @@ def main(argv=None) -> dict:
     cls = classification(args.quick)
     sin = sinusoid(args.sinusoid_seeds) if args.sinusoid_seeds and not args.quick else []
     uc = uci_rows(args.data_dir, sets, args.splits) if args.data_dir and not args.quick else []
-    cmd = ("python benchmarks/vi_schedule.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    cmd = ("python benchmarks/studies/vi_schedule.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     result = {"benchmark": "vi_schedule", "produced_by": cmd, "date": dt.date.today().isoformat(), "machine": machine(),
               "uci": uc, "sinusoid": sin, "classification": cls, "seconds": time.perf_counter() - t0}
     md = markdown(result)

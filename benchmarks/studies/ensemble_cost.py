@@ -12,8 +12,8 @@ JAX's persistent cache).
   every step (``layout="vmap"``) and stepped in turn through each chunk (``"in_turn"``): the
   measurement behind ``layout="auto"``'s threshold (``bnnpp.inference.ensemble.IN_TURN_BYTES``).
 
-    python benchmarks/ensemble_cost.py            # moons + MNIST (2 epochs each fit) + layouts (~10 CPU minutes)
-    python benchmarks/ensemble_cost.py --quick    # moons + MNIST on 5,000 images, 1 epoch (< 1 minute)
+    python benchmarks/studies/ensemble_cost.py            # moons + MNIST (2 epochs each fit) + layouts (~10 CPU minutes)
+    python benchmarks/studies/ensemble_cost.py --quick    # moons + MNIST on 5,000 images, 1 epoch (< 1 minute)
 
 Writes ``--results``/ensemble_cost.{json,md}. MNIST from ``--data-dir`` or ``$BNNPP_DATA_DIR``.
 """
@@ -27,6 +27,8 @@ import statistics
 import sys
 import time
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import default_data_dir, machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -134,7 +136,7 @@ def main(argv=None) -> dict:
                            "mnist_per_member_ratio": rows["mnist"][name]["run"] / MEMBERS / rows["mnist"]["map"]["run"]}
     result = {
         "benchmark": "ensemble_cost",
-        "produced_by": " ".join(["python benchmarks/ensemble_cost.py", *(argv if argv is not None else sys.argv[1:])]),
+        "produced_by": " ".join(["python benchmarks/studies/ensemble_cost.py", *(argv if argv is not None else sys.argv[1:])]),
         "date": dt.date.today().isoformat(),
         "machine": machine(),
         "load_average": [load_before, os.getloadavg()[0]],

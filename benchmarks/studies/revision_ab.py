@@ -8,10 +8,10 @@ set-up of the 30-minute run's timing mode: prior cell, estimator, batches of 128
 compilation excluded). Alternating rounds put both revisions under the same load; the ratios are
 taken per process, so BBB and MAP of one row ran seconds apart.
 
-    python benchmarks/revision_ab.py --baseline eab92d8            # 5 rounds, ~4 minutes on 2 cores
-    python benchmarks/revision_ab.py --baseline eab92d8 --quick    # smoke run: 1 round on 2,560 images
+    python benchmarks/studies/revision_ab.py --baseline eab92d8            # 5 rounds, ~4 minutes on 2 cores
+    python benchmarks/studies/revision_ab.py --baseline eab92d8 --quick    # smoke run: 1 round on 2,560 images
 
-Writes ``--out``/revision_ab.{json,md} (default benchmarks/results).
+Writes ``--out``/revision_ab.{json,md} (default benchmarks/studies/results).
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import subprocess
 import sys
 import tempfile
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(BENCHMARKS)
 from _common import default_data_dir, machine, write_results
 
 # Run in a fresh interpreter with the revision's root first on sys.path, so that its bnnpp and
@@ -111,7 +112,7 @@ def main(argv=None) -> dict:
     for name in (base, head):
         mine = [row for row in rows if row["revision"] == name]
         summary[name] = {k: statistics.median(row[k] for row in mine) for k in ("bbb", "map", "ratio")}
-    cmd = "python benchmarks/revision_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    cmd = "python benchmarks/studies/revision_ab.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"command": cmd.strip(), "date": dt.datetime.now().isoformat(timespec="minutes"), "machine": machine(),
               "baseline": base, "head": head, "rounds": rounds, "quick": args.quick, "rows": rows, "summary": summary}
     write_results(args.out, "revision_ab", result, _markdown(result))

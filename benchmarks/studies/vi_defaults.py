@@ -7,8 +7,8 @@ with the old default on the problems where a default is judged.
 * the 32-point sinusoid (``benchmarks/regression.py``'s model: scale-mixture prior): test NLL,
   train RMSE and the epistemic sd ratio ±1.2 / 0 — where mean-field VI is compared with NUTS.
 
-    python benchmarks/vi_defaults.py --data-dir ../shared/data      # writes results/vi_defaults.{json,md}
-    python benchmarks/vi_defaults.py --quick                          # smoke test (no UCI)
+    python benchmarks/studies/vi_defaults.py --data-dir ../shared/data      # writes results/vi_defaults.{json,md}
+    python benchmarks/studies/vi_defaults.py --quick                          # smoke test (no UCI)
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+BENCHMARKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # benchmarks/: _common and the table scripts
+sys.path.insert(0, BENCHMARKS)
 from _common import machine, write_results
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -119,7 +121,7 @@ def main(argv=None) -> dict:
     cls = classification(args.quick)
     uc = uci_rows(args.data_dir, args.uci_splits) if args.data_dir and not args.quick else []
     sin = sinusoid(args.quick)
-    cmd = ("python benchmarks/vi_defaults.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    cmd = ("python benchmarks/studies/vi_defaults.py " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     result = {"benchmark": "vi_defaults", "produced_by": cmd, "date": dt.date.today().isoformat(), "machine": machine(),
               "classification": cls, "uci": uc, "sinusoid": sin, "seconds": time.perf_counter() - t0}
     lines = ["# VI defaults: the evidence", "", f"`{cmd}`, {result['date']}, {result['machine']}.", "",
