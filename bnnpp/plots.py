@@ -130,7 +130,7 @@ def decision_map(
     fig = Figure(figsize=(10, 4.2))
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.84 if title else 0.9, wspace=0.25)
     axes = fig.subplots(1, 2)
-    for ax, panel in zip(axes, _class_panels(probs, names)):
+    for ax, panel in zip(axes, _class_panels(probs, names), strict=False):
         _draw_panel(fig, ax, g0, g1, panel)
         _draw_points(ax, x, y, names)
         ax.set_xlabel("x₁")
@@ -348,7 +348,7 @@ def ood_histograms(
             raise ValueError(f"OOD set {ood_name!r} lacks the score(s) {', '.join(missing)}")
     fig = Figure(figsize=(4.2 * len(names), 3.4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(names)))
-    for ax, name in zip(axes, names):
+    for ax, name in zip(axes, names, strict=False):
         groups = {in_label: np.asarray(scores_in[name], float)} | {k: np.asarray(v[name], float) for k, v in scores_out.items()}
         lo = min(float(v.min()) for v in groups.values())
         hi = max(float(v.max()) for v in groups.values())

@@ -259,7 +259,7 @@ def loss_figure(posterior, title: str = ""):
     terms = [(key, label, np.asarray(info[key], np.float64)) for key, label in LOSS_TERMS if key in info and np.size(info[key])]
     fig = Figure(figsize=(7, 1.2 + 2.0 * len(terms)), layout="constrained")
     axes = fig.subplots(len(terms), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (_, label, trace) in zip(axes, terms):
+    for ax, (_, label, trace) in zip(axes, terms, strict=False):
         ax.plot(np.arange(1, len(trace) + 1), trace, lw=0.8)
         ax.set_ylabel(label)
         finite = np.abs(trace[np.isfinite(trace)])

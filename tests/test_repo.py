@@ -237,3 +237,13 @@ def test_every_top_level_benchmark_is_a_table_the_readme_cites():
     assert not missing, f"benchmarks not in the README's Benchmarks table: {missing} (add a row, or move a study to benchmarks/studies/)"
     for study in (ROOT / "benchmarks" / "studies").glob("*.py"):
         assert f"`{study.name}`" not in section.split("One-off studies")[0], study.name
+
+
+def test_library_passes_the_linter():
+    """`ruff check bnnpp` with the rules of pyproject.toml's [tool.ruff.lint]."""
+    ruff = pytest.importorskip("ruff")
+    from ruff.__main__ import find_ruff_bin
+
+    proc = subprocess.run([find_ruff_bin(), "check", "--no-cache", "bnnpp"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    del ruff

@@ -16,7 +16,6 @@ from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_backend, registered
 
-
 SWEEP_SETS = ("moons", "circles")
 """The built-in sets ``bnnpp sweep`` takes (it scores classifiers)."""
 

@@ -17,7 +17,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
-from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
 from bnnpp.introspection import latent_trace

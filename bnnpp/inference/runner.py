@@ -409,14 +409,14 @@ def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_si
             stopped = bool(carry[1])
             if stopped:
                 valid = int(carry[2]) - start + 1
-            rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[:valid], jax.device_get(rows))
+            rows = jax.tree_util.tree_map(lambda a: np.asarray(a)[:valid], jax.device_get(rows))  # noqa: B023  (used at once)
             pieces.append(rows)
             steps_now = total_steps(start + valid)
             bar.update(steps_now - done_steps)
             done_steps = steps_now
             info = rows[0]
             finite = np.all(np.isfinite(np.asarray(info.loss).reshape(valid, -1)), axis=1) if valid else np.zeros(0, bool)
-            shown = postfix(jax.tree_util.tree_map(lambda a: a[finite], info)) if finite.any() else {}
+            shown = postfix(jax.tree_util.tree_map(lambda a: a[finite], info)) if finite.any() else {}  # noqa: B023  (used at once)
             if after_chunk is not None:
                 shown = {**shown, **after_chunk(carry[0])}
             if shown:

@@ -1,7 +1,13 @@
 """The result of every inference method: :class:`Posterior` (draws, typed approximation and
 fit statistics), :class:`Prediction`, ArviZ conversion and save/load."""
 
-from bnnpp.posterior.approximation import Approximation, FitStats, GuideParameters, MeanFieldGaussian, VariationalDropout
+from bnnpp.posterior.approximation import (
+    Approximation,
+    FitStats,
+    GuideParameters,
+    MeanFieldGaussian,
+    VariationalDropout,
+)
 from bnnpp.posterior.core import MAX_SAVED_DATA, Posterior
 from bnnpp.posterior.families import FAMILIES
 from bnnpp.posterior.io import read_netcdf, to_arviz

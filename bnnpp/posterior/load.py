@@ -13,8 +13,8 @@ import numpy as np
 from bnnpp import models
 from bnnpp.introspection import SiteInfo, check_sites, refuse_flax_module, rename_observed
 from bnnpp.posterior.approximation import FitStats
-from bnnpp.posterior.families import from_guide_params
 from bnnpp.posterior.core import Posterior
+from bnnpp.posterior.families import from_guide_params
 from bnnpp.posterior.io import read_groups
 
 __all__ = ["load"]
