@@ -460,7 +460,11 @@ def fit(
         warnings.warn(
             f"laplace: the Hessian at the MAP has {indefinite} direction(s) of negative curvature: the MAP is not a "
             "strict optimum (not converged, or a saddle), and those directions get a tiny curvature, so a very wide "
-            "posterior there; train longer (num_steps) and check the loss trace",
+            "posterior there; train longer (num_steps) and check the loss trace"
+            if options.num_steps else
+            f"laplace: the Hessian at the weights given (init=, num_steps=0) has {indefinite} direction(s) of negative "
+            "curvature: they are not a mode of this model's log joint (prior included), and those directions get a tiny "
+            "curvature, so a very wide posterior there; fit the MAP from them (num_steps > 0), or use hessian='diag' or 'kron' (Gauss-Newton curvature, never negative)",
             RuntimeWarning, stacklevel=2,
         )
     tuned = {}
