@@ -25,7 +25,7 @@ from typing import Any
 
 __all__ = ["PATH_KEYS", "dumps", "expand_argv", "read", "to_argv"]
 
-PATH_KEYS = ("data", "data_dir")
+PATH_KEYS = ("data", "data_dir", "init")
 """Keys whose relative values are read relative to the config file's folder."""
 
 

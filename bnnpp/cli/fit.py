@@ -23,9 +23,11 @@ import signal
 import sys
 import time
 import warnings
+import zipfile
 from typing import Any
 
 import jax
+import numpy as np
 
 import bnnpp
 from bnnpp import config, distributed, files, priors, runs
@@ -158,6 +160,9 @@ def add_parser(sub) -> None:
         "their defaults.",
     )
     g.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
+    g.add_argument("--init", default=None, metavar="PATH", help="start from these weights instead of at random (not nuts): a run "
+                   "folder or posterior .nc (its mean draw), or an .npz of site arrays; laplace with --steps 0 takes the Laplace "
+                   "approximation at them without fitting")
     for dest, _option, kwargs in method_flags():
         kwargs = dict(kwargs)
         g.add_argument(_flag(dest), *kwargs.pop("aliases"), dest=dest, default=argparse.SUPPRESS, **kwargs)
@@ -331,6 +336,24 @@ NOT_CONFIG = frozenset({"out", "quiet", "resume", "checkpoint_every", "checkpoin
                         "distributed", "coordinator", "num_processes", "process_id"})  # how a fit is launched
 
 
+def start_values(path: str) -> dict:
+    """``--init PATH`` as ``{site: array}``: a run folder's or a ``.nc`` file's posterior (its mean
+    over chains and draws), or the arrays of an ``.npz`` file named by site. One-line
+    ``ValueError`` for a missing or unreadable file."""
+    if os.path.isdir(path):
+        path = os.path.join(path, "posterior.nc")
+    if not os.path.isfile(path):
+        raise ValueError(f"--init: {path} not found: give a run folder, a posterior .nc file or an .npz of site arrays")
+    if path.endswith(".npz"):
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                return {k: np.asarray(f[k]) for k in f.files}
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+            raise ValueError(f"--init: cannot read {path} as an .npz of site arrays ({type(e).__name__}: {e})") from None
+    post = bnnpp.load(path)
+    return {k: np.asarray(v).mean(axis=(0, 1)) for k, v in post.samples.items()}
+
+
 def resolved_config(args, options: dict) -> str:
     """The run's ``config.toml`` text: every ``bnnpp fit`` setting that shapes the result (data,
     model, method, seed) and every option of the method as it ran, so that ``bnnpp fit --config
@@ -396,7 +419,7 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options,
-                             **checkpointing, **mesh)
+                             **checkpointing, **mesh, **({"init": start_values(args.init)} if args.init else {}))
     except (ValueError, RuntimeError) as e:  # a checkpoint of another fit; chains NaN before the first draw
         raise CLIError(str(e)) from None
     overflow = [str(w.message) for w in caught if "overflow to NaN/inf" in str(w.message)]

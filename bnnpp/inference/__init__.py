@@ -23,6 +23,7 @@ from bnnpp.inference.health import FitHealthWarning
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
 from bnnpp.inference.sharding import check_request, global_rows
+from bnnpp.inference.start import start_position
 from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
 from bnnpp.models.scaling import bind_scaling
 from bnnpp.posterior import Posterior, Prediction, load
@@ -67,6 +68,7 @@ def fit(
     observed: str | None = None,
     devices: int | None = None,
     mesh: str | dict | None = None,
+    init: Any = None,
     **options,
 ) -> Posterior:
     """Fit a NumPyro model ``model(x, y=None)`` to data with the chosen inference method.
@@ -101,6 +103,15 @@ def fit(
         mesh: the mesh's axis sizes, ``"data=2,members=2"`` or a dict: ``data`` splits every
             minibatch, ``members`` (alias ``chains``) the ensemble members / chains
             (:mod:`bnnpp.inference.sharding`). ``None`` for both: one device, unsharded.
+        init: start values instead of the method's own random start, for every method but
+            ``nuts``: a dict ``{site: value}`` of constrained latent values (some or all sites), a
+            nested dict of parameters or an ``nnx.State`` / ``nnx.Module`` (sites named by their
+            path, ``layers.0.kernel``, as :func:`bnnpp.models.from_flax` names them), or a
+            :class:`Posterior` (its mean draw). Optimisers and q's means start there; an ensemble's
+            member 0 does (the others start at random); SG-MCMC chains all do. ``laplace`` with
+            ``num_steps=0`` and every site given takes the approximation at those weights
+            without fitting (post-hoc Laplace). Checked against the model before anything
+            compiles (:mod:`bnnpp.inference.start`).
         **options: the method's options (its options dataclass, e.g.
             ``bnnpp.inference.get_method("bbb").options``; defaults in ``.defaults``).
 
@@ -137,8 +148,13 @@ def fit(
     model = rename_observed(model, observed, x, y)
     parsed.check_data(*((x, y) if rows is None else global_rows(x, y, rows.total)))  # the batch against every row
     check_model(model, x, y)
+    start = None
+    if init is not None:
+        if not chosen.takes_start:
+            raise ValueError(f"method {method!r} cannot start from given values: leave init unset ({chosen.start_refusal})")
+        start = start_position(model, x, y, init)
     posterior = chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                           devices=devices, mesh=mesh, rows=rows)
+                           devices=devices, mesh=mesh, rows=rows, start=start)
     warn_if_collapsed(posterior)
     return posterior
 

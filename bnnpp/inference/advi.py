@@ -50,6 +50,7 @@ from bnnpp.inference.options import (
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.posterior import GuideParameters, MeanFieldGaussian
@@ -159,8 +160,10 @@ def _keys(root) -> Keys:
     return Keys(init=key_init, steps=key_init, data=jax.random.fold_in(key_init, 1), sample=key_draw)
 
 
-def build(model, x, y, options: ADVIOptions) -> Algorithm:
-    """ADVI as an :class:`Algorithm` over NumPyro's ``SVIState``."""
+def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algorithm:
+    """ADVI as an :class:`Algorithm` over NumPyro's ``SVIState``. ``start``: site →
+    unconstrained value where q's means start (:func:`bnnpp.inference.start.start_position`),
+    over ``init_loc`` for the sites it names."""
     n = int(x.shape[0])
     opt = optimizer_of(options, steps_for(options, n))
     guide = GUIDES[options.guide](model, init_loc_fn=_init_locations(model, x, y, options), init_scale=options.init_scale)
@@ -171,17 +174,20 @@ def build(model, x, y, options: ADVIOptions) -> Algorithm:
     sites = latent_sites(model, x, y)
     x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
 
-    start = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
+    from_map = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
 
     def init(key, data):
         # the guide keeps what it was set up with (its postprocessing closes over the model's
         # arguments), so it is set up on one concrete row rather than on the traced data
         state = svi.init(key, x1, y1)
-        if start is None:
+        if from_map is None and not start:
             return state
-        position = start(jax.random.fold_in(key, 2), data)
         params = svi.optim.get_params(state.optim_state)  # unconstrained
-        params = _with_locs(guide, options.guide, params, position, sites)
+        if from_map is not None:
+            position = from_map(jax.random.fold_in(key, 2), data)
+        else:
+            position = {name: params[f"{name}_auto_loc"] for name in sites} if options.guide == "normal" else _unpack_loc(guide, params)
+        params = _with_locs(guide, options.guide, params, apply_start(position, start), sites)
         return state._replace(optim_state=svi.optim.init(params))
 
     def step(key, state, batch):

@@ -62,6 +62,7 @@ from bnnpp.inference.options import (
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import (  # noqa: F401  (re-exported: bbb's estimators in bnnpp 0.1)
     ESTIMATORS,
     LAYER_KINDS,
@@ -183,8 +184,9 @@ class BBBInfo(NamedTuple):
     negative_elbo: jax.Array
 
 
-def build(model, x, y, options: BBBOptions) -> Algorithm:
-    """Bayes by Backprop as an :class:`Algorithm`.
+def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algorithm:
+    """Bayes by Backprop as an :class:`Algorithm`; ``start``: site → unconstrained value where
+    the means μ start (:func:`bnnpp.inference.start.start_position`), over ``init_loc``.
 
     Options (:class:`BBBOptions`):
         epochs: passes over the data; steps = epochs × M, M = N // batch_size minibatches
@@ -229,13 +231,13 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
     x1, y1 = x[:1], y[:1]  # latent shapes do not depend on n: one row runs the model when drawing
     rho0 = _softplus_inv(options.init_scale)
 
-    start = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
+    from_map = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
 
     def init(key, data):
         keys = dict(zip(sites, jax.random.split(key, len(sites)), strict=True))
         loc = {}
         for name, info in sites.items():
-            if start is not None:
+            if from_map is not None:
                 continue
             if options.init_loc == "glorot" and name in layer_sites:
                 layer, part = layer_sites[name]
@@ -246,9 +248,10 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
             else:
                 r = options.init_radius
                 loc[name] = jax.random.uniform(keys[name], info.shape, minval=-r, maxval=r)
-        if start is not None:
-            position = start(key, data)
+        if from_map is not None:
+            position = from_map(key, data)
             loc = {name: position[name] for name in sites}
+        loc = apply_start(loc, start)
         params = {"loc": loc, "rho": {name: jnp.full(s.shape, rho0) for name, s in sites.items()}}
         if options.learn_prior:
             pi, s1, s2 = next(iter(layers.values()))["prior"].params

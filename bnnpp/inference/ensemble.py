@@ -143,7 +143,7 @@ def map_options(options, **overrides) -> MAPOptions:
 
 
 def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_epsilon: float = 0.0,
-                members_per_batch: int | None = None):
+                members_per_batch: int | None = None, start: dict | None = None):
     """MAP's ``init``/``step``/``sample`` for ``members`` fits side by side.
 
     ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
@@ -170,10 +170,16 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
         *site_shape)}`` constrained modes; ``one`` is the single-member MAP
         :class:`Algorithm`; ``member_step(key, state, batch)`` → ``(state, loss ())`` is one
         member's step, which ``step`` vmaps with the keys ``fold_in(key, m)``.
+
+    ``start`` (site → unconstrained value, :func:`bnnpp.inference.start.start_position`):
+    member 0 starts there, the others from their own random starts (a given network joins the
+    ensemble as one member; members started at one point would stay one point under full-batch
+    steps).
     """
     if adversarial_epsilon > 0:  # the adversarial step below updates every site by the joint
         options = dataclasses.replace(options, hyperparameters="map")
     one = build_map(model, x, y, options)
+    given = build_map(model, x, y, options, start=start) if start else None
     n = x.shape[0]
     batch = options.batch_size or n
     opt = optimizer_of(options)  # the one map_estimate.build uses
@@ -185,7 +191,11 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
         # a loop over members, not a vmap: the same values, and init runs once, but the vmapped
         # init (threefry loops batched over members) compiled about twice as long as MAP's
         # whole init and dominated the ensemble's extra compile time (benchmarks/README.md)
-        return jax.lax.map(lambda m: one.init(jax.random.fold_in(key, m), data), jnp.arange(members))
+        states = jax.lax.map(lambda m: one.init(jax.random.fold_in(key, m), data), jnp.arange(members))
+        if given is None:
+            return states
+        first = given.init(jax.random.fold_in(key, 0), data)
+        return jax.tree_util.tree_map(lambda s, f: s.at[0].set(f), states, first)
 
     def adversarial_step(key, state, batch_data):
         xb, yb = batch_data
@@ -223,14 +233,15 @@ def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_e
     return init, step, sample, one, member_step
 
 
-def build(model, x, y, options: EnsembleOptions) -> Algorithm:
+def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> Algorithm:
     """The ensemble as an :class:`Algorithm` with ``num_chains = M``; ``sample`` returns
-    ``{site: (M, num_samples, *site_shape)}``, each member's mode repeated."""
+    ``{site: (M, num_samples, *site_shape)}``, each member's mode repeated. ``start``: member 0
+    starts there (:func:`vmapped_map`)."""
     members = options.members
     num_steps = options.steps_for(x.shape[0])
     init, vstep, modes, _, one_step = vmapped_map(
         model, x, y, map_options(options, num_steps=num_steps), members, adversarial_epsilon=options.adversarial_epsilon,
-        members_per_batch=options.members_per_batch,
+        members_per_batch=options.members_per_batch, start=start,
     )
     params = sum(math.prod(s.shape) for s in latent_sites(model, x, y).values())
     layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)

@@ -35,6 +35,7 @@ from bnnpp.inference.options import (
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.start import apply_start
 from bnnpp.introspection import latent_sites
 
 __all__ = [
@@ -104,8 +105,10 @@ def evidence_plan_of(model, x, y, options) -> Any:
     return evidence_plan(model, x, y, required=choice == "evidence")
 
 
-def build(model, x, y, options: MAPOptions) -> Algorithm:
-    """MAP as an :class:`Algorithm`; ``sample`` repeats the mode ``(num_samples, *site)``."""
+def build(model, x, y, options: MAPOptions, start: dict | None = None) -> Algorithm:
+    """MAP as an :class:`Algorithm`; ``sample`` repeats the mode ``(num_samples, *site)``.
+    ``start``: site → unconstrained start value for the sites it names
+    (:func:`bnnpp.inference.start.start_position`); the others start uniform in ±init_radius."""
     opt = optimizer_of(options)
     sites = latent_sites(model, x, y)
     n = x.shape[0]
@@ -119,11 +122,11 @@ def build(model, x, y, options: MAPOptions) -> Algorithm:
     every = resolve_every(options.evidence_every, num_steps)
 
     def init(key, data):
-        u = init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius)
+        u = apply_start(init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
         if plan is None:
             return MAPState(u, opt.init(u))
         # hyperparameters start at 1 (unconstrained 0: unit prior scales, unit noise sd)
-        hyper = {k: jnp.zeros_like(u[k]) for k in plan.hyper}
+        hyper = {k: u[k] if start and k in start else jnp.zeros_like(u[k]) for k in plan.hyper}
         u = {**u, **hyper}
         return MAPState(u, EvidenceState(opt.init(u), hyper_optimizer().init(hyper), jnp.zeros((), jnp.int32)))
 

@@ -62,6 +62,7 @@ from bnnpp.inference.options import (
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import latent_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.models.layers import LAYER_EFFECT
@@ -142,9 +143,10 @@ class _InputDropout(Messenger):
         msg["args"] = (name, x * keep, units, prior, scale)
 
 
-def build(model, x, y, options: MCDropoutOptions) -> Algorithm:
+def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> Algorithm:
     """MC / concrete dropout as an :class:`Algorithm`; ``sample`` returns
-    ``{site: (num_samples, *site)}``, weight sites with their dropped rows zeroed."""
+    ``{site: (num_samples, *site)}``, weight sites with their dropped rows zeroed. ``start``:
+    site → unconstrained start value (:func:`bnnpp.inference.start.start_position`)."""
     layers = dropout_layers(model, x, y)
     sites = latent_sites(model, x, y)
     weight_layer = {layer["site"]: layer for layer in layers.values()}
@@ -156,7 +158,7 @@ def build(model, x, y, options: MCDropoutOptions) -> Algorithm:
     fan_in = jnp.asarray([layer["in"] for layer in layers.values()], jnp.float32)  # K_l
 
     def init(key, data):
-        u = init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius)
+        u = apply_start(init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
         logit_p = jnp.full((len(layers),), logit0, jnp.float32)
         return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
 

@@ -17,6 +17,7 @@ from bnnpp.inference.checks import check_data
 from bnnpp.inference.options import Options
 from bnnpp.inference.runner import run
 from bnnpp.inference.sharding import global_rows
+from bnnpp.inference.start import digest
 from bnnpp.posterior import Posterior
 
 __all__ = ["Backend", "Method", "get_backend", "get_method", "register", "registered"]
@@ -78,12 +79,16 @@ class Method:
     def run(
         self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
         checkpoint: Checkpointing | None = None, resume: bool = False, devices: int | None = None,
-        mesh: str | dict | None = None, rows=None,
+        mesh: str | dict | None = None, rows=None, start: dict | None = None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
         epochs and the like are fixed first (:meth:`Options.resolve`). ``rows``: a
         :class:`bnnpp.data.Rows` when ``x``, ``y`` are one process's block of the training rows
-        (the method is built for the global row count; :func:`~bnnpp.inference.runner.run`)."""
+        (the method is built for the global row count; :func:`~bnnpp.inference.runner.run`).
+        ``start``: site → unconstrained start value (``bnnpp.fit``'s ``init``, checked by
+        :func:`bnnpp.inference.start.start_position`), for methods that :attr:`takes_start`."""
+        if start and not self.takes_start:
+            raise ValueError(f"method {self.name!r} cannot start from given values: leave init unset ({self.start_refusal})")
         if rows is not None and self.fit is not None:
             raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         options = options.resolve(int(x.shape[0]) if rows is None else int(rows.total))
@@ -95,17 +100,36 @@ class Method:
                 raise type(e)(f"validation_data: {e}") from None
         if self.fit is not None:  # a loop of its own: it takes the checkpoint and mesh arguments itself
             extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
+            if start:
+                extra["start"] = start
             if devices is not None or mesh is not None:
                 if not self.takes_mesh:
                     raise ValueError(f"method {self.name!r} runs on one device: leave devices and mesh unset")
                 extra.update(devices=devices, mesh=mesh)
             return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
-        algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options)
+        algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options,
+                               **({"start": start} if start else {}))
+        recorded = _recorded(options)
+        if start:
+            recorded["init"] = digest(start)  # in the record and the checkpoint fingerprint
         return run(
-            algorithm, model, x, y, method=self.name, seed=seed, options=_recorded(options), progress=progress,
+            algorithm, model, x, y, method=self.name, seed=seed, options=recorded, progress=progress,
             chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,
             resume=resume, devices=devices, mesh=mesh, rows=rows,
         )
+
+    @property
+    def takes_start(self) -> bool:
+        """Whether the method can start from given values (``bnnpp.fit``'s ``init``): its
+        ``build`` or ``fit`` takes ``start``."""
+        return "start" in inspect.signature(self.build or self.fit).parameters
+
+    @property
+    def start_refusal(self) -> str:
+        """Why a method that does not :attr:`takes_start` refuses ``init``."""
+        if self.name == "nuts":
+            return "NUTS starts its chains itself and adapts from there; use init_radius, or sgld to start chains at given weights"
+        return "its build/fit has no start argument"
 
     @property
     def takes_mesh(self) -> bool:

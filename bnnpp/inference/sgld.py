@@ -127,6 +127,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import segments
+from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 
@@ -402,9 +403,10 @@ def _keys(root) -> Keys:
     return Keys(init=key_init, steps=jax.random.fold_in(key_model, 1), data=jax.random.fold_in(key_model, 2), sample=key_model)
 
 
-def build(model, x, y, options: SGLDOptions) -> Algorithm:
+def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algorithm:
     """Stochastic-gradient MCMC as an :class:`Algorithm` whose draws are emitted after every
-    kept step (module docstring).
+    kept step (module docstring). ``start``: every chain starts at these sites' values
+    (:func:`bnnpp.inference.start.start_position`; the noise separates the chains).
 
     Returns:
         The algorithm; its posterior has samples ``(num_chains, num_samples, *site_shape)``
@@ -431,12 +433,12 @@ def build(model, x, y, options: SGLDOptions) -> Algorithm:
     # U(±2) weights start a wide layer saturated or exploding (pre-activation sd ≈ 8 at 50
     # inputs); the first Langevin steps then overflow on a CNN (LeNet-5 on MNIST, h = 1e-3)
     limits, biases = glorot_limits(find_layers(model, x[:1], y[:1])) if options.init_loc == "glorot" else ({}, frozenset())
-    start = functools.partial(init_glorot, radius=options.init_radius, limits=limits, biases=biases)
+    draw_start = functools.partial(init_glorot, radius=options.init_radius, limits=limits, biases=biases)
 
     def init(key, data):
         k_position, k_noise = jax.random.split(key)
         shapes = {name: s.shape for name, s in sites.items()}
-        u = jax.vmap(lambda k: start(shapes, k))(jax.random.split(k_position, num_chains))
+        u = jax.vmap(lambda k: apply_start(draw_start(shapes, k), start))(jax.random.split(k_position, num_chains))
         v = jax.tree.map(jnp.zeros_like, u) if variant == "psgld" else None
         return SGLDState(u, jnp.zeros((), jnp.int32), jnp.zeros((num_chains,), jnp.float32), v, k_noise)
 

@@ -181,8 +181,9 @@ def swag_draw(key, m: SWAGMoments) -> jax.Array:
     return m.mean + jnp.sqrt(var / 2.0) * z1 + low_rank
 
 
-def build(model, x, y, options: SWAGOptions) -> Algorithm:
-    """SWAG (``options.members == 1``) or MultiSWAG as an :class:`Algorithm`.
+def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algorithm:
+    """SWAG (``options.members == 1``) or MultiSWAG as an :class:`Algorithm`. ``start``: the
+    (first member's) MAP pretraining starts there (:func:`bnnpp.inference.ensemble.vmapped_map`).
 
     ``sample`` returns ``{site: (num_samples, *site)}`` for SWAG and
     ``{site: (members, num_samples, *site)}`` for MultiSWAG (``num_chains = members``).
@@ -194,7 +195,7 @@ def build(model, x, y, options: SWAGOptions) -> Algorithm:
     period = num_batches * options.collect_every  # steps between collections
     pretrain = options.pretrain_steps
     num_steps = pretrain + options.swag_epochs * num_batches
-    init_pre, step_pre, _, one, _ = vmapped_map(model, x, y, map_options(options, num_steps=max(pretrain, 1)), members)
+    init_pre, step_pre, _, one, _ = vmapped_map(model, x, y, map_options(options, num_steps=max(pretrain, 1)), members, start=start)
     zero = {k: jnp.zeros(s.shape) for k, s in latent_sites(model, x, y).items()}
     flat_zero, unravel = ravel_pytree(zero)  # the (D,) layout of every latent site, unconstrained
     dim = int(flat_zero.shape[0])

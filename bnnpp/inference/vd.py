@@ -85,6 +85,7 @@ from bnnpp.inference.options import (
     steps_for,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import conv_preactivations, dense_preactivations, latent_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.models.layers import LAYER_EFFECT
@@ -228,8 +229,10 @@ def vd_layers(model, x, y) -> dict[str, dict]:
     return latent_layers(model, x, y, "vd", "puts its noise on the weights of bnnpp layers")
 
 
-def build(model, x, y, options: VDOptions) -> Algorithm:
-    """Gaussian / variational / sparse variational dropout as an :class:`Algorithm`.
+def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorithm:
+    """Gaussian / variational / sparse variational dropout as an :class:`Algorithm`;
+    ``start``: site → unconstrained start value of θ and the other sites
+    (:func:`bnnpp.inference.start.start_position`).
 
     Returns:
         The algorithm: ``sample`` gives ``{site: (num_samples, *site)}`` (weights drawn from q
@@ -278,6 +281,7 @@ def build(model, x, y, options: VDOptions) -> Algorithm:
             u[s] = jax.random.uniform(k, sites[s].shape, minval=-lim, maxval=lim)
             if layer["sites"][1] in sites:
                 u[layer["sites"][1]] = jnp.zeros(sites[layer["sites"][1]].shape)
+        u = apply_start(u, start)
         if variant == "sparse":
             noise = {s: jnp.full(sites[s].shape, options.init_log_sigma2, jnp.float32) for s in weight_sites}
         elif variant == "variational":

@@ -73,6 +73,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+import optax
 from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
@@ -92,9 +93,10 @@ from bnnpp.inference.laplace.evidence import (
     _precision_info,
     _tune_on_validation,
 )
-from bnnpp.inference.options import check_validation_data, check_validation_pair, option, positive_int
+from bnnpp.inference.options import check_validation_data, check_validation_pair, non_negative_int, option, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import run
+from bnnpp.inference.start import digest
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters
 from bnnpp.models.layers import LAYER_EFFECT
@@ -125,6 +127,11 @@ def prior_precision_check(name: str, value) -> None:
 @dataclass(frozen=True)
 class LaplaceOptions(map_estimate.MAPOptions):
     """Options of ``method="laplace"``: the MAP fit's (those of ``map``), then the Laplace's."""
+
+    num_steps: int = option(
+        5_000, "MAP optimisation steps (0: no MAP, the Laplace approximation around the weights given as init=)",
+        check=non_negative_int, flag="steps",
+    )
 
     subset: str = option("all", "Laplace over every latent site or the last layer's weights", choices=("all", "last_layer"))
     hessian: str = option("auto", "curvature: exact Hessian, GGN diagonal or K-FAC (auto: kron for bnnpp networks)", choices=HESSIANS)
@@ -399,9 +406,14 @@ def _unconstrain(model, values: dict, x, y) -> dict:
 
 def fit(
     model, x, y, options: LaplaceOptions, *, seed: int, progress: bool, checkpoint: Checkpointing | None = None,
-    resume: bool = False,
+    resume: bool = False, start: dict | None = None,
 ) -> Posterior:
     """The MAP (the ``map`` algorithm through the runner), then the Laplace approximation.
+
+    ``start`` (``bnnpp.fit``'s ``init``, unconstrained): the MAP starts there; with
+    ``num_steps=0`` there is no MAP and the approximation is taken at ``start`` itself, which
+    must then name every latent site (post-hoc Laplace around a network trained elsewhere; the
+    curvature is only a posterior's where the weights are a mode of this model's log joint).
 
     Returns:
         A :class:`Posterior` with ``num_samples`` draws ``(1, num_samples, *site_shape)`` of every
@@ -413,10 +425,21 @@ def fit(
         ValueError: an unsupported combination (see :func:`plan`), before the MAP runs.
     """
     p = plan(model, x, y, options)
-    map_options = map_estimate.MAPOptions(**{k: getattr(options, k) for k in map_estimate.MAPOptions.names()})
-    algorithm = map_estimate.build(model, x, y, map_options)._replace(name="laplace (MAP)")
+    map_options = map_estimate.MAPOptions(**{k: getattr(options, k) for k in map_estimate.MAPOptions.names() if k != "num_steps"},
+                                          num_steps=max(options.num_steps, 1))
+    if options.num_steps == 0:
+        missing = [k for k in latent_sites(model, x, y) if k not in (start or {})]
+        if missing:
+            raise ValueError(
+                "laplace with num_steps=0 takes the approximation at the weights you give: pass init= with every latent site "
+                f"(missing: {', '.join(missing)}), or num_steps ≥ 1 to fit the MAP first"
+            )
+        # one step that moves nothing, so the run's records (the loss at the given weights) come as for any fit
+        map_options = replace(map_options, optimizer=optax.set_to_zero(), hyperparameters="map")
+    algorithm = map_estimate.build(model, x, y, map_options, start=start)._replace(name="laplace (MAP)")
+    recorded = options.as_dict() | ({"init": digest(start)} if start else {})
     found = run(
-        algorithm, model, x, y, method="laplace", seed=seed, options=options.as_dict(), progress=progress,
+        algorithm, model, x, y, method="laplace", seed=seed, options=recorded, progress=progress,
         chunk_size=options.chunk_size, checkpoint=checkpoint, resume=resume,
     )
     t0 = time.perf_counter()
@@ -437,7 +460,11 @@ def fit(
         warnings.warn(
             f"laplace: the Hessian at the MAP has {indefinite} direction(s) of negative curvature: the MAP is not a "
             "strict optimum (not converged, or a saddle), and those directions get a tiny curvature, so a very wide "
-            "posterior there; train longer (num_steps) and check the loss trace",
+            "posterior there; train longer (num_steps) and check the loss trace"
+            if options.num_steps else
+            f"laplace: the Hessian at the weights given (init=, num_steps=0) has {indefinite} direction(s) of negative "
+            "curvature: they are not a mode of this model's log joint (prior included), and those directions get a tiny "
+            "curvature, so a very wide posterior there; fit the MAP from them (num_steps > 0), or use hessian='diag' or 'kron' (Gauss-Newton curvature, never negative)",
             RuntimeWarning, stacklevel=2,
         )
     tuned = {}
