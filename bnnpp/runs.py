@@ -51,6 +51,7 @@ __all__ = [
     "figure",
     "fit_report",
     "loss_figure",
+    "training_curves",
     "metrics_on_test_set",
     "open_run",
     "prune_run",
@@ -248,7 +249,8 @@ LOSS_TERMS = (("loss", "loss (minibatch objective)"), ("nll", "data term (NLL, r
 def loss_figure(posterior, title: str = ""):
     """The training loss per step (``info["loss"]``; for bbb also the data term and the KL),
     one axes per term stacked over a shared step axis, each on its own y scale (symlog when
-    the term spans more than two decades, so early steps do not flatten the end), as a
+    the term spans more than two decades, so early steps do not flatten the end), and the
+    validation error after each scored chunk when the fit had validation data, as a
     matplotlib Figure; ``None`` when the method keeps no loss trace (nuts, sgld)."""
     # matplotlib (~0.5 s to import) loads on first use, not when the `bnnpp` command starts
     from matplotlib.figure import Figure
@@ -257,14 +259,20 @@ def loss_figure(posterior, title: str = ""):
     if "loss" not in info or len(np.asarray(info["loss"])) == 0:
         return None
     terms = [(key, label, np.asarray(info[key], np.float64)) for key, label in LOSS_TERMS if key in info and np.size(info[key])]
-    fig = Figure(figsize=(7, 1.2 + 2.0 * len(terms)), layout="constrained")
-    axes = fig.subplots(len(terms), 1, sharex=True, squeeze=False)[:, 0]
+    val = info.get("val_error")
+    fig = Figure(figsize=(7, 1.2 + 2.0 * (len(terms) + (val is not None))), layout="constrained")
+    axes = fig.subplots(len(terms) + (val is not None), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (_, label, trace) in zip(axes, terms, strict=False):
         ax.plot(np.arange(1, len(trace) + 1), trace, lw=0.8)
         ax.set_ylabel(label)
         finite = np.abs(trace[np.isfinite(trace)])
         if finite.size and finite.max() > 100 * max(np.median(finite), 1e-12):
             ax.set_yscale("symlog", linthresh=max(float(np.median(finite)), 1e-6))
+        ax.grid(alpha=0.3)
+    if val is not None:  # the error at the point estimate (e.g. bbb's means) on the validation rows
+        ax = axes[-1]
+        ax.plot(np.asarray(info.get("val_step", np.arange(1, len(val) + 1))), np.asarray(val, np.float64), marker=".", lw=0.8)
+        ax.set_ylabel("validation error")
         ax.grid(alpha=0.3)
     axes[-1].set_xlabel("step")
     fig.suptitle(title or info.get("method", ""))
@@ -355,6 +363,29 @@ def _last(trace) -> float | None:
     return float(trace[-1]) if trace.size else None
 
 
+def training_curves(posterior) -> dict | None:
+    """A minibatch fit's training curves per epoch, for ``metrics.json``: ``epoch`` (1, 2, …),
+    the epoch's mean of each loss term the method traces (``loss``; bbb's ``nll`` and ``kl``), and
+    with validation data ``val_step`` / ``val_error`` (the error at the point estimate after each
+    scored chunk — every epoch unless ``chunk_size`` was set). Lists of floats; ``None`` for a
+    full-batch fit or a method without a loss trace."""
+    info = posterior.info
+    batches = int(info.get("num_batches") or 1)
+    loss = np.asarray(info.get("loss", []), np.float64)
+    if batches <= 1 or loss.ndim != 1 or loss.size < batches:
+        return None
+    epochs = loss.size // batches
+    out: dict = {"epoch": list(range(1, epochs + 1))}
+    for key, _ in LOSS_TERMS:
+        trace = np.asarray(info.get(key, []), np.float64)
+        if trace.ndim == 1 and trace.size >= epochs * batches:
+            out[key] = [float(v) for v in trace[: epochs * batches].reshape(epochs, batches).mean(axis=1)]
+    if info.get("val_error") is not None:
+        out["val_step"] = [int(s) for s in info.get("val_step", [])]
+        out["val_error"] = [float(e) for e in info["val_error"]]
+    return out
+
+
 def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> dict:
     """The ``metrics.json`` dict of a fit run.
 
@@ -372,6 +403,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
         ``stopped_at``, ``test``, ``fit_info``, ``health`` (the fit's
         :class:`~bnnpp.inference.health.FitHealthWarning` lines, empty when it looks done), ``val_error`` (when the fit tracked it),
+        ``curves`` (a minibatch fit: :func:`training_curves`),
         ``collapse_warning`` (when the fit explained its targets as noise: :mod:`bnnpp.inference.collapse`),
         ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
@@ -389,6 +421,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters", "psis_khat") if k in info},
         "health": list(info.get("health", [])),  # the fit's FitHealthWarning lines: not converged, PSIS k̂ > 0.7
         **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
+        **({"curves": curves} if (curves := training_curves(posterior)) else {}),
         **({"collapse_warning": info["collapse_warning"]} if info.get("collapse_warning") else {}),
         **({"placement": info["placement"]} if "placement" in info else {}),  # devices, mesh, per-device batch, step time
         "seconds": dict(seconds),

@@ -465,7 +465,8 @@ def run(
         progress: show a tqdm bar (updated between chunks).
         chunk_size: units per compiled chunk (steps; segments for emitting samplers).
             Default: about 20 bar updates, rounded to whole epochs with minibatches.
-        validation_data: ``(x_val, y_val)`` scored at ``algorithm.point`` after every chunk.
+        validation_data: ``(x_val, y_val)`` scored at ``algorithm.point`` after every chunk (with
+            minibatches and no ``chunk_size``: a chunk is one epoch, so every epoch is scored).
         checkpoint: save progress as :class:`~bnnpp.inference.checkpoints.Checkpointing` says
             (and on SIGINT/SIGTERM); without it a signal still stops cleanly after the chunk.
         resume: continue from the newest checkpoint in ``checkpoint.directory`` (a fresh start
@@ -519,6 +520,8 @@ def run(
         chunk_size = default_chunk_size(num_units)
         if plan.ends is None and plan.num_batches > 1:  # whole epochs per chunk
             chunk_size = plan.num_batches * max(1, round(chunk_size / plan.num_batches))
+            if validation_data is not None:  # one epoch per chunk: the validation error of every epoch
+                chunk_size = plan.num_batches
     chunk_size = min(chunk_size, num_units)
 
     t0 = time.perf_counter()
