@@ -21,8 +21,11 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts; see the docstring
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -95,9 +98,49 @@ def _light_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``bnnpp`` console script; returns the exit status."""
+    """Entry point of the ``bnnpp`` console script; returns the exit status.
+
+    Ctrl-C at any point (the imports of the first second included) ends the command with one
+    line, ``bnnpp COMMAND: interrupted``, and status 130, unless the command handles it itself
+    (``bnnpp fit`` checkpoints). Run as the program (``argv=None``), a Ctrl-C that a library
+    swallowed still gives status 130, and one that arrives after the command finished, while
+    Python shuts down, exits at once with that line and 130 (its files are already written).
+    """
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    name = f"bnnpp {command}" if command in COMMANDS else "bnnpp"
+    fired: list[int] = []
+    if program and threading.current_thread() is threading.main_thread():
+        def interrupt(signum, frame):  # Python's own, but remembered
+            fired.append(signum)
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, interrupt)
+    try:
+        status = _main(argv, command)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        status = 130
+    if fired and status == 0:  # a Ctrl-C swallowed inside a library (a finaliser): still not a clean run
+        print(f"{name}: interrupted", file=sys.stderr)
+        status = 130
+    if program and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, lambda signum, frame: _exit_interrupted(name))
+    return status
+
+
+def _exit_interrupted(name: str) -> None:
+    """Ctrl-C while Python shuts down after the command: one line, status 130, no traceback."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"{name}: interrupted\n")
+        sys.stderr.flush()
+    os._exit(130)
+
+
+def _main(argv: list[str], command: str | None) -> int:
     if command not in COMMANDS:
         _light_parser().parse_args(argv)  # prints the help or the error, and exits
         return 2  # not reached: argparse exits on a missing or unknown command
