@@ -98,9 +98,11 @@ def test_a_plain_numpyro_model_is_fingerprinted_by_name_and_sites():
 def test_a_checkpoint_without_a_model_record_is_refused(tmp_path):
     _keeper(tmp_path / "ck").save(5, 5, STATE, [], [])
     path = _meta_file(tmp_path / "ck", 5)
-    meta = json.load(open(path))
+    with open(path) as f:
+        meta = json.load(f)
     del meta["digest"], meta["fingerprint"]["model"]  # as an older bnnpp wrote it
-    json.dump(meta, open(path, "w"))
+    with open(path, "w") as f:
+        json.dump(meta, f)
     with pytest.raises(ValueError, match="older bnnpp .* delete the folder"):
         _restore(_keeper(tmp_path / "ck"))
 
@@ -112,9 +114,11 @@ def test_a_checkpoint_without_a_model_record_is_refused(tmp_path):
 def test_an_edited_checkpoint_is_refused(tmp_path, field):
     _keeper(tmp_path / "ck").save(5, 5, STATE, [], [])
     path = _meta_file(tmp_path / "ck", 5)
-    meta = json.load(open(path))
+    with open(path) as f:
+        meta = json.load(f)
     meta[field] = 9
-    json.dump(meta, open(path, "w"))
+    with open(path, "w") as f:
+        json.dump(meta, f)
     with pytest.raises(ValueError, match="edited or damaged .*checksum"):
         _restore(_keeper(tmp_path / "ck"))
 
@@ -207,8 +211,9 @@ def _old_run(run):
 
 def _publish(out):
     with files.publish_run(out) as tmp:
-        (open(os.path.join(tmp, "posterior.nc"), "w")).write("new")
-        (open(os.path.join(tmp, "loss.png"), "w")).write("new")
+        for name in ("posterior.nc", "loss.png"):
+            with open(os.path.join(tmp, name), "w") as f:
+                f.write("new")
         with open(os.path.join(tmp, "metrics.json"), "w") as f:
             json.dump({"files": ["posterior.nc", "metrics.json", "loss.png"]}, f)
 
@@ -230,9 +235,8 @@ def test_a_symlinked_out_is_followed_and_locked_as_its_folder(tmp_path):
     os.symlink(run, tmp_path / "cc_alias")
     with files.run_folder_lock(tmp_path / "cc_alias") as real:
         assert real == os.path.realpath(run)
-        with pytest.raises(ValueError, match="another bnnpp process is writing"):
-            with files.run_folder_lock(run):
-                pass
+        with pytest.raises(ValueError, match="another bnnpp process is writing"), files.run_folder_lock(run):
+            pass
         _publish(tmp_path / "cc_alias")
     assert os.path.islink(tmp_path / "cc_alias") and (run / "posterior.nc").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cc", "cc_alias"]  # no .bnnpp-old-* left

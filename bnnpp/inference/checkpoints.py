@@ -258,7 +258,7 @@ class Checkpointer:
             self._manager.save(int(step), args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)),
                                force=True)
             self._manager.wait_until_finished()
-        except Exception as e:  # a full disk, a folder gone read-only: orbax raises several types
+        except Exception as e:  # noqa: BLE001  (a full disk, a folder gone read-only: orbax raises several types)
             self._manager_ = None  # a fresh manager for the next save
             self._remove_partial()
             reason = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
