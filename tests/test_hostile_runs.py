@@ -272,3 +272,12 @@ def test_ctrl_c_during_the_imports_is_one_line_and_status_130(tmp_path, delay):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert err.strip() in ("bnnpp: interrupted", "bnnpp fit: interrupted"), err
+
+
+@pytest.mark.slow  # ~14 s on a loaded 2-core machine: compiles a small MAP fit before the checkpoint is read
+def test_cli_resume_from_another_models_checkpoint_is_one_line(tmp_path, capsys):
+    _keeper(tmp_path / ".run.checkpoints").save(5, 5, STATE, [], [])  # not this command's fit
+    code, err = _fit_cli(capsys, "--out", str(tmp_path / "run"), "--resume")
+    lines = [line for line in err.strip().splitlines() if "FitHealthWarning" not in line]
+    assert code == 2 and len(lines) == 1 and "is from another fit (" in lines[0] and "--fresh" in lines[0], err
+    assert not (tmp_path / "run").exists()

@@ -417,7 +417,7 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
             post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options,
                              **checkpointing, **mesh)
     except (ValueError, RuntimeError) as e:  # a checkpoint of another fit; chains NaN before the first draw
-        raise CLIError(str(e)) from None
+        raise CLIError(str(e).replace("delete the folder to start over", "delete the folder or run with --fresh (not --resume) to start over")) from None
     overflow = [str(w.message) for w in caught if "overflow to NaN/inf" in str(w.message)]
     if overflow:  # draws that are not numbers make every metric meaningless
         raise CLIError(overflow[0])
