@@ -2,6 +2,10 @@
 
 import sys
 
-from bnnpp.cli import main
+try:
+    from bnnpp.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the package loads: one line, as main() says it
+    sys.stderr.write("bnnpp: interrupted\n")
+    sys.exit(130)
 
 sys.exit(main())

@@ -11,6 +11,10 @@ temporary name and renaming it by hand:
 - :func:`publish_folder` yields a temporary folder; on success every file written at its top
   level is moved into the output folder, and on any exception nothing is moved and the
   temporary folder is removed.
+- :func:`publish_run` writes a whole run folder and swaps it in; it replaces only the files
+  bnnpp wrote there (those its reports list: :func:`bnnpp_files`) and keeps the user's.
+  :func:`run_folder_lock` serialises the commands that write one run folder. Both work on the
+  real folder (:func:`real_folder`): a symbolic link to a folder is followed, never replaced.
 
 Temporary files are created with mode ``0o666`` and the process umask applies, so the result
 has the permissions of a file made by ``open(path, "w")`` (``0644`` under umask ``022``), not
@@ -23,15 +27,19 @@ This module imports nothing from bnnpp.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-__all__ = ["atomic_file", "atomic_path", "check_free_space", "check_writable", "publish_folder", "publish_run", "run_folder_lock"]
+__all__ = ["PublishInterrupted", "atomic_file", "atomic_path", "bnnpp_files", "check_free_space", "check_writable", "publish_folder",
+           "publish_run", "real_folder", "run_folder_lock"]
 
 
 def _fsync(path: str) -> None:
@@ -211,14 +219,14 @@ def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
     target missing) is moved back.
 
     Yields:
-        The absolute path of the run folder.
+        The real path of the run folder (:func:`real_folder`: symbolic links resolved).
 
     Raises:
-        ValueError: another process holds the lock.
+        ValueError: another process holds the lock; ``out_dir`` is a file or a dangling link.
     """
     import fcntl
 
-    out_dir = os.path.abspath(os.fspath(out_dir))
+    out_dir = real_folder(out_dir)  # one lock per folder, whatever link names it
     parent, name = os.path.split(out_dir)
     os.makedirs(parent, exist_ok=True)
     lock_path = os.path.join(parent, f".{name}.lock")
@@ -256,38 +264,143 @@ def run_folder_lock(out_dir: str | os.PathLike) -> Iterator[str]:
         handle.close()
 
 
+class PublishInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived while :func:`publish_run` swapped a run folder in: the swap
+    was finished first (the folder holds the new run, complete), then this is raised.
+
+    Attributes:
+        signum: the signal; folder: the run folder written.
+    """
+
+    def __init__(self, signum: int, folder: str):
+        self.signum, self.folder = signum, folder
+        super().__init__(f"{signal.Signals(signum).name} while publishing {folder}: the run was written")
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[list[int]]:
+    """Hold SIGINT and SIGTERM over a block that must not stop half-way; yields the list of
+    signals that arrived (the caller acts on them after the block). Outside the main thread
+    nothing is caught."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in previous:
+        signal.signal(s, lambda signum, frame: received.append(signum))
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def real_folder(path: str | os.PathLike) -> str:
+    """The absolute real path of a folder to write (symbolic links resolved), made or not.
+
+    Raises:
+        ValueError: ``path`` is a symbolic link to nothing (a dangling link), or names a file.
+    """
+    path = os.path.abspath(os.fspath(path))
+    real = os.path.realpath(path)
+    if os.path.islink(path) and not os.path.exists(path):
+        raise ValueError(f"{path} is a symbolic link to {real}, which does not exist: create that folder or choose another path")
+    if os.path.exists(real) and not os.path.isdir(real):
+        raise ValueError(f"{path} is a file: give a folder path")
+    return real
+
+
+def _json_object(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def bnnpp_files(folder: str | os.PathLike) -> set[str]:
+    """The names in a run folder that bnnpp wrote, as its own reports list them: ``metrics.json``
+    and its ``files`` (``bnnpp fit``), ``evaluation.json/.md/.npz`` and the ``figures`` that
+    evaluation.json lists (``bnnpp evaluate``), ``prune.json/.md`` and ``snr.png`` (``bnnpp
+    prune``). A writer that adds files to a run folder lists them in its report here. Every
+    other entry is the user's."""
+    folder = os.fspath(folder)
+    names = {"metrics.json"}
+    metrics = _json_object(os.path.join(folder, "metrics.json")) or {}
+    names.update(n for n in metrics.get("files", []) or [] if isinstance(n, str))
+    evaluation = _json_object(os.path.join(folder, "evaluation.json"))
+    if evaluation is not None:
+        names.update({"evaluation.json", "evaluation.md", "evaluation.npz"})
+        names.update(n for n in evaluation.get("figures", []) or [] if isinstance(n, str))
+    if _json_object(os.path.join(folder, "prune.json")) is not None:
+        names.update({"prune.json", "prune.md", "snr.png"})
+    return {n for n in names if n and os.path.basename(n) == n}
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    """A hard link ``dst`` to ``src`` (instant, no extra space), or a copy where links fail."""
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(src, dst, follow_symlinks=False)
+
+
+def _carry(src: str, dst: str) -> None:
+    """Put the user's entry ``src`` (file, link or folder) at ``dst`` without touching ``src``."""
+    if os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    elif os.path.isdir(src):
+        shutil.copytree(src, dst, symlinks=True, copy_function=_link_or_copy)
+    else:
+        _link_or_copy(src, dst)
+
+
 @contextmanager
 def publish_run(out_dir: str | os.PathLike) -> Iterator[str]:
     """Write a whole run folder and publish it at once (hold :func:`run_folder_lock` around it).
 
-    Yields a temporary folder beside the target; on success the previous run (if any) is
-    renamed aside, the new folder is renamed to the target and the previous run is deleted,
-    so the target is always either the old run or the new one, complete. On any exception the
+    Yields a temporary folder beside the target (the real folder: a symbolic link ``out_dir``
+    is followed and stays a link). On success the entries of the previous run folder that
+    bnnpp did not write (the user's own files: not in :func:`bnnpp_files`) are hard-linked
+    (or copied) into the new folder, beside the files written (which win a clash); then the
+    previous run is renamed aside, the new folder is renamed to the target and the previous
+    run is deleted, so the target is always either the old run or the new one, complete.
+    SIGINT and SIGTERM are held over the swap: one that arrives then raises
+    :class:`PublishInterrupted` once the new run is in place. On any other exception the
     temporary folder is removed and the old run is left as it was.
 
     Yields:
         The temporary folder's path.
     """
-    out_dir = os.path.abspath(os.fspath(out_dir))
+    out_dir = real_folder(out_dir)
     parent, name = os.path.split(out_dir)
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ValueError(f"{out_dir} is a file: give a folder path")
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f"{_RUN_PREFIX}new-{name}-", dir=parent)
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-        for entry in os.listdir(tmp):
+        written = sorted(os.listdir(tmp))
+        if os.path.isdir(out_dir):
+            ours = bnnpp_files(out_dir) | set(written)
+            for entry in sorted(os.listdir(out_dir)):
+                if entry not in ours:
+                    _carry(os.path.join(out_dir, entry), os.path.join(tmp, entry))
+        for entry in written:
             _fsync(os.path.join(tmp, entry))
         _fsync_folder(tmp)
-        old = None
-        if os.path.exists(out_dir):
-            old = os.path.join(parent, f"{_RUN_PREFIX}old-{name}-{secrets.token_hex(4)}")
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        _fsync_folder(parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        with _signals_deferred() as signals:
+            old = None
+            if os.path.exists(out_dir):
+                old = os.path.join(parent, f"{_RUN_PREFIX}old-{name}-{secrets.token_hex(4)}")
+                os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            _fsync_folder(parent)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        if signals:
+            raise PublishInterrupted(signals[0], out_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -456,8 +456,9 @@ def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, 
     """Write a fit run as the folder ``out_dir``: ``posterior.nc``, ``metrics.json``
     (``report``), the :func:`figure` when there is one, and ``texts`` (file name → contents,
     e.g. ``bnnpp fit``'s ``config.toml``). The folder is written beside the
-    target and published whole (:func:`bnnpp.files.publish_run`): a previous run there is
-    replaced, and a failure (a full disk included, checked first) leaves it as it was. Hold
+    target and published whole (:func:`bnnpp.files.publish_run`): the files a previous run
+    wrote there are replaced, the user's other files there are kept, and a failure (a full
+    disk included, checked first) leaves it as it was. Hold
     :func:`bnnpp.files.run_folder_lock` around the command that calls this.
 
     Returns:

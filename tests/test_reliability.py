@@ -105,6 +105,7 @@ def test_publish_run_replaces_the_folder_whole_and_keeps_the_old_one_on_failure(
     out = tmp_path / "run"
     with files.run_folder_lock(out), files.publish_run(out) as tmp:
         (tmp_path / tmp / "a.txt").write_text("first")
+        (tmp_path / tmp / "metrics.json").write_text('{"files": ["a.txt", "metrics.json"]}')  # what bnnpp wrote
     assert (out / "a.txt").read_text() == "first"
     assert stat.S_IMODE(os.stat(out).st_mode) == 0o777 & ~_umask()
     with pytest.raises(RuntimeError), files.run_folder_lock(out), files.publish_run(out) as tmp:
@@ -113,7 +114,7 @@ def test_publish_run_replaces_the_folder_whole_and_keeps_the_old_one_on_failure(
     assert (out / "a.txt").read_text() == "first"
     with files.run_folder_lock(out), files.publish_run(out) as tmp:
         (tmp_path / tmp / "b.txt").write_text("third")
-    assert sorted(os.listdir(out)) == ["b.txt"]
+    assert sorted(os.listdir(out)) == ["b.txt"]  # the files the first run listed are gone (a user's would stay)
     assert [p for p in os.listdir(tmp_path) if p.startswith(".bnnpp-")] == []
 
 

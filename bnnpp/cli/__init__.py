@@ -21,8 +21,11 @@ import os
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX starts; see the docstring
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
 
@@ -95,9 +98,72 @@ def _light_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``bnnpp`` console script; returns the exit status."""
+    """Entry point of the ``bnnpp`` console script; returns the exit status.
+
+    Ctrl-C at any point (the imports of the first second included) ends the command with one
+    line, ``bnnpp COMMAND: interrupted``, and status 130, unless the command handles it itself
+    (``bnnpp fit`` checkpoints). Run as the program (``argv=None``), a Ctrl-C that a library
+    swallowed still gives status 130, one that arrives after the command finished, while
+    Python shuts down, exits at once with that line and 130 (its files are already written),
+    and a stopped command (130/143) ends the process at once (``os._exit``, after flushing its
+    output) rather than through an interpreter shutdown that races XLA's threads.
+    """
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in argv if not a.startswith("-")), None)
+    name = f"bnnpp {command}" if command in COMMANDS else "bnnpp"
+    fired: list[int] = []
+    handles = program and threading.current_thread() is threading.main_thread()
+
+    def interrupt(signum, frame):  # Python's own, but remembered
+        fired.append(signum)
+        raise KeyboardInterrupt
+
+    def running() -> None:  # the command starts: its own code decides what a Ctrl-C does
+        if handles:
+            signal.signal(signal.SIGINT, interrupt)
+
+    if handles:  # until then nothing is written: a Ctrl-C ends the process at once (a KeyboardInterrupt
+        # inside a C extension's import would surface as an ImportError)
+        signal.signal(signal.SIGINT, lambda signum, frame: _exit_interrupted(name))
+    try:
+        status = _main(argv, command, running)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        status = 130
+    except Exception:
+        if not fired:
+            raise
+        print(f"{name}: interrupted", file=sys.stderr)  # e.g. an import the Ctrl-C broke
+        status = 130
+    if fired and status == 0:  # a Ctrl-C swallowed inside a library (a finaliser): still not a clean run
+        print(f"{name}: interrupted", file=sys.stderr)
+        status = 130
+    if handles:
+        signal.signal(signal.SIGINT, lambda signum, frame: _exit_interrupted(name))
+        if status in (130, 143):  # stopped: end now, not in a shutdown racing XLA's compile threads (a segfault)
+            _flush()
+            os._exit(status)
+    return status
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+
+
+def _exit_interrupted(name: str) -> None:
+    """Ctrl-C before the command starts (the imports) or after it finished (while Python shuts
+    down): nothing is being written, so the process ends at once with one line and status 130."""
+    _flush()
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"{name}: interrupted\n")
+        sys.stderr.flush()
+    os._exit(130)
+
+
+def _main(argv: list[str], command: str | None, running=lambda: None) -> int:
     if command not in COMMANDS:
         _light_parser().parse_args(argv)  # prints the help or the error, and exits
         return 2  # not reached: argparse exits on a missing or unknown command
@@ -124,6 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     formatwarning = warnings.formatwarning
     warnings.formatwarning = lambda message, category, *rest, **kw: f"bnnpp {args.command}: {category.__name__}: {message}\n"
     try:
+        running()
         return args.handler(args)
     except CLIError as e:
         print(f"bnnpp {args.command}: error: {e}", file=sys.stderr)

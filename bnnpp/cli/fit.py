@@ -48,9 +48,16 @@ EXIT_NAN_STOP = 3
 """Exit status of a fit that stopped early on a NaN/inf (its run folder is still written)."""
 def checkpoint_folder(out: str) -> str:
     """Where an unfinished fit to ``out`` keeps its checkpoints: ``.NAME.checkpoints`` beside
-    the run folder, so that the run folder itself only ever changes by a whole-folder publish."""
-    parent, name = os.path.split(os.path.abspath(out))
+    the real run folder (a symbolic link ``out`` resolved, so that every name of one folder
+    shares its checkpoints), so that the run folder itself only ever changes by a whole-folder
+    publish."""
+    parent, name = os.path.split(os.path.realpath(os.path.abspath(out)))
     return os.path.join(parent, f".{name}.checkpoints")
+
+
+def has_checkpoint(folder: str) -> bool:
+    """Whether ``folder`` holds a checkpoint to resume from (an orbax step folder)."""
+    return os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder))
 #: Posterior draws kept by default for image data: a large net stores its variational
 #: parameters (``info["guide_params"]``) plus this modest number of draws, enough for test
 #: metrics and uncertainty (Zharikov, Isachenko & Bochkarev used 100) without a file of 1000 copies of the net.
@@ -168,10 +175,12 @@ def add_parser(sub) -> None:
         g.add_argument(_flag(dest), *kwargs.pop("aliases"), dest=dest, default=argparse.SUPPRESS, **kwargs)
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=0, help="seed for data generation and inference")
-    g.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
+    g.add_argument("--out", required=True, help="output folder (created; a refit replaces the files bnnpp wrote there and keeps yours; a symbolic link is followed)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--allow-nan-stop", action="store_true", help="exit 0 when training stopped early on a NaN/inf (default: exit 3)")
     g.add_argument("--resume", action="store_true", help="continue an interrupted fit from its checkpoint (.OUT.checkpoints beside OUT; same flags)")
+    g.add_argument("--fresh", action="store_true", help="discard an interrupted fit's checkpoint and start from step 0 (without --resume "
+                   "or --fresh a fit whose checkpoint exists is refused)")
     g.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="also checkpoint every STEPS steps (nuts: every STEPS draws after the warm-up); Ctrl-C and SIGTERM always checkpoint")
     g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes (not nuts)")
     g.add_argument("--no-cache", action="store_true", help="do not use JAX's persistent compilation cache")
@@ -258,8 +267,15 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
         raise ValueError(f"--seed must be below 2**32 = {2**32}, got {args.seed}")
     if not args.out.strip():
         raise ValueError("--out is empty: name the run folder to write, e.g. --out runs/moons")
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        raise ValueError(f"--out {args.out} is a file: give a folder path")
+    try:
+        files.real_folder(args.out)  # a file, or a symbolic link to nothing: refused before training
+    except ValueError as e:
+        raise ValueError(f"--out {e}") from None
+    checkpoints = checkpoint_folder(args.out)
+    if os.path.lexists(checkpoints) and not os.path.isdir(checkpoints):
+        raise ValueError(f"{checkpoints}, where this run keeps its checkpoints, is a file: remove it or choose another --out")
+    if args.resume and args.fresh:
+        raise ValueError("--resume continues a fit's checkpoint and --fresh discards it: give one of them")
     if os.path.isdir(args.out) and os.listdir(args.out) and not os.path.isfile(os.path.join(args.out, "metrics.json")):
         # the run folder is replaced whole: never a folder that is not a bnnpp run
         raise ValueError(f"--out {args.out} is a folder with other files in it, not a bnnpp run: choose a new or empty folder")
@@ -331,7 +347,7 @@ def _process_share(args, options: dict) -> tuple[int, int] | None:
 
 
 #: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
-NOT_CONFIG = frozenset({"out", "quiet", "resume", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
+NOT_CONFIG = frozenset({"out", "quiet", "resume", "fresh", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
                         "config", "handler", "argv", "command", "import_seconds",
                         "distributed", "coordinator", "num_processes", "process_id"})  # how a fit is launched
 
@@ -408,8 +424,11 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
     runs.preload_writers()  # ArviZ and netCDF load while the network trains, not after
     if args.distributed:  # no checkpoints across processes; the mesh defaults to every device
         checkpointing = {}
-    elif args.resume and not (os.path.isdir(checkpoint_dir) and os.listdir(checkpoint_dir)):
+    elif args.resume and not has_checkpoint(checkpoint_dir):
         print(f"bnnpp fit: --resume: no checkpoint in {checkpoint_dir}; training from step 0", file=sys.stderr)
+    elif not args.resume and not args.fresh and has_checkpoint(checkpoint_dir):  # never discard a stopped fit's progress unasked
+        raise CLIError(f"a checkpoint of an interrupted fit to {args.out} exists in {checkpoint_dir}: add --resume to continue it "
+                       "or --fresh to discard it and start over")
     mesh = {"devices": args.devices, "mesh": args.mesh}
     if args.distributed and args.devices is None and args.mesh is None:
         mesh["devices"] = jax.device_count()
@@ -421,7 +440,7 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
             post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options,
                              **checkpointing, **mesh, **({"init": start_values(args.init)} if args.init else {}))
     except (ValueError, RuntimeError) as e:  # a checkpoint of another fit; chains NaN before the first draw
-        raise CLIError(str(e)) from None
+        raise CLIError(str(e).replace("delete the folder to start over", "delete the folder or run with --fresh (not --resume) to start over")) from None
     overflow = [str(w.message) for w in caught if "overflow to NaN/inf" in str(w.message)]
     if overflow:  # draws that are not numbers make every metric meaningless
         raise CLIError(overflow[0])
@@ -447,6 +466,9 @@ def _fit_and_write(args, dataset, model, options, record) -> dict:
         written = runs.write_fit_run(args.out, post, dataset, report, texts)
     except (ValueError, OSError) as e:  # a full disk, a folder that went read-only
         raise CLIError(f"could not write the run folder {args.out}: {e}") from None
+    except files.PublishInterrupted:  # the run is in place: its checkpoints are done with
+        remove_checkpoints(checkpoint_dir)
+        raise
     remove_checkpoints(checkpoint_dir)  # the run is complete: nothing to resume
     return written
 
@@ -472,6 +494,10 @@ def run(args) -> int:
         else:
             print(f"bnnpp fit: {name}: stopped after step {e.step}; nothing to resume", file=sys.stderr)
         return e.exit_code
+    except files.PublishInterrupted as e:  # held until the run folder was swapped in
+        name = signal.Signals(e.signum).name
+        print(f"bnnpp fit: {name}: stopped after writing the run folder {args.out} (complete)", file=sys.stderr)
+        return 128 + int(e.signum)
     except KeyboardInterrupt:  # a second Ctrl-C, or one during NUTS's warm-up or a block: nothing to resume
         print("bnnpp fit: SIGINT: stopped at once; nothing was written", file=sys.stderr)
         return 130

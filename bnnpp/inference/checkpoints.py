@@ -8,20 +8,26 @@ with orbax-checkpoint (atomic per checkpoint; the last ``keep`` are kept). Resum
 them and runs the remaining chunks: chunk boundaries and every key are functions of the step
 index, so on the same machine the final state is bit-identical to an uninterrupted run.
 
-A checkpoint belongs to one configuration: its ``fingerprint`` (method, seed, options, data
-shapes and a hash of the data, chunk size) is stored with it, and resuming with another raises
-a one-line ``ValueError``.
+A checkpoint belongs to one configuration: its ``fingerprint`` (method, seed, options, the
+model — a bnnpp network's ``spec()``, else the function's name and its latent sites' shapes —
+data shapes and a hash of the data, chunk size) is stored with it, and resuming with another
+raises a one-line ``ValueError`` naming what differs. A SHA-256 digest over the checkpoint's
+metadata and arrays is stored with them: a checkpoint edited by hand (its step, its next chunk)
+or damaged is refused, never resumed. A checkpoint that cannot be written (a full disk) is a
+one-line warning and the fit goes on; the previous checkpoint stays the one to resume from.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import shutil
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Checkpointer", "Checkpointing", "TrainingInterrupted", "fingerprint", "interruptible", "remove"]
+__all__ = ["Checkpointer", "Checkpointing", "TrainingInterrupted", "describe_model", "differences", "fingerprint", "interruptible",
+           "remove"]
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 """The shell's exit status for a process stopped by each signal (128 + signal number)."""
@@ -75,6 +82,8 @@ class Checkpointing:
     def __post_init__(self):
         if not isinstance(self.directory, (str, os.PathLike)) or not os.fspath(self.directory):
             raise ValueError("checkpoint_dir must be a folder path")
+        if os.path.lexists(self.directory) and not os.path.isdir(self.directory):
+            raise ValueError(f"checkpoint_dir {os.fspath(self.directory)} is a file, not a folder: remove it or choose another folder")
         for name in ("every_steps", "keep"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
@@ -84,15 +93,93 @@ class Checkpointing:
             raise ValueError(f"checkpoint every_minutes must be a positive number, got {v!r}")
 
 
-def fingerprint(method: str, seed: int, options: dict, x: np.ndarray, y: np.ndarray, chunk_size: int) -> dict:
-    """What a checkpoint must agree with to be resumed: JSON-safe."""
+def _json(value):
+    """``value`` as JSON gives it back (tuples as lists): what a stored fingerprint compares to."""
+    return json.loads(json.dumps(value, default=repr))
+
+
+def describe_model(model, x=None, y=None) -> dict:
+    """What of ``model`` a checkpoint must agree with, JSON-safe: a bnnpp network's (or a
+    wrapped one's) ``spec()`` — architecture, activation, prior, likelihood, standardisation —
+    else the function's qualified name, the arguments a ``functools.partial`` binds, and, with
+    ``x`` and ``y``, the shapes of its latent sites (an abstract trace)."""
+    import functools
+
+    base = model
+    while not callable(getattr(base, "spec", None)) and callable(getattr(base, "model", None)):
+        base = base.model  # bnnpp's wrappers (a renamed observed site) hold the user's model as .model
+    observed = getattr(model, "observed", None)
+    out: dict[str, Any] = {} if observed is None else {"observed": str(observed)}
+    if callable(getattr(base, "spec", None)):
+        out["spec"] = _json(base.spec())
+        return out
+    fn = base
+    if isinstance(fn, functools.partial):
+        out["args"] = _json([fn.args, fn.keywords])
+        fn = fn.func
+    out["function"] = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__qualname__)}"
+    if x is not None and y is not None:
+        from bnnpp.introspection import check_model
+
+        out["sites"] = {k: list(v.shape) for k, v in sorted(check_model(model, x, y).items())}
+    return out
+
+
+def fingerprint(method: str, seed: int, options: dict, x: np.ndarray, y: np.ndarray, chunk_size: int, model=None) -> dict:
+    """What a checkpoint must agree with to be resumed (JSON-safe): method, seed, the options
+    (tuples as lists), the model (:func:`describe_model`; ``None``: not checked), the data's
+    shapes, dtypes and SHA-256, and the chunk size."""
     digest = hashlib.sha256()
     for a in (x, y):
         a = np.ascontiguousarray(a)
         digest.update(str((a.shape, a.dtype.str)).encode())
         digest.update(a.tobytes())
-    recorded = {k: v for k, v in options.items() if isinstance(v, (bool, int, float, str, type(None), list))}
-    return {"method": method, "seed": int(seed), "options": recorded, "data": digest.hexdigest(), "chunk_size": int(chunk_size)}
+    recorded = {k: _json(v) for k, v in options.items() if isinstance(v, (bool, int, float, str, type(None), list, tuple))}
+    out = {"method": method, "seed": int(seed), "options": recorded, "data": digest.hexdigest(), "chunk_size": int(chunk_size)}
+    if model is not None:
+        out["model"] = describe_model(model, x, y)
+    return _json(out)
+
+
+def _flat(value, prefix: str = "") -> dict[str, Any]:
+    """A nested dict as ``{"a.b": leaf}``."""
+    if isinstance(value, dict) and value:
+        out = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def differences(stored: dict, current: dict) -> str:
+    """The fields where two fingerprints differ, as ``"model.spec.activation: \"tanh\" in the
+    checkpoint, \"relu\" now; ..."`` (the first three, and how many more)."""
+    a, b = _flat(stored), _flat(current)
+    keys = [k for k in sorted(set(a) | set(b)) if json.dumps(a.get(k), sort_keys=True) != json.dumps(b.get(k), sort_keys=True)]
+    shown = []
+    for k in keys[:3]:
+        if k == "data":
+            shown.append("data: another data set (its SHA-256 differs)")
+        else:
+            shown.append(f"{k}: {_short(a.get(k)) if k in a else 'absent'} in the checkpoint, {_short(b.get(k)) if k in b else 'absent'} now")
+    if len(keys) > 3:
+        shown.append(f"and {len(keys) - 3} more")
+    return "; ".join(shown)
+
+
+def _digest(meta: dict, arrays: dict) -> str:
+    """SHA-256 over the metadata (without its digest) and every array (name, shape, dtype, bytes)."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "digest"}, sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(np.asarray(arrays[name]))
+        h.update(f"{name}{a.shape}{a.dtype.str}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
 
 
 def _leaves(prefix: str, tree) -> tuple[dict[str, np.ndarray], list[list]]:
@@ -133,6 +220,7 @@ class Checkpointer:
         self._manager_ = None  # made on first use: a fit that never checkpoints leaves no folder
         self._last_time = time.monotonic()
         self._last_step = 0
+        self.saved_step: int | None = None  # the step of the last checkpoint this fit wrote
 
     @property
     def _manager(self):
@@ -152,8 +240,10 @@ class Checkpointer:
             return True
         return c.every_minutes is not None and time.monotonic() - self._last_time >= 60 * c.every_minutes
 
-    def save(self, step: int, next_unit: int, rs, pieces: list, val_log: list) -> None:
-        """Write one checkpoint: the runner state ``rs``, the row pieces so far, the next unit."""
+    def save(self, step: int, next_unit: int, rs, pieces: list, val_log: list) -> bool:
+        """Write one checkpoint: the runner state ``rs``, the row pieces so far, the next unit.
+        Returns whether it was written: when it cannot be (``OSError`` such as a full disk, or
+        orbax's error) a one-line ``RuntimeWarning`` says so and the previous checkpoint stays."""
         rows = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *pieces) if pieces else None
         state_saved, state_layout = _leaves("state", jax.device_get(rs))
         rows_saved, rows_layout = _leaves("rows", rows) if rows is not None else ({}, [])
@@ -161,15 +251,31 @@ class Checkpointer:
             "fingerprint": self.fingerprint, "step": int(step), "next_unit": int(next_unit), "state_layout": state_layout,
             "rows_layout": rows_layout, "has_rows": rows is not None, "val_log": [[int(s), float(e)] for s, e in val_log],
         }
+        arrays = {**state_saved, **rows_saved, "step": np.int64(step)}
+        meta["digest"] = _digest(meta, arrays)
         ocp = self._ocp
-        self._manager.save(
-            int(step),
-            args=ocp.args.Composite(arrays=ocp.args.StandardSave({**state_saved, **rows_saved, "step": np.int64(step)}),
-                                    meta=ocp.args.JsonSave(meta)),
-            force=True,
-        )
-        self._manager.wait_until_finished()
+        try:
+            self._manager.save(int(step), args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)),
+                               force=True)
+            self._manager.wait_until_finished()
+        except Exception as e:  # noqa: BLE001  (a full disk, a folder gone read-only: orbax raises several types)
+            self._manager_ = None  # a fresh manager for the next save
+            self._remove_partial()
+            reason = getattr(e, "strerror", None) or (str(e).strip().splitlines() or [type(e).__name__])[-1]
+            warnings.warn(f"checkpoint at step {step} not written: {reason}", RuntimeWarning, stacklevel=2)
+            self._last_time = time.monotonic()  # try again when the next one is due, not after every chunk
+            self._last_step = step
+            return False
         self._last_time, self._last_step = time.monotonic(), step
+        self.saved_step = step
+        return True
+
+    def _remove_partial(self) -> None:
+        """Remove what a failed save left: orbax's temporary folders (``*.orbax-checkpoint-tmp*``)."""
+        with contextlib.suppress(OSError):
+            for name in os.listdir(self.directory):
+                if "orbax-checkpoint-tmp" in name:
+                    shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
     def latest(self) -> int | None:
         """The step of the newest checkpoint, or ``None``."""
@@ -192,12 +298,25 @@ class Checkpointer:
         except Exception as e:  # orbax raises many types for a damaged folder
             raise ValueError(f"cannot read the checkpoint in {self.directory} ({type(e).__name__}: {e}); delete it to start over") from None
         meta, arrays = restored["meta"], restored["arrays"]
-        if meta.get("fingerprint") != self.fingerprint:
-            theirs = meta.get("fingerprint") or {}
-            differ = sorted(k for k in set(theirs) | set(self.fingerprint) if theirs.get(k) != self.fingerprint.get(k))
+        where = os.path.join(self.directory, str(step))
+        if not isinstance(meta, dict) or "digest" not in meta:
             raise ValueError(
-                f"the checkpoint in {self.directory} is from another fit (different {', '.join(differ)}); "
-                "resume with the same method, options, seed and data, or delete the folder to start over"
+                f"the checkpoint {where} was written by an older bnnpp (no model record, no checksum): it cannot be checked "
+                "against this fit; delete the folder to start over"
+            )
+        if _digest(meta, arrays) != meta["digest"]:
+            raise ValueError(f"the checkpoint {where} was edited or damaged (its checksum does not match): delete the folder to start over")
+        if int(meta.get("step", -1)) != int(step) or int(np.asarray(arrays.get("step", -1))) != int(step):
+            raise ValueError(f"the checkpoint {where} is inconsistent (its folder, metadata and arrays name different steps): "
+                             "delete the folder to start over")
+        theirs = meta.get("fingerprint") or {}
+        if json.dumps(theirs, sort_keys=True) != json.dumps(self.fingerprint, sort_keys=True):
+            if "model" in self.fingerprint and "model" not in theirs:
+                raise ValueError(f"the checkpoint in {self.directory} does not record its model (an older bnnpp): "
+                                 "it cannot be checked against this fit; delete the folder to start over")
+            raise ValueError(
+                f"the checkpoint in {self.directory} is from another fit ({differences(theirs, self.fingerprint)}): "
+                "resume with the same model, method, options, seed and data, or delete the folder to start over"
             )
         rs = _rebuild("state", rs_treedef, meta["state_layout"], arrays)
         rs = jax.tree_util.tree_map(jnp.asarray, rs)

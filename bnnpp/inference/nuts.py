@@ -346,7 +346,7 @@ def _fit(
             placed = {**place.facts(len(x)), "draws_sharding": [None if a is None else str(a) for a in draws[next(iter(sites))].sharding.spec]}
         fields = mcmc.get_extra_fields(group_by_chain=True)
     else:
-        draws, fields = _run_in_blocks(mcmc, kernel, sites, options, seed, x, y, xj, yj, checkpoint, resume)
+        draws, fields = _run_in_blocks(mcmc, kernel, sites, options, seed, x, y, xj, yj, checkpoint, resume, model)
         placed = None if place is None else place.facts(len(x))
     jax.block_until_ready((draws, fields))
     wall = time.perf_counter() - t0
@@ -396,7 +396,8 @@ def _placement(options: NUTSOptions, devices, mesh, n: int) -> Placement | None:
     return place
 
 
-def _run_in_blocks(mcmc, kernel, sites, options: NUTSOptions, seed: int, x, y, xj, yj, checkpoint: Checkpointing, resume: bool):
+def _run_in_blocks(mcmc, kernel, sites, options: NUTSOptions, seed: int, x, y, xj, yj, checkpoint: Checkpointing, resume: bool,
+                   model=None):
     """Warm-up, then the draws in checkpointed blocks (see :func:`fit`).
 
     Returns:
@@ -405,7 +406,7 @@ def _run_in_blocks(mcmc, kernel, sites, options: NUTSOptions, seed: int, x, y, x
     block = int(checkpoint.every_steps or options.num_samples)
     if not resume:
         remove(os.fspath(checkpoint.directory))
-    keeper = Checkpointer(checkpoint, fingerprint("nuts", seed, options.as_dict(), x, y, block))
+    keeper = Checkpointer(checkpoint, fingerprint("nuts", seed, options.as_dict(), x, y, block, model=model))
     state, pieces, done = None, [], 0
     if resume and keeper.latest() is not None:
         # the kernel set up on the data gives the state's structure (and is then ready to sample)

@@ -427,7 +427,8 @@ def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_si
                 if checkpointer is not None:
                     checkpointer.save(steps_now, start + chunk_size, carry[0], pieces, val_log or [])
                 if signals:
-                    raise TrainingInterrupted(signals[0], steps_now, None if checkpointer is None else checkpointer.directory)
+                    resumable = checkpointer is not None and checkpointer.latest() is not None  # a save can fail (full disk)
+                    raise TrainingInterrupted(signals[0], steps_now, checkpointer.directory if resumable else None)
     rows = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *pieces)
     units_run = len(np.asarray(rows[2]))
     return carry[0], rows, units_run, (int(carry[2]) if bool(carry[1]) else None), recompile
@@ -565,7 +566,7 @@ def run(
     if checkpoint is not None:
         if not resume:
             remove(os.fspath(checkpoint.directory))
-        checkpointer = Checkpointer(checkpoint, fingerprint(method, seed, options, x, y, chunk_size))
+        checkpointer = Checkpointer(checkpoint, fingerprint(method, seed, options, x, y, chunk_size, model=model))
         if resume and checkpointer.latest() is not None:
             row_shape = jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], rs_shape, data)
             rs0, pieces, start_unit, restored_log, _ = checkpointer.restore(
