@@ -247,3 +247,30 @@ def test_arviz_refactor_notice_is_ignored_and_other_arviz_warnings_are_not(tmp_p
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "undergoing a major refactor" not in done.stderr and "hdi currently interprets 2d data" in done.stderr
+
+
+# -- more hostile input to predict and evaluate ----------------------------------------------
+
+
+def test_predict_refuses_to_overwrite_its_input_and_a_negative_seed(run, tmp_path, capsys):
+    run_dir, new_csv, _ = run
+    copy = shutil.copy(new_csv, tmp_path / "rows.csv")
+    before = open(copy).read()
+    _error(["predict", run_dir, "--data", str(copy), "--out", str(copy)], capsys, "is the input file")
+    assert open(copy).read() == before
+    _error(["predict", run_dir, "--data", new_csv, "--seed", "-1", "--out", str(tmp_path / "p.csv")], capsys,
+           "--seed must be an integer in [0, 2**32)")
+    _error(["evaluate", run_dir, "--seed", "-1"], capsys, "--seed must be an integer in [0, 2**32)")
+
+
+def test_evaluate_on_a_full_disk_is_one_line_and_leaves_no_partial_file(run, tmp_path, capsys, monkeypatch):
+    damaged = tmp_path / "run"
+    shutil.copytree(run[0], damaged)
+    before = sorted(os.listdir(damaged))
+
+    def full(path):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(files, "_fsync", full)
+    _error(["evaluate", str(damaged)], capsys, "No space left on device")
+    assert sorted(os.listdir(damaged)) == before

@@ -54,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--out {args.out}: write a .csv or .npz file")
     if args.num_samples is not None and args.num_samples < 1:
         raise CLIError(f"--num-samples must be ≥ 1, got {args.num_samples}")
+    if not 0 <= args.seed < 2**32:
+        raise CLIError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    source = args.data or args.x
+    if os.path.abspath(args.out) == os.path.abspath(source) or (
+        os.path.exists(args.out) and os.path.exists(source) and os.path.samefile(args.out, source)
+    ):
+        raise CLIError(f"--out {args.out} is the input file: writing it would replace your rows; choose another name")
     try:
         for flag, levels in (("--quantiles", args.quantiles), ("--intervals", args.intervals)):
             if levels:
@@ -70,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CLIError(f"--out {args.out}: {e}") from None
     try:
-        table = tables.predict_run(args.run_dir, args.data or args.x, by_name=args.data is not None,
+        table = tables.predict_run(args.run_dir, source, by_name=args.data is not None,
                                    num_samples=args.num_samples, seed=args.seed,
                                    quantiles=args.quantiles or (), intervals=args.intervals or ())
         tables.write_table(args.out, table)  # atomic: a failed write leaves an existing file as it was
