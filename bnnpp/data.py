@@ -968,7 +968,7 @@ def load_npy(path: str) -> np.ndarray:
 
 def _reason(path: str, e: BaseException) -> str:
     """Why numpy could not read ``path``, in a few words."""
-    if os.path.getsize(path) == 0:
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
         return "the file is empty"
     if isinstance(e, (EOFError, zipfile.BadZipFile, zlib.error)):
         return "truncated or not a numpy file"
