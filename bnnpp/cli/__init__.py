@@ -50,14 +50,14 @@ class _Parser(argparse.ArgumentParser):
     other ``bnnpp`` error is, instead of argparse's usage block and the error."""
 
     config_file: str | None = None  # set by main() while a --config file's values are parsed
-    argv: list[str] = []  # set by main(): the arguments parsed, to explain a value read as a flag
+    argv: tuple[str, ...] = ()  # set by main(): the arguments parsed, to explain a value read as a flag
 
     def error(self, message: str):
         origin = f" (--config {self.config_file} supplies its keys as these flags)" if _Parser.config_file else ""
         self.exit(2, f"{self.prog}: error: {message}{_dash_value_hint(message, _Parser.argv)}{origin}; see {self.prog} --help\n")
 
 
-def _dash_value_hint(message: str, argv: list[str]) -> str:
+def _dash_value_hint(message: str, argv) -> str:
     """For argparse's "argument --flag: expected one argument" where the value typed after
     ``--flag`` starts with ``-`` (``--hidden -5,5``): how to pass such a value; else ``""``."""
     match = re.match(r"argument (--[\w-]+)(?:/[\w-]+)*: expected (?:one argument|at least one argument)", message)
@@ -129,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bnnpp {command}: error: {e}", file=sys.stderr)
         return 2
     _Parser.config_file = _config_path(argv)
-    _Parser.argv = expanded
+    _Parser.argv = tuple(expanded)
     try:
         args = parser.parse_args(expanded)
     finally:
         _Parser.config_file = None
-        _Parser.argv = []
+        _Parser.argv = ()
     args.argv = argv  # to print the command that resumes a fit
     args.import_seconds = time.perf_counter() - sys.modules["bnnpp"]._IMPORT_START
     # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line

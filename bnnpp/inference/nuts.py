@@ -76,6 +76,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn
 
+from bnnpp.inference import health
 from bnnpp.inference.checkpoints import (
     Checkpointer,
     Checkpointing,
@@ -84,7 +85,6 @@ from bnnpp.inference.checkpoints import (
     interruptible,
     remove,
 )
-from bnnpp.inference import health
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.sharding import Placement, placement, put

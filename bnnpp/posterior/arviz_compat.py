@@ -28,8 +28,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 __all__ = [
-    "LooResult",
     "REFACTOR_NOTICE",
+    "LooResult",
     "arviz_major",
     "build",
     "compare",
