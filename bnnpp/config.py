@@ -30,13 +30,22 @@ PATH_KEYS = ("data", "data_dir", "init")
 
 
 def read(path: str | os.PathLike) -> dict[str, Any]:
-    """The TOML table of a config file; one-line ValueError when missing or not TOML."""
+    """The TOML table of a config file (UTF-8; a leading byte-order mark is dropped); one-line
+    ValueError when missing, in another encoding or not TOML."""
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ValueError(f"no config file {path}")
+    with open(path, "rb") as f:
+        raw = f.read()
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"config file {path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); TOML must be UTF-8: "
+            f"save it as UTF-8, e.g. iconv -f latin1 -t utf-8 {os.path.basename(path)} > fixed.toml"
+        ) from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"config file {path} is not valid TOML: {e}") from None
 

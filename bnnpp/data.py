@@ -26,6 +26,7 @@ import gzip
 import hashlib
 import io
 import os
+import zipfile
 import zlib
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -46,6 +47,8 @@ __all__ = [
     "file_sha256",
     "from_file",
     "load",
+    "load_npy",
+    "load_npz",
     "load_synthetic",
     "moons",
     "shard_rows",
@@ -878,7 +881,16 @@ class FileTransform:
         x_raw = np.asarray(x_raw, dtype=np.float64)
         if x_raw.shape[1:] != self.x_mean.shape:
             raise ValueError(f"inputs must have {_row_shape(self.x_mean.shape)} per row like the training data, got {x_raw.shape[1:]}")
-        return ((x_raw - self.x_mean) / self.x_sd).astype(np.float32)
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = ((x_raw - self.x_mean) / self.x_sd).astype(np.float32)
+        if not np.all(np.isfinite(x)):
+            bad = ~np.isfinite(x).reshape(len(x), -1)
+            j = int(np.flatnonzero(bad.any(0))[0])
+            name = self.features[j] if j < len(self.features) else f"x[..., {j}]"
+            raise ValueError(f"feature {name!r} of row {int(np.flatnonzero(bad[:, j])[0])} is NaN, inf or beyond float32 after "
+                             f"standardisation (training mean {self.x_mean.ravel()[j]:.3g}, sd {self.x_sd.ravel()[j]:.3g}): "
+                             "drop or fix that row")
+        return x
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (``metrics.json``'s ``preprocessing``); :meth:`from_dict` reads it."""
@@ -911,11 +923,64 @@ def file_sha256(path: str | os.PathLike) -> str:
     return h.hexdigest()
 
 
+def _csv_rows(path: str) -> list[list[str]]:
+    """The non-blank rows of a UTF-8 CSV file (a leading byte-order mark is dropped); a one-line
+    ValueError naming the file for text in another encoding."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            return [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); save it as UTF-8, "
+            f"e.g. iconv -f latin1 -t utf-8 {os.path.basename(path)} > fixed.csv"
+        ) from None
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` file, name → array (never unpickles); a one-line ValueError
+    naming the file when it is empty, truncated or not an ``.npz``."""
+    try:
+        z = np.load(path, allow_pickle=False)
+        if not isinstance(z, np.lib.npyio.NpzFile):
+            raise ValueError(f"{path}: holds a single array (an .npy); save arrays by name with numpy.savez(path, x=..., y=...)")
+        with z:
+            return {k: z[k] for k in z.files}
+    except (EOFError, OSError, zipfile.BadZipFile, zlib.error, KeyError) as e:
+        raise ValueError(f"{path}: not a readable .npz file ({_reason(path, e)}); write it again with numpy.savez") from None
+    except ValueError as e:
+        if str(e).startswith(path):
+            raise
+        raise ValueError(f"{path}: not a readable .npz file ({_reason(path, e)}); write it again with numpy.savez") from None
+
+
+def load_npy(path: str) -> np.ndarray:
+    """The array of an ``.npy`` file (never unpickles); a one-line ValueError naming the file
+    when it is empty, truncated or not an ``.npy``."""
+    try:
+        a = np.load(path, allow_pickle=False)
+    except (EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
+        raise ValueError(f"{path}: not a readable .npy file ({_reason(path, e)}); write it again with numpy.save") from None
+    if not isinstance(a, np.ndarray):
+        a.close()
+        raise ValueError(f"{path}: holds several arrays (an .npz); save one array with numpy.save or rename it .npz")
+    return a
+
+
+def _reason(path: str, e: BaseException) -> str:
+    """Why numpy could not read ``path``, in a few words."""
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        return "the file is empty"
+    if isinstance(e, (EOFError, zipfile.BadZipFile, zlib.error)):
+        return "truncated or not a numpy file"
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 def read_csv(path: str, columns: tuple[str, ...] | None = None) -> tuple[list[str], list[list[str]]]:
-    """The header and the rows (as strings) of a CSV file; ``columns``: the names that must be in
-    the header. Raises ValueError for an empty file, a header without names, ragged rows."""
-    with open(path, newline="") as f:
-        rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+    """The header and the rows (as strings) of a UTF-8 CSV file (a leading byte-order mark is
+    dropped); ``columns``: the names that must be in the header. Raises ValueError for an empty
+    file, another encoding, a header without names, ragged rows."""
+    rows = _csv_rows(path)
     if len(rows) < 2:
         raise ValueError(f"{path}: needs a header row and at least one data row")
     header = [h.strip() for h in rows[0]]
@@ -951,8 +1016,7 @@ def _read_table(path: str, target: str | None) -> tuple[tuple[str, ...], str, np
     """``(features, target, x, y, x_test, y_test)`` from a CSV or ``.npz`` file (raw values;
     ``y`` may hold strings for a CSV's label column)."""
     if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
+        arrays = load_npz(path)
         if "x" not in arrays or "y" not in arrays:
             raise ValueError(f"{path}: an .npz needs arrays 'x' (inputs, one row each) and 'y' (targets); it has {', '.join(arrays) or 'none'}")
         if target not in (None, "y"):
@@ -1063,7 +1127,9 @@ def from_file(
     if y_test.dtype.kind != y.dtype.kind and "U" in (y.dtype.kind, y_test.dtype.kind):
         raise ValueError(f"{path}: y and y_test must both be numbers or both labels")
     task = _infer_task(np.concatenate([y, y_test]), task, path)
-    mean, sd = x.mean(0), x.std(0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, sd = x.mean(0), x.std(0)
+    _check_standardisable(path, features, x, mean, sd)
     sd = np.where(sd > 0, sd, 1.0)
     if task == "classification":
         classes_arr = np.unique(np.concatenate([y, y_test]))
@@ -1082,6 +1148,18 @@ def from_file(
                          y_shift=shift, y_scale=scale, transform=transform), shard)
 
 
+def _check_standardisable(path: str, features: tuple[str, ...], x: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> None:
+    """Refuse a feature whose mean or sd overflows float64 (values near ±1e308), which would
+    otherwise standardise to a column of zeros; one line naming the column."""
+    bad = ~(np.isfinite(mean) & np.isfinite(sd))
+    if bad.any():
+        j = int(np.flatnonzero(bad.ravel())[0])
+        name = features[j] if len(features) == bad.size else f"x[..., {j}]"
+        top = float(np.max(np.abs(x.reshape(len(x), -1)[:, j])))
+        raise ValueError(f"{path}: column {name!r} holds values too large to standardise (up to {top:.3g}): rescale it, "
+                         "e.g. to thousands or millions")
+
+
 def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: bool = True) -> np.ndarray:
     """Raw feature rows ``(n, ...)`` float64 of new inputs for a model fitted by :func:`from_file`.
 
@@ -1095,13 +1173,13 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
         raise ValueError(f"no input file {path}")
     if path.endswith((".npz", ".npy")):
         if path.endswith(".npy"):
-            x = np.load(path, allow_pickle=False)
+            x = load_npy(path)
         else:
-            with np.load(path, allow_pickle=False) as z:
-                key = "x" if "x" in z.files else "x_test" if "x_test" in z.files else None
-                if key is None:
-                    raise ValueError(f"{path}: an .npz of inputs needs an array 'x'; it has {', '.join(z.files) or 'none'}")
-                x = z[key]
+            arrays = load_npz(path)
+            key = "x" if "x" in arrays else "x_test" if "x_test" in arrays else None
+            if key is None:
+                raise ValueError(f"{path}: an .npz of inputs needs an array 'x'; it has {', '.join(arrays) or 'none'}")
+            x = arrays[key]
         if x.dtype.kind not in "biuf" or not np.all(np.isfinite(x)):
             raise ValueError(f"{path}: inputs must be finite numbers")
         x = x.astype(np.float64)
@@ -1117,8 +1195,7 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
         cols = list(zip(*rows, strict=True))
         x = np.stack([numeric_column(path, f, list(cols[header.index(f)])) for f in transform.features], axis=1)
     else:
-        with open(path, newline="") as f:
-            rows = [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+        rows = _csv_rows(path)
         if not rows:
             raise ValueError(f"{path}: no rows")
         if any(len(r) != len(transform.features) for r in rows):

@@ -69,7 +69,8 @@ def predict_probs(
     Args:
         posterior: a classifier posterior.
         x: inputs ``(n, *features)``.
-        num_samples: posterior draws S (default: all; see :meth:`Posterior.predict`).
+        num_samples: posterior draws S (default: all; more than the posterior kept is capped
+            at them, with a warning; see :meth:`Posterior.predict`).
         seed: key for any randomness in the model.
         batch_size: inputs per prediction call (default: as many as keep S × rows × input
             values under :data:`MAX_VALUES_PER_CALL`, at most 1000).
@@ -78,6 +79,7 @@ def predict_probs(
         float32 ``(S, n, C)``.
     """
     x = np.asarray(x, np.float32)
+    num_samples = posterior.draws_to_use(num_samples)  # at most the draws kept: one warning, not one per batch
     draws = posterior.num_chains * posterior.num_draws if num_samples is None else num_samples
     if batch_size is None:
         per_row = max(1, draws * int(np.prod(x.shape[1:])))

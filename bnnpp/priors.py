@@ -471,4 +471,10 @@ def from_flags(family: str, hyper: str, params, scale: float | None, per: str | 
     if scale not in (None, 1.0):
         raise ValueError(f"--scale {scale:g} is the fixed prior scale and needs --hyperprior fixed; with --hyperprior "
                          f"{hyper} the scale is sampled: set its prior with --hyperprior-params")
+    if params is not None:
+        key = hyper.replace("_", "-").lower()
+        expected = {"half-normal": "s", "half-cauchy": "s", "inverse-gamma": "a,b"}.get(key)
+        if expected is not None and len(params) != expected.count(",") + 1:
+            raise ValueError(f"--hyperprior-params takes {expected.count(',') + 1} number(s) for {hyper} ({expected}), "
+                             f"got {len(params)}: {','.join(f'{p:g}' for p in params)}")
     return prior(family, hyperprior(hyper, *(params or ())), per=per or "layer")

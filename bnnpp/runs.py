@@ -136,10 +136,12 @@ def check_run_dir(run_dir: str | os.PathLike, *, images: bool = True) -> tuple[s
     if not os.path.isfile(path):
         raise ValueError(f"{run_dir} holds no metrics.json, which records the run's data: fit it again with `bnnpp fit`")
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             report = json.load(f)
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is not valid JSON ({e}): fit the run again") from None
+    if not isinstance(report, dict):
+        raise ValueError(f"{path} holds a JSON {type(report).__name__}, not the object `bnnpp fit` writes: fit the run again")
     if images and report.get("data") not in IMAGE_SETS:
         raise ValueError(
             f"{run_dir} was fitted to {report.get('data')!r}; this command works on image runs "

@@ -21,12 +21,12 @@ name an output column also has is written as ``input_<name>``.
 from __future__ import annotations
 
 import csv
-import json
 import os
 
 import numpy as np
 
 from bnnpp import data, evaluation
+from bnnpp.files import atomic_file, atomic_path
 from bnnpp.posterior import Prediction
 
 __all__ = ["check_levels", "other_columns", "predict_run", "prediction_table", "read_labelled", "run_transform", "write_table"]
@@ -36,7 +36,11 @@ def run_transform(report: dict, posterior) -> data.FileTransform:
     """The :class:`~bnnpp.data.FileTransform` of a run: the recorded one for a user's file, else
     the identity on the posterior's inputs (built-in sets: new rows are model inputs already)."""
     if report.get("preprocessing") is not None:
-        return data.FileTransform.from_dict(report["preprocessing"])
+        try:
+            return data.FileTransform.from_dict(report["preprocessing"])
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ValueError(f"the run's metrics.json has a malformed preprocessing record ({type(e).__name__}: {e}): "
+                             "fit the run again") from None
     shape = tuple(posterior.x.shape[1:])
     task = "classification" if posterior.y.dtype.kind in "iu" else "regression"  # class labels are int32
     features = tuple(f"x{i}" for i in range(int(np.prod(shape))))
@@ -124,13 +128,13 @@ def read_labelled(path: str | os.PathLike, transform: data.FileTransform, target
     Raises a one-line ValueError for a missing column, a label the run never saw, NaN.
     """
     path = os.fspath(path)
-    x = transform.inputs(data.read_inputs(path, transform))
+    x = _model_inputs(path, transform, data.read_inputs(path, transform))
     if path.endswith(".npz"):
-        with np.load(path, allow_pickle=False) as z:
-            key = "y" if "x" in z.files else "y_test"
-            if key not in z.files:
-                raise ValueError(f"{path}: labelled rows need an array 'y' beside 'x' (or 'y_test' beside 'x_test')")
-            labels = z[key]
+        arrays = data.load_npz(path)
+        key = "y" if "x" in arrays else "y_test"
+        if key not in arrays:
+            raise ValueError(f"{path}: labelled rows need an array 'y' beside 'x' (or 'y_test' beside 'x_test')")
+        labels = arrays[key]
         name = key
     elif path.endswith(".csv"):
         name = target or transform.target
@@ -159,6 +163,14 @@ def read_labelled(path: str | os.PathLike, transform: data.FileTransform, target
     return x, np.asarray([index[t] for t in text], np.int32)
 
 
+def _model_inputs(path, transform: data.FileTransform, raw: np.ndarray) -> np.ndarray:
+    """``transform.inputs(raw)``, its one-line error prefixed with the file ``path``."""
+    try:
+        return transform.inputs(raw)
+    except ValueError as e:
+        raise ValueError(f"{os.fspath(path)}: {e}") from None
+
+
 def _is_number(v) -> bool:
     try:
         float(v)
@@ -177,7 +189,8 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
         path: the new rows: with ``by_name`` a CSV with a header naming the training features
             (any order; a target column or others are ignored) or an ``.npz`` with ``x``;
             without, a header-less CSV of feature values in training order (or ``.npy``/``.npz``).
-        num_samples: posterior draws to use (default: all).
+        num_samples: posterior draws to use (default: all; a larger number than the run kept
+            is capped at it, with a warning).
         seed: key of any randomness in the model.
         quantiles, intervals: regression: the predictive quantiles and central intervals to
             add (levels in (0, 1); see :func:`prediction_table`).
@@ -186,27 +199,25 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
     Returns:
         The :func:`prediction_table` of the rows, in file order, after the kept input columns.
         One-line ValueError for a run folder that is not one, a file whose columns do not match
-        the run's features, or quantiles asked of a classifier.
+        the run's features, a posterior whose draws hold NaN or inf, or quantiles asked of a
+        classifier.
     """
     from bnnpp.inference import load  # the inference stack (JAX) loads only when predicting
-    from bnnpp.runs import block_rows
+    from bnnpp.runs import block_rows, check_run_dir
 
-    run_dir = os.fspath(run_dir)
-    for name in ("posterior.nc", "metrics.json"):
-        if not os.path.isfile(os.path.join(run_dir, name)):
-            raise ValueError(f"{run_dir} holds no {name}: pass a folder written by `bnnpp fit --out DIR`")
-    with open(os.path.join(run_dir, "metrics.json")) as f:
-        report = json.load(f)
+    run_dir, report = check_run_dir(run_dir, images=False)
     quantiles = check_levels(quantiles, "quantiles") if len(quantiles) else ()
     intervals = check_levels(intervals, "intervals") if len(intervals) else ()
     recorded = (report.get("preprocessing") or {}).get("task")
     if (quantiles or intervals) and recorded == "classification":  # before the posterior is read
         raise ValueError("quantiles and intervals are for regression runs; this run classifies (its table has prob_<class>)")
     posterior = load(os.path.join(run_dir, "posterior.nc"))
+    num_samples = posterior.draws_to_use(num_samples)  # capped at the draws kept, with one warning
+    posterior.check_finite()  # before the inputs are read: a damaged posterior is the first thing to fix
     transform = run_transform(report, posterior)
     if (quantiles or intervals) and transform.task == "classification":
         raise ValueError("quantiles and intervals are for regression runs; this run classifies (its table has prob_<class>)")
-    x = transform.inputs(data.read_inputs(path, transform, by_name=by_name))
+    x = _model_inputs(path, transform, data.read_inputs(path, transform, by_name=by_name))
     kept = other_columns(path, transform) if by_name and keep_columns else {}
     if transform.task == "classification":
         probs = evaluation.predict_probs(posterior, x, num_samples=num_samples, seed=seed, batch_size=block_rows(posterior, x))
@@ -223,16 +234,26 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
 
 def write_table(path: str | os.PathLike, table: dict[str, np.ndarray]) -> None:
     """Write a table (column → ``(n,)`` array) as ``.csv`` (a header row, then one row per
-    input; floats with 6 significant digits) or ``.npz`` (one array per column)."""
+    input; floats with 6 significant digits) or ``.npz`` (one array per column).
+
+    The file is written under a temporary name beside ``path`` and renamed onto it when
+    complete (:func:`bnnpp.files.atomic_path`): on any failure (a full disk, a read-only
+    folder) an existing ``path`` is left as it was and no partial file remains. Raises a
+    one-line ValueError for another suffix or a ``path`` that is a folder; the ``OSError`` of
+    a failed write propagates.
+    """
     path = os.fspath(path)
-    if path.endswith(".npz"):
-        np.savez(path, **{k: np.asarray(v) for k, v in table.items()})
-        return
-    if not path.endswith(".csv"):
+    if not path.endswith((".csv", ".npz")):
         raise ValueError(f"--out {path}: write a .csv or .npz file")
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path} is a folder: name a .csv or .npz file to write")
+    if path.endswith(".npz"):
+        with atomic_path(path) as tmp:
+            np.savez(tmp, **{k: np.asarray(v) for k, v in table.items()})
+        return
     columns = list(table)
     cells = [[f"{v:.6g}" if isinstance(v, (float, np.floating)) else str(v) for v in table[c].tolist()] for c in columns]
-    with open(path, "w", newline="") as f:
+    with atomic_file(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(columns)
         w.writerows(zip(*cells, strict=True))

@@ -3,15 +3,17 @@ LOO rankings whose k̂ make them unreliable."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import arviz as az
 import numpy as np
 import pytest
+import xarray as xr
 
 import bnnpp
 from bnnpp import priors
-from bnnpp.inference.health import FitHealthWarning, pareto_khat, still_falling
+from bnnpp.inference.health import FitHealthWarning, check, pareto_khat, split_rhat, still_falling
 
 
 def _trace(n: int, rate: float, noise: float, seed: int = 0) -> np.ndarray:
@@ -81,3 +83,52 @@ def test_the_readme_advi_example_warns_on_khat():
                              prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
     post, said = _health(model=model, data=bnnpp.data.moons(), method="advi", num_steps=10_000)
     assert [s for s in said if "PSIS k̂" in s] and post.stats.extras["psis_khat"] > 0.7
+
+
+# -- MCMC R-hat ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_split_rhat_is_arviz_rhat(seed):
+    rng = np.random.default_rng(seed)
+    walk = np.cumsum(rng.normal(size=(3, 40, 2)), axis=1)  # chains that have not mixed
+    shifted = rng.normal(size=(2, 101, 2)) + np.array([0.0, 1.0])[:, None, None]  # odd draws: the middle one is dropped
+    for draws in (rng.normal(size=(4, 50, 3)), walk, shifted):
+        ref = az.rhat(xr.Dataset({"v": (["chain", "draw", "k"], draws)}))["v"].values
+        np.testing.assert_allclose(split_rhat(draws), ref, rtol=1e-12)
+    stuck = np.stack([np.zeros((10, 1)), np.ones((10, 1))])  # each chain constant, the two apart
+    assert split_rhat(stuck)[0] == np.inf and np.isnan(split_rhat(np.zeros((2, 10, 1))))[0]
+    assert np.isnan(split_rhat(rng.normal(size=(1, 50)))) and np.isnan(split_rhat(rng.normal(size=(2, 3))))
+
+
+def _sampled(scale_draws: np.ndarray, method: str = "nuts") -> bnnpp.Posterior:
+    """A posterior of ``method`` whose only site is a layer scale with these draws ``(chain, draw)``
+    (no model: the R-hat check reads the scale alone)."""
+    from bnnpp.introspection import SiteInfo
+    from bnnpp.posterior import FitStats
+
+    return bnnpp.Posterior({"dense_0.scale": scale_draws}, FitStats(method=method, seed=0), None,
+                           np.zeros((0, 2), np.float32), np.zeros((0,), np.int32), {"dense_0.scale": SiteInfo((), ())})
+
+
+def test_rhat_warns_when_chains_disagree_and_not_when_they_agree():
+    rng = np.random.default_rng(0)
+    agree = np.exp(0.1 * rng.normal(size=(4, 500)))  # iid draws: R-hat 1.0008, within 1.01
+    disagree = agree * np.array([1.0, 1.0, 1.0, 1.3])[:, None]  # one chain in another place
+    assert check(_sampled(agree)) == []
+    notes = check(_sampled(disagree))
+    assert len(notes) == 1 and notes[0].startswith("nuts: R-hat = ") and "dense_0.scale" in notes[0] and "\n" not in notes[0]
+    assert check(_sampled(disagree, method="ensemble")) == []  # members are independent fits, not chains
+    assert check(_sampled(disagree[:1])) == []  # one chain: no R-hat
+
+
+def test_a_short_sgld_fit_warns_on_rhat_in_python_and_metrics(tmp_path):
+    from bnnpp.cli import main
+
+    post, said = _health(model=bnnpp.models.mlp((3,), num_classes=2), data=bnnpp.data.moons(n=100), method="sgld",
+                         num_steps=20, num_chains=2, num_samples=10)
+    assert [s for s in said if "sgld: R-hat" in s] and post.stats.extras["max_r_hat"] > 1.01
+    assert main(["fit", "--data", "moons", "--method", "sgld", "--hidden", "3", "--num-steps", "20", "--num-chains", "2",
+                 "--num-samples", "10", "--quiet", "--out", str(tmp_path / "run")]) == 0
+    with open(tmp_path / "run" / "metrics.json") as f:
+        assert any("R-hat" in s for s in json.load(f)["health"])

@@ -23,6 +23,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # before JAX st
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import importlib  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import threading  # noqa: E402
@@ -52,10 +53,24 @@ class _Parser(argparse.ArgumentParser):
     other ``bnnpp`` error is, instead of argparse's usage block and the error."""
 
     config_file: str | None = None  # set by main() while a --config file's values are parsed
+    argv: tuple[str, ...] = ()  # set by main(): the arguments parsed, to explain a value read as a flag
 
     def error(self, message: str):
         origin = f" (--config {self.config_file} supplies its keys as these flags)" if _Parser.config_file else ""
-        self.exit(2, f"{self.prog}: error: {message}{origin}; see {self.prog} --help\n")
+        self.exit(2, f"{self.prog}: error: {message}{_dash_value_hint(message, _Parser.argv)}{origin}; see {self.prog} --help\n")
+
+
+def _dash_value_hint(message: str, argv) -> str:
+    """For argparse's "argument --flag: expected one argument" where the value typed after
+    ``--flag`` starts with ``-`` (``--hidden -5,5``): how to pass such a value; else ``""``."""
+    match = re.match(r"argument (--[\w-]+)(?:/[\w-]+)*: expected (?:one argument|at least one argument)", message)
+    if match is None:
+        return ""
+    flag = match.group(1)
+    for i, a in enumerate(argv[:-1]):
+        if a == flag and argv[i + 1].startswith("-"):
+            return f" ({argv[i + 1]} starts with '-' and reads as a flag: write {flag}={argv[i + 1]})"
+    return ""
 
 
 def _config_path(argv: list[str]) -> str | None:
@@ -180,10 +195,12 @@ def _main(argv: list[str], command: str | None, running=lambda: None) -> int:
         print(f"bnnpp {command}: error: {e}", file=sys.stderr)
         return 2
     _Parser.config_file = _config_path(argv)
+    _Parser.argv = tuple(expanded)
     try:
         args = parser.parse_args(expanded)
     finally:
         _Parser.config_file = None
+        _Parser.argv = ()
     args.argv = argv  # to print the command that resumes a fit
     args.import_seconds = time.perf_counter() - sys.modules["bnnpp"]._IMPORT_START
     # a library warning (NaN stop, NUTS divergences) is one line on stderr, without a source line

@@ -68,6 +68,8 @@ def run_table(args) -> int:
 
 
 def run(args) -> int:
+    if not 0 <= args.seed < 2**32:
+        raise CLIError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
     try:
         if not _is_image_run(args.dir):
             return run_table(args)
@@ -81,6 +83,9 @@ def run(args) -> int:
         )
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
+    except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
+        raise CLIError(f"could not write the evaluation into {args.dir} ({e.strerror or e}); nothing half-written was left: "
+                       "free some space or make it writable") from None
     t = report["test"]
     print(
         f"{report['data']} / {report['method']}: test error {t['error']:.2%}, NLL {t['nll']:.4f}, ECE {t['ece']:.4f}, "

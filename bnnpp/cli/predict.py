@@ -8,6 +8,7 @@ import os
 
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
+from bnnpp.files import check_writable
 
 __all__ = ["add_parser", "run"]
 
@@ -53,6 +54,13 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--out {args.out}: write a .csv or .npz file")
     if args.num_samples is not None and args.num_samples < 1:
         raise CLIError(f"--num-samples must be ≥ 1, got {args.num_samples}")
+    if not 0 <= args.seed < 2**32:
+        raise CLIError(f"--seed must be an integer in [0, 2**32), got {args.seed}")
+    source = args.data or args.x
+    if os.path.abspath(args.out) == os.path.abspath(source) or (
+        os.path.exists(args.out) and os.path.exists(source) and os.path.samefile(args.out, source)
+    ):
+        raise CLIError(f"--out {args.out} is the input file: writing it would replace your rows; choose another name")
     try:
         for flag, levels in (("--quantiles", args.quantiles), ("--intervals", args.intervals)):
             if levels:
@@ -62,15 +70,24 @@ def run(args: argparse.Namespace) -> int:
     parent = os.path.dirname(os.path.abspath(args.out))
     if not os.path.isdir(parent):
         raise CLIError(f"--out {args.out}: folder {parent} does not exist")
+    if os.path.isdir(args.out):
+        raise CLIError(f"--out {args.out} is a folder: name a .csv or .npz file to write")
     try:
-        table = tables.predict_run(args.run_dir, args.data or args.x, by_name=args.data is not None,
+        check_writable(parent)  # before the posterior is read and predicted
+    except ValueError as e:
+        raise CLIError(f"--out {args.out}: {e}") from None
+    try:
+        table = tables.predict_run(args.run_dir, source, by_name=args.data is not None,
                                    num_samples=args.num_samples, seed=args.seed,
                                    quantiles=args.quantiles or (), intervals=args.intervals or ())
-        tables.write_table(args.out, table)
+        tables.write_table(args.out, table)  # atomic: a failed write leaves an existing file as it was
     except (ValueError, TypeError) as e:
         if isinstance(e, MissingColumnError):  # the hint names this command's flag, not the Python argument
             raise CLIError(str(MissingColumnError(e.detail, "--x FILE instead of --data"))) from None
         raise CLIError(str(e)) from None
+    except OSError as e:  # a full disk, a folder made read-only meanwhile
+        raise CLIError(f"could not write --out {args.out} ({e.strerror or e}); any earlier {os.path.basename(args.out)} "
+                       "is unchanged: free some space or choose another path") from None
     n = len(next(iter(table.values())))
     print(f"wrote {args.out}: {n} rows, columns {', '.join(table)}")
     return 0

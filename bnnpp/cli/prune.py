@@ -58,6 +58,9 @@ def run(args) -> int:
         )
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
+    except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
+        raise CLIError(f"could not write the pruning results into {args.dir} ({e.strerror or e}); nothing half-written was left: "
+                       "free some space or make it writable") from None
     print(reports.pruning_table_markdown(report["rows"]), end="")
     if "log_alpha" in report:  # a vd run: per-layer nonzero weights, compression ×, test error
         print("\n" + pruning.log_alpha_markdown(report["log_alpha"]), end="")

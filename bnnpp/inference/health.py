@@ -12,9 +12,19 @@ The runner (:mod:`bnnpp.inference.runner`) calls :func:`check` on every Posterio
   from :data:`KHAT_DRAWS` draws of q against the full training data, when that costs at most
   :data:`KHAT_BUDGET` multiply-adds.
 
-MCMC's divergences are reported by :mod:`bnnpp.inference.nuts`; R-hat and PSIS-LOO by
+* **MCMC chains that disagree** (:func:`mcmc_rhat`): a sampler (:data:`MCMC_METHODS`) with
+  two chains or more whose rank-normalised split R-hat (Vehtari, Gelman, Simpson, Carpenter &
+  Bürkner 2021) exceeds :data:`RHAT_THRESHOLD` on a permutation-invariant quantity: a scale
+  site (``*.scale``, ``*.variance``, ``noise``) or the predictive (class probabilities or
+  regression means) at the first :data:`RHAT_ROWS` training rows, the headline quantities of
+  :func:`bnnpp.diagnostics.summary`. Weights are left out: relabelling hidden units or flipping
+  their signs leaves the network unchanged, so chains that agree on every prediction can still
+  disagree on the weights.
+
+MCMC's divergences are reported by :mod:`bnnpp.inference.nuts`; PSIS-LOO by
 :mod:`bnnpp.diagnostics`. This module imports neither ArviZ nor anything above the runner:
-:func:`pareto_khat` is the generalised-Pareto fit of ArviZ's ``psislw``, in NumPy.
+:func:`pareto_khat` is the generalised-Pareto fit of ArviZ's ``psislw``, and
+:func:`split_rhat` ArviZ's rank-normalised ``rhat``, in NumPy and SciPy.
 """
 
 from __future__ import annotations
@@ -26,7 +36,10 @@ import numpy as np
 from bnnpp.inference.joint import gaussian_log_weights
 from bnnpp.posterior import MeanFieldGaussian
 
-__all__ = ["FALLING_SHARE", "KHAT_THRESHOLD", "FitHealthWarning", "check", "pareto_khat", "still_falling", "vi_khat", "warn"]
+__all__ = [
+    "FALLING_SHARE", "KHAT_THRESHOLD", "MCMC_METHODS", "RHAT_THRESHOLD", "FitHealthWarning", "check", "mcmc_rhat",
+    "pareto_khat", "split_rhat", "still_falling", "vi_khat", "warn",
+]
 
 FALLING_SHARE = 0.04
 """The loss must fall by more than this share of its scale (the larger of its final level and
@@ -40,6 +53,14 @@ KHAT_DRAWS = 1000
 KHAT_BUDGET = 2e10
 """Largest ``draws × rows × parameters`` for which a fit computes its PSIS k̂ (a few seconds
 on a CPU); larger fits skip it (:func:`bnnpp.diagnostics.psis_khat` computes it on demand)."""
+
+RHAT_THRESHOLD = 1.01
+"""Largest rank-normalised split R-hat of a converged sampler (Vehtari et al. 2021, §4)."""
+RHAT_ROWS = 20
+"""Training rows at which the predictive's R-hat is checked."""
+MCMC_METHODS = ("nuts", "sgld")
+"""Methods whose chains are Markov chains over one posterior (ensemble and MultiSWAG members
+are independent fits, not chains: their disagreement is the point)."""
 
 
 class FitHealthWarning(UserWarning):
@@ -107,6 +128,76 @@ def pareto_khat(log_weights: np.ndarray) -> float:
     return float((n * k_post + 10 * 0.5) / (n + 10))
 
 
+def split_rhat(draws: np.ndarray) -> np.ndarray:
+    """Rank-normalised split R-hat (Vehtari et al. 2021, eqs. 3-4 after rank normalisation,
+    the larger of the bulk and the folded-tail value; as ArviZ's ``rhat``) of every entry of
+    ``draws`` ``(chain, draw, *shape)``.
+
+    Returns:
+        float64 ``shape``: ``inf`` for an entry whose chains are each constant but differ, NaN
+        for an entry constant over all draws, with a non-finite draw, or when there are fewer
+        than 2 chains or 4 draws per chain.
+    """
+    from scipy.special import ndtri
+    from scipy.stats import rankdata
+
+    x = np.asarray(draws, np.float64)
+    shape = x.shape[2:]
+    chains, n = x.shape[:2]
+    if chains < 2 or n < 4:
+        return np.full(shape, np.nan)
+    x = x.reshape(chains, n, -1)
+    half = n // 2
+    split = np.concatenate([x[:, :half], x[:, n - half :]], axis=0)  # (2·chains, half, k)
+
+    def rhat(a):  # a (m, half, k) → (k,), eq. 3-4 of Vehtari et al. 2021
+        m, h, k = a.shape
+        ranks = rankdata(a.reshape(m * h, k), method="average", axis=0)
+        z = ndtri((ranks - 0.375) / (m * h + 0.25)).reshape(m, h, k)
+        between = h * z.mean(axis=1).var(axis=0, ddof=1)
+        within = z.var(axis=1, ddof=1).mean(axis=0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.sqrt((between / within + h - 1) / h)
+
+    with np.errstate(invalid="ignore"):
+        out = np.fmax(rhat(split), rhat(np.abs(split - np.median(split, axis=(0, 1)))))
+    constant = np.ptp(x.reshape(chains * n, -1), axis=0) == 0
+    out[constant | ~np.all(np.isfinite(x), axis=(0, 1))] = np.nan
+    return out.reshape(shape)
+
+
+def mcmc_rhat(posterior) -> dict | None:
+    """The largest R-hat (:func:`split_rhat`) of a sampler's permutation-invariant quantities
+    (module docstring), or ``None`` for other methods, one chain or fewer than 4 draws.
+
+    Returns:
+        ``{"max_r_hat": float, "where": str (the site, or "predictive"), "above": int,
+        "checked": int}``: ``above`` of the ``checked`` entries exceed :data:`RHAT_THRESHOLD`.
+    """
+    if posterior.stats.method not in MCMC_METHODS or posterior.num_chains < 2 or posterior.num_draws < 4:
+        return None
+    values: list[tuple[str, np.ndarray]] = [
+        (name, split_rhat(v)) for name, v in posterior.samples.items()
+        if name.endswith((".scale", ".variance")) or name == "noise"
+    ]
+    if posterior.model is not None and posterior.has_data:
+        try:
+            pred = posterior.predict(posterior.x[:RHAT_ROWS])
+        except ValueError:  # non-finite draws: said by predict's own check when the user predicts
+            pred = None
+        if pred is not None:
+            q = pred.probs if pred.task == "classification" else pred.draws
+            values.append(("predictive", split_rhat(np.asarray(q).reshape(posterior.num_chains, posterior.num_draws, *q.shape[1:]))))
+    flat = [(name, np.ravel(r)) for name, r in values]
+    finite = [(name, r[~np.isnan(r)]) for name, r in flat]
+    finite = [(name, r) for name, r in finite if r.size]
+    if not finite:
+        return None
+    where, worst = max(((name, float(r.max())) for name, r in finite), key=lambda t: t[1])
+    return {"max_r_hat": worst, "where": where, "above": int(sum((r > RHAT_THRESHOLD).sum() for _, r in finite)),
+            "checked": int(sum(r.size for _, r in finite))}
+
+
 def vi_khat(posterior, seed: int = 0) -> float | None:
     """PSIS k̂ of a mean-field Gaussian posterior's q from :data:`KHAT_DRAWS` draws, or
     ``None`` when it has no such q, no training data or costs more than :data:`KHAT_BUDGET`."""
@@ -152,6 +243,15 @@ def check(posterior) -> list[str]:
             notes.append(
                 f"{stats.method}: PSIS k̂ = {khat:.2f} > {KHAT_THRESHOLD}: the variational approximation is not "
                 "trustworthy as a posterior (Yao et al. 2018); run longer, or compare with nuts on a small subset"
+            )
+    rhat = mcmc_rhat(posterior) if stats.stopped_at is None else None
+    if rhat is not None:
+        stats.extras["max_r_hat"] = rhat["max_r_hat"]
+        if not rhat["max_r_hat"] <= RHAT_THRESHOLD:
+            notes.append(
+                f"{stats.method}: R-hat = {rhat['max_r_hat']:.3g} > {RHAT_THRESHOLD} ({rhat['where']}; {rhat['above']} of "
+                f"{rhat['checked']} invariant quantities): the {posterior.num_chains} chains disagree, so the draws are not "
+                "yet from one posterior (Vehtari et al. 2021); run longer (more warmup and draws)"
             )
     return notes
 

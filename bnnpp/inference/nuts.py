@@ -76,6 +76,7 @@ from numpyro.infer.initialization import init_to_uniform
 from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn
 
+from bnnpp.inference import health
 from bnnpp.inference.checkpoints import (
     Checkpointer,
     Checkpointing,
@@ -378,7 +379,9 @@ def _fit(
         extras={"num_parameters": n_params, "divergences": divergences, "divergences_per_chain": per_chain,
                 **({} if place is None else {"placement": {k: v for k, v in placed.items() if k != "per_device_batch"}})},
     )
-    return Posterior(samples, stats, model, x, y, sites)
+    posterior = Posterior(samples, stats, model, x, y, sites)
+    health.warn(posterior, stacklevel=5)  # chains that disagree (R-hat): one line, as every runner-driven fit
+    return posterior
 
 
 def _placement(options: NUTSOptions, devices, mesh, n: int) -> Placement | None:

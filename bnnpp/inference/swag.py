@@ -99,6 +99,14 @@ class SWAGOptions(Options):
                 f"swag_epochs={self.swag_epochs} with collect_every={self.collect_every} collects {collections} iterate(s); "
                 "raise swag_epochs to at least 2 x collect_every"
             )
+        if self.num_steps is not None and self.num_steps < 2:
+            raise ValueError(
+                f"num_steps={self.num_steps} is too short for SWAG: the first half of the run is MAP pretraining and needs "
+                "at least 1 step, so give num_steps ≥ 2 (a useful run takes hundreds)"
+            )
+        if self.pretrain_steps == 0 and self.num_steps is None and self.epochs is None:
+            raise ValueError("pretrain_steps=0 is too short: SWAG collects around a MAP mode and needs at least 1 pretraining "
+                             "step (the default is 2000)")
 
     def check_data(self, x, y) -> None:
         check_batch_size(self.batch_size, x)
@@ -109,6 +117,9 @@ class SWAGOptions(Options):
         if self.num_steps is None and self.epochs is None:
             return self
         total = steps_for(self, n)
+        if total < 2:
+            raise ValueError(f"epochs={self.epochs} gives {total} step(s) on {n} rows, too short for SWAG: the first half of the "
+                             "run is MAP pretraining and needs at least 1 step; give epochs ≥ 2 or a smaller batch_size")
         batches = max(1, n // (self.batch_size or n))
         swag_epochs = max(2 * self.collect_every, (total - total // 2) // batches)
         return dataclasses.replace(self, pretrain_steps=total // 2, swag_epochs=swag_epochs)

@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro
 import numpyro.distributions as dist
 from numpyro.distributions.util import validate_sample
@@ -339,9 +340,12 @@ def mlp(
         ``x`` of shape ``(n, features)``.
     """
     try:
-        hidden_t = tuple(int(h) for h in hidden)
-    except (TypeError, ValueError):
+        items = tuple(hidden)
+    except TypeError:
         raise TypeError(f"hidden must be a sequence of layer widths such as (5, 5), got {hidden!r}") from None
+    if any(isinstance(h, bool) or not isinstance(h, (int, np.integer)) for h in items):
+        raise TypeError(f"hidden must be a sequence of integer layer widths such as (5, 5), got {hidden!r}")
+    hidden_t = tuple(int(h) for h in items)
     if any(h < 1 for h in hidden_t):
         raise ValueError(f"hidden layer widths must be ≥ 1, got {hidden_t}")
     if activation not in ACTIVATIONS:

@@ -8,13 +8,18 @@ layout both ArviZ generations use (one netCDF group per ArviZ group), so a file 
 one loads under the other. The statistics bnnpp needs (:func:`loo`, :func:`compare`,
 :func:`rhat_ess`, :func:`pareto_khat`) answer in one shape whatever the version.
 
-ArviZ itself is imported on first use, never with this module.
+ArviZ itself is imported on first use, never with this module. ArviZ 0.23 announces its coming
+refactor with a four-line ``FutureWarning`` when it is imported (once a day per user cache, or
+on every import where that cache is not kept); when bnnpp is the one importing it that notice is
+about no call of the user's, so this module ignores that one message (:data:`REFACTOR_NOTICE`).
+Every other ArviZ warning, including those of the user's own ArviZ calls, is shown as before.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from functools import cache
 from importlib import metadata
@@ -23,6 +28,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 __all__ = [
+    "REFACTOR_NOTICE",
     "LooResult",
     "arviz_major",
     "build",
@@ -40,6 +46,10 @@ __all__ = [
     "rhat_ess",
     "write_netcdf",
 ]
+
+REFACTOR_NOTICE = r"\s*ArviZ is undergoing a major refactor"
+"""The start of the ``FutureWarning`` ArviZ 0.23 emits at import (see the module docstring)."""
+warnings.filterwarnings("ignore", message=REFACTOR_NOTICE, category=FutureWarning, module="arviz")
 
 
 @cache

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -141,6 +142,40 @@ class Posterior:
 
     _flat = flat_draws  # the name bnnpp 0.1 used internally
 
+    def draws_to_use(self, num_samples: int | None, *, stacklevel: int = 2) -> int | None:
+        """``num_samples`` checked and capped at the draws kept (chains pooled): ``None`` stays
+        ``None`` (all of them); a larger number becomes the number kept, with a one-line
+        ``UserWarning`` (``stacklevel`` as :func:`warnings.warn`'s, counted from the caller), so
+        that a mistyped 10⁹ never allocates for 10⁹ draws. One-line ValueError for anything
+        but an integer ≥ 1."""
+        if num_samples is None:
+            return None
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
+        total = self.num_chains * self.num_draws
+        if num_samples > total:
+            warnings.warn(f"num_samples={num_samples} is more than the {total} posterior draws kept: using all {total}",
+                          UserWarning, stacklevel=stacklevel + 1)
+            return total
+        return int(num_samples)
+
+    def check_finite(self) -> None:
+        """Raise a one-line ValueError when a latent site's draws hold NaN or inf, naming the
+        site and how many draws: predictions from such a posterior are NaN (a fit that
+        diverged, or a damaged file)."""
+        key = ("finite", tuple(id(v) for v in self.samples.values()))
+        if self._jitted.get("finite") == key:
+            return
+        total = self.num_chains * self.num_draws
+        for name, v in self.samples.items():
+            a = np.asarray(v)
+            if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+                bad = int((~np.isfinite(a.reshape(total, -1))).any(axis=1).sum())
+                raise ValueError(f"the posterior's site {name!r} holds NaN or inf in {bad} of its {total} draws, so its "
+                                 "predictions would be NaN: the fit diverged or the file is damaged; fit again (e.g. with a "
+                                 "smaller learning rate or step size)")
+        self._jitted["finite"] = key
+
     def model_or_raise(self) -> Callable:
         """The model; ValueError naming the fix when it was not passed to :func:`bnnpp.load`."""
         if self.model is None:
@@ -200,10 +235,13 @@ class Posterior:
                 draws while predicting.
 
         Returns:
-            A :class:`Prediction`: ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
+            A :class:`Prediction` over S draws (``num_samples``, at most the draws kept: a
+            larger number is capped with a warning): ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
             ``noise`` ``(S, n)`` (``(S, n, K)`` for targets ``(n, K)``) for regression, with its
             ``likelihood`` (gaussian, student_t, poisson); a custom model's deterministic
-            sites in ``deterministic`` ``(S, *site_shape)``.
+            sites in ``deterministic`` ``(S, *site_shape)``. One-line ValueError for inputs of
+            the wrong shape or not finite, and for a posterior whose draws hold NaN or inf
+            (:meth:`check_finite`).
         """
         seed = seed_integer(seed)
         x = np.asarray(x, dtype=np.float32)
@@ -213,6 +251,8 @@ class Posterior:
             raise ValueError("x is empty: pass at least one input row")
         if not np.all(np.isfinite(x)):
             raise ValueError("x contains NaN or inf")
+        num_samples = self.draws_to_use(num_samples)
+        self.check_finite()
         own = None
         if self.approximation is not None and self.approximation.predict is not None:
             own = self.approximation.predict(self, x, num_samples, seed)  # e.g. the linearised Laplace

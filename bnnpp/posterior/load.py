@@ -63,7 +63,9 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from None
     data = meta.get("data") or {}
-    observed = data.get("observed", "y")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: its bnnpp metadata is damaged (data is a {type(data).__name__}, not an object)")
+    observed = str(data.get("observed", "y"))
     given = model is not None  # a model passed in is checked against the file; one rebuilt from its spec matches it
     if model is None and meta["model"] is not None:
         try:
@@ -73,6 +75,12 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     elif model is not None:
         model = rename_observed(model, observed)
     if "constant_data" in groups:
+        if "x" not in groups["constant_data"]:
+            raise ValueError(f"{path}: its constant_data group has no inputs 'x': the file is damaged; save the posterior again")
+        if "observed_data" not in groups or observed not in groups["observed_data"]:
+            held = ", ".join(map(str, groups["observed_data"].data_vars)) if "observed_data" in groups else "no observed_data group"
+            raise ValueError(f"{path}: its metadata names the observed variable {observed!r}, but the file holds {held or 'none'}: "
+                             "the file is damaged; save the posterior again")
         x = np.asarray(groups["constant_data"]["x"].values)
         y = np.asarray(groups["observed_data"][observed].values)
     else:  # saved without its training data
@@ -81,7 +89,7 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     if given:
         probe = x[:1] if x.shape[0] else np.zeros((1, *x.shape[1:]), np.float32)
         check_sites(model, sites, probe, path)
-    if "constant_data" in groups and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(meta["data"]["feature_shape"])):
+    if "constant_data" in groups and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(data.get("feature_shape", x.shape[1:]))):
         raise ValueError(f"{path}: its training data has shapes x {x.shape}, y {y.shape} that contradict its metadata")
     return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation)
 
