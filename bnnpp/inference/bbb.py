@@ -77,12 +77,20 @@ from bnnpp.posterior import MeanFieldGaussian
 
 _find_layers = find_layers  # its name in bnnpp 0.1
 
+HYPERPARAMETERS = ("variational", "point", "evidence", "auto")
+
 __all__ = [
-    "DEFAULTS",
+    "DEFAULTS", "HYPERPARAMETERS",
     "BBBInfo", "BBBOptions", "BBBState", "blundell_weights", "build", "conv_preactivations", "dense_preactivations",
     "gaussian_kl", "kl_weights", "negative_elbo_terms",
 ]
 
+
+
+def unit_interval(name: str, value) -> None:
+    """``value`` in [0, 1)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,16 @@ class BBBOptions(Options):
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     init_scale: float = option(0.05, "initial sd of the variational factors", check=positive_float)
     learn_prior: bool = option(False, "train the scale mixture's pi, sigma1, sigma2", check=boolean)
+    kl_warmup: float = option(
+        0.0, "share of the steps over which the KL weight rises linearly from 0 to 1 (KL annealing; 0: none)",
+        check=unit_interval,
+    )
+    hyperparameters: str = option(
+        "variational", "the sites outside the layers (prior scales, a learned noise sd): variational (a Gaussian factor each), "
+        "point (point estimates on the ELBO, type-II MAP; q over the weights only), evidence (held at the values of an "
+        "evidence-trained MAP of map_steps steps, which the means also start from), auto (point under a hierarchical "
+        "prior, else variational)", choices=HYPERPARAMETERS,
+    )
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     validation_data: Any = option(None, "(x_val, y_val) scored at the variational means after every chunk", flag=False)
@@ -149,6 +167,23 @@ def kl_weights(num_batches: int, scheme: str) -> np.ndarray:
     if scheme == "uniform":
         return np.full(num_batches, 1.0 / num_batches)
     return blundell_weights(num_batches)
+
+
+def point_sites(choice: str, layers: dict, generic: tuple) -> tuple:
+    """The sites held as point estimates under ``hyperparameters=choice``: the sites outside
+    the bnnpp layers (``generic``) for ``"point"`` and ``"evidence"``, and for ``"auto"`` when some layer's prior
+    has a sampled scale; none for ``"variational"`` or a model without bnnpp layers (whose
+    every site is outside them)."""
+    if not layers or choice == "variational":
+        return ()
+    if choice == "auto" and not any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values()):
+        return ()
+    return tuple(generic)
+
+
+def _sigma(rho: dict, point: tuple) -> dict:
+    """σ = softplus(ρ) per site; 0 for the point estimates."""
+    return {k: jnp.zeros_like(v) if k in point else softplus(v) for k, v in rho.items()}
 
 
 def _softplus_inv(y: float) -> float:
@@ -222,6 +257,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
             "learn_prior=True trains a scale mixture's π, σ1, σ2: build the network with priors.scale_mixture() "
             "(CLI: --prior scale-mixture)"
         )
+    point = point_sites(options.hyperparameters, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))
     num_batches = n // batch
     weights = jnp.asarray(num_batches * kl_weights(num_batches, options.kl_weighting), jnp.float32)
@@ -229,7 +265,11 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
     x1, y1 = x[:1], y[:1]  # latent shapes do not depend on n: one row runs the model when drawing
     rho0 = _softplus_inv(options.init_scale)
 
-    start = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
+    frozen = point if options.hyperparameters == "evidence" else ()
+    if options.hyperparameters == "evidence":
+        start = map_start(model, x, y, options.map_steps, options.batch_size, hyperparameters="evidence")
+    else:
+        start = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
 
     def init(key, data):
         keys = dict(zip(sites, jax.random.split(key, len(sites)), strict=True))
@@ -261,7 +301,8 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
 
     def particle(params, key, xb, yb, kl_weight):
         nll, kl = negative_elbo_terms(
-            model, params, key, xb, yb, generic=generic, estimator=options.estimator, kl=options.kl, lik_scale=lik_scale
+            model, params, key, xb, yb, generic=generic, estimator=options.estimator, kl=options.kl, lik_scale=lik_scale,
+            point=point,
         )
         return nll + kl_weight * kl, (nll, kl)
 
@@ -272,16 +313,21 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         loss, (nll, kl) = jax.vmap(particle, in_axes=(None, 0, None, None, None))(params, keys, xb, yb, kl_weight)
         return loss.mean(), (nll.mean(), kl.mean())
 
+    warmup_steps = options.kl_warmup * steps_for(options, n)
+
     def step(key, state, batch_data):
+        anneal = jnp.minimum(1.0, (state.t + 1) / warmup_steps) if warmup_steps > 0 else 1.0
         (loss, (nll, kl)), grads = jax.value_and_grad(objective, has_aux=True)(
-            state.params, key, *batch_data, weights[state.t % num_batches]
+            state.params, key, *batch_data, anneal * weights[state.t % num_batches]
         )
+        if frozen:  # evidence-trained hyperparameters are held
+            grads = {**grads, "loc": {k: jnp.zeros_like(v) if k in frozen else v for k, v in grads["loc"].items()}}
         params, opt_state = apply_optimizer(opt, grads, state.opt_state, state.params)
         return BBBState(params, opt_state, state.t + 1), BBBInfo(loss, nll, kl, nll + kl)
 
     def sample(key, state, num_samples):
         params = state.params
-        sigma = jax.tree_util.tree_map(softplus, params["rho"])  # the σ the ELBO was trained with
+        sigma = _sigma(params["rho"], point)  # the σ the ELBO was trained with
 
         def one(k):
             k_u, k_m = jax.random.split(k)
@@ -292,7 +338,7 @@ def build(model, x, y, options: BBBOptions) -> Algorithm:
         return jax.vmap(one)(jax.random.split(key, num_samples))
 
     def approximation(state):
-        return MeanFieldGaussian(dict(state.params["loc"]), {k: softplus(v) for k, v in state.params["rho"].items()})
+        return MeanFieldGaussian(dict(state.params["loc"]), _sigma(state.params["rho"], point))
 
     def extras(state):
         if "prior" not in state.params:
