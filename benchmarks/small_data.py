@@ -36,6 +36,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import sys
 import time
 import warnings
@@ -182,7 +183,7 @@ def main(argv=None) -> None:
         with open(previous) as f:
             old = json.load(f)
         results, commands = old["results"], old["commands"]
-    command = "python benchmarks/" + " ".join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
+    command = "python benchmarks/" + shlex.join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
     commands = [*commands, command]
     for name in problems:
         p = problem(name)
