@@ -142,8 +142,8 @@ class ADVIOptions(Options):
     hyperparameters: str = option(
         "auto", "the sites outside the layers (prior scales, a learned noise sd): variational (factors of q), evidence "
         "(held at the values of an evidence-trained MAP of map_steps steps, which the means also start from; q over "
-        "the weights only; guide='normal'), auto (evidence under a hierarchical prior with guide='normal', else "
-        "variational)", choices=("variational", "evidence", "auto"),
+        "the weights only; guide='normal'), auto (evidence under a hierarchical Normal prior with guide='normal', "
+        "else variational)", choices=("variational", "evidence", "auto"),
     )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
@@ -240,13 +240,14 @@ a point for every purpose (its log q is a constant of the ELBO)."""
 def _evidence_sites(model, x, y, options: ADVIOptions, sites) -> tuple:
     """The sites held at an evidence-trained MAP's values: every latent site outside the bnnpp
     layers' weights and biases under ``hyperparameters="evidence"``, or ``"auto"`` with
-    ``guide="normal"`` and a hierarchical prior (see
+    ``guide="normal"`` and a hierarchical Normal prior (see
     :func:`bnnpp.inference.bbb.resolve_hyperparameters` for why); else none."""
     if options.hyperparameters == "variational" or options.guide != "normal":
         return ()
+    from bnnpp.inference.bbb import hierarchical_normal
+
     layers = find_layers(model, x[:1], y[:1])
-    hierarchical = any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values())
-    if options.hyperparameters == "auto" and not hierarchical:
+    if options.hyperparameters == "auto" and not hierarchical_normal(layers):
         return ()
     weights = {s for lay in layers.values() for s in lay["sites"]}
     if not layers and options.hyperparameters == "evidence":

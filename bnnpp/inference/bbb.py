@@ -125,7 +125,7 @@ class BBBOptions(Options):
         "auto", "the sites outside the layers (prior scales, a learned noise sd): variational (a Gaussian factor each), "
         "point (point estimates on the ELBO; q over the weights only), evidence (held at the values of an "
         "evidence-trained MAP of map_steps steps, which the means also start from; q over the weights only), auto "
-        "(evidence under a hierarchical prior, else variational)", choices=HYPERPARAMETERS,
+        "(evidence under a hierarchical Normal prior, else variational)", choices=HYPERPARAMETERS,
     )
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
@@ -169,9 +169,21 @@ def kl_weights(num_batches: int, scheme: str) -> np.ndarray:
     return blundell_weights(num_batches)
 
 
+def hierarchical_normal(layers: dict) -> bool:
+    """Whether every bnnpp layer has a Normal prior and some layer's scale is sampled (a
+    hierarchical prior): the case ``hyperparameters="auto"`` resolves to ``"evidence"``. Other
+    priors keep the variational factors: a Cauchy or Student-t prior's curvature is negative
+    away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
+    half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
+    kinds = [lay["prior"] for lay in layers.values()]
+    return bool(kinds) and all(getattr(p, "kind", None) == "normal" for p in kinds) and any(
+        getattr(p, "hierarchical", False) for p in kinds
+    )
+
+
 def resolve_hyperparameters(choice: str, layers: dict) -> str:
-    """``choice``, with ``"auto"`` resolved: ``"evidence"`` when some bnnpp layer's prior has a
-    sampled scale (a hierarchical prior), else ``"variational"``.
+    """``choice``, with ``"auto"`` resolved: ``"evidence"`` under a hierarchical Normal prior
+    (:func:`hierarchical_normal`), else ``"variational"``.
 
     Why evidence under a hierarchical prior: on issue 35's 32-point sinusoid the mean-field
     ELBO with the scales and noise learned — as factors of q or as point estimates, from a
@@ -180,7 +192,7 @@ def resolve_hyperparameters(choice: str, layers: dict) -> str:
     ``benchmarks/README.md``, "Variational fits under hierarchical priors")."""
     if choice != "auto":
         return choice
-    return "evidence" if any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values()) else "variational"
+    return "evidence" if hierarchical_normal(layers) else "variational"
 
 
 def point_sites(choice: str, layers: dict, generic: tuple) -> tuple:
