@@ -36,6 +36,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shlex
 import sys
 import time
 import warnings
@@ -97,7 +98,9 @@ def evaluate(post, p: dict) -> dict:
     """Test NLL and RMSE, the sd growth from ``inside`` to ``outside``, the collapse warning."""
     scores = post.predict(p["x_test"]).scores(p["y_test"])
     sd = post.predict(np.asarray(p["inside"] + p["outside"], np.float32)).std
-    return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]),
+    noise = post.predict(p["x"]).noise
+    noise = None if noise is None else float(np.sqrt(np.mean(np.asarray(noise, np.float64) ** 2)))
+    return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]), "noise_sd": noise,
             "collapse_warning": post.stats.extras.get("collapse_warning")}
 
 
@@ -156,8 +159,11 @@ def main(argv=None) -> None:
     ap.add_argument("--problems", default=",".join(PROBLEMS))
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seed", type=int, default=0, help="the fits' seed (the data's seed is 0)")
+    ap.add_argument("--options", default="{}", help="JSON dict of options given to every method (a candidate's setting)")
+    ap.add_argument("--label", default=None, help="row name for --options (default: the method's name)")
     ap.add_argument("--out", default=None, help="result name in benchmarks/results (default small_data, or small_data_quick)")
     args = ap.parse_args(argv)
+    options = json.loads(args.options)
     problems = ["sinusoid"] if args.quick else [t for t in args.problems.split(",") if t]
     methods = list(QUICK_METHODS) if args.quick else [t for t in args.methods.split(",") if t]
     for name in problems:
@@ -177,7 +183,7 @@ def main(argv=None) -> None:
         with open(previous) as f:
             old = json.load(f)
         results, commands = old["results"], old["commands"]
-    command = "python benchmarks/" + " ".join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
+    command = "python benchmarks/" + shlex.join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
     commands = [*commands, command]
     for name in problems:
         p = problem(name)
@@ -187,15 +193,19 @@ def main(argv=None) -> None:
         took = "cached" if ref["cached"] else f"{ref['seconds']:.0f} s"
         print(f"{name} nuts: nll {ref['nll']:.3f} growth {ref['growth']:.2f} ({took})", flush=True)
         for method in methods:
+            row = method if args.label is None else f"{method} {args.label}"
+            if args.seed != 0:
+                row += f" (seed {args.seed})"
             try:
-                r = run_fit(p, method, {}, args.seed)
+                r = run_fit(p, method, options, args.seed)
             except Exception as e:  # a method that fails is a row of the table, not the end of the run
-                rows[method] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-                print(f"{name} {method}: {rows[method]['error']}", flush=True)
+                rows[row] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+                print(f"{name} {row}: {rows[row]['error']}", flush=True)
                 continue
             r["nll_ratio"] = r["nll"] / ref["nll"]
-            rows[method] = r
-            print(f"{name} {method}: nll {r['nll']:.3f} (x{r['nll_ratio']:.2f}) rmse {r['rmse']:.2f} growth {r['growth']:.2f} "
+            r["seed"] = args.seed
+            rows[row] = r
+            print(f"{name} {row}: nll {r['nll']:.3f} (x{r['nll_ratio']:.2f}) rmse {r['rmse']:.2f} growth {r['growth']:.2f} "
                   f"warn {bool(r['collapse_warning'])} {r['seconds']:.0f} s", flush=True)
         result = {"commands": commands,
                   "date": dt.date.today().isoformat(), "machine": machine(), "nuts_settings": QUICK_NUTS if args.quick else NUTS,

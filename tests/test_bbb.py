@@ -147,6 +147,8 @@ def test_learn_prior_trains_the_scale_mixture(moons):
         ({"kl": "exact"}, "kl must be one of analytic, mc"),
         ({"learn_prior": True}, "learn_prior=True trains a scale mixture"),
         ({"num_chains": 2}, "method 'bbb' does not take option"),
+        ({"kl_warmup": 1.0}, r"kl_warmup must be a number in \[0, 1\)"),
+        ({"hyperparameters": "mode"}, "hyperparameters must be one of variational, point, evidence, auto"),
     ],
 )
 def test_bad_options_fail_before_compiling(options, match, moons, compile_counter):
@@ -155,3 +157,20 @@ def test_bad_options_fail_before_compiling(options, match, moons, compile_counte
     with pytest.raises(ValueError, match=match):
         bnnpp.fit(model, moons, method="bbb", progress=False, **options)
     assert compile_counter() == before
+
+
+@pytest.mark.parametrize("choice", ["point", "evidence"])
+def test_point_hyperparameters_have_no_spread(choice):
+    """hyperparameters='point'/'evidence': the hierarchical scales and the noise are point
+    estimates (q over the weights only): every draw has the same value, q's sd is 0, and with
+    'evidence' they stay at the evidence-trained MAP's values (their gradient is held at 0)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (24, 1)).astype(np.float32)
+    y = (np.sin(3 * x[:, 0]) + 0.1 * rng.normal(size=24)).astype(np.float32)
+    model = bnnpp.models.mlp((6,), activation="tanh", likelihood="gaussian", prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
+    post = bnnpp.fit(model, (x, y), method="bbb", progress=False, num_steps=30, num_samples=5, map_steps=20,
+                     hyperparameters=choice)
+    for site in ("noise", "dense_0.variance", "dense_1.variance"):
+        assert float(post.approximation.scale[site]) == 0.0
+        assert np.ptp(np.asarray(post.samples[site])) == 0.0
+    assert np.all(np.asarray(post.approximation.scale["dense_0.w"]) > 0)

@@ -440,3 +440,21 @@ def test_swag_warns_when_its_sgd_phase_leaves_the_mode():
         post = bnnpp.fit(model, (d.x_train, d.y_train), method="swag", swag_learning_rate=0.002, **small)
     pre, swag = post.stats.extras["pretrain_loss"][0], post.stats.extras["swag_mean_loss"][0]
     assert np.isfinite(pre) and swag < 1.5 * pre
+
+
+def test_swag_default_batch_is_capped_on_tiny_data():
+    """Issue 35: 20 rows with multiswag's default batch_size (32) fit on minibatches of 10
+    (half the rows: two per epoch keep SWAG's SGD noise) instead of raising; an explicit batch
+    larger than the data is still refused."""
+    from bnnpp.inference.swag import MultiSWAGOptions
+
+    assert MultiSWAGOptions().resolve(20).batch_size == 10 and MultiSWAGOptions().resolve(64).batch_size == 32
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (20, 1)).astype(np.float32)
+    y = (x[:, 0] + 0.1 * rng.normal(size=20)).astype(np.float32)
+    net = bnnpp.models.mlp((4,), likelihood="gaussian", noise=0.1)
+    post = bnnpp.fit(net, (x, y), method="multiswag", progress=False, members=2, pretrain_steps=20, swag_epochs=4,
+                     rank=2, num_samples=3)
+    assert np.isfinite(post.predict(x).mean).all()
+    with pytest.raises(ValueError, match="batch_size 40 is larger than the 20 training rows"):
+        bnnpp.fit(net, (x, y), method="multiswag", progress=False, batch_size=40)

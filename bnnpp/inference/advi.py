@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import optax
 from numpyro.handlers import replay, seed
 from numpyro.infer import SVI, Trace_ELBO
 from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoMultivariateNormal, AutoNormal
@@ -134,12 +135,22 @@ class ADVIOptions(Options):
         "U(±init_radius) on the unconstrained space), uniform (every site U(±init_radius)) or map (a short "
         "evidence-trained MAP fit of map_steps steps)", choices=("glorot", "uniform", "map"),
     )
-    map_steps: int = option(2000, "MAP steps of init_loc='map'", check=positive_int)
+    map_steps: int = option(2000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
     init_radius: float = option(
         2.0, "start values uniform in (-r, r) on the unconstrained space (a start near zero lets hierarchical "
         "scales collapse to a near-linear optimum)", check=positive_float,
     )
+    hyperparameters: str = option(
+        "auto", "the sites outside the layers (prior scales, a learned noise sd): variational (factors of q), evidence "
+        "(held at the values of an evidence-trained MAP of map_steps steps, which the means also start from; q over "
+        "the weights only; guide='normal'), auto (evidence under a hierarchical Normal prior with guide='normal', "
+        "else variational)", choices=("variational", "evidence", "auto"),
+    )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    def check(self) -> None:
+        if self.hyperparameters == "evidence" and self.guide != "normal":
+            raise ValueError(f"hyperparameters='evidence' holds mean-field factors: use guide='normal' (got {self.guide!r})")
 
 
 DEFAULTS = ADVIOptions.defaults()
@@ -165,16 +176,23 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     unconstrained value where q's means start (:func:`bnnpp.inference.start.start_position`),
     over ``init_loc`` for the sites it names."""
     n = int(x.shape[0])
+    sites = latent_sites(model, x, y)
+    frozen = _evidence_sites(model, x, y, options, sites)
     opt = optimizer_of(options, steps_for(options, n))
+    if frozen:  # the evidence-trained hyperparameters are held: their parameters get no update
+        names = {f"{name}_auto_{part}" for name in frozen for part in ("loc", "scale")}
+        opt = optax.chain(optax.masked(optax.set_to_zero(), lambda params: {k: k in names for k in params}), opt)
     guide = GUIDES[options.guide](model, init_loc_fn=_init_locations(model, x, y, options), init_scale=options.init_scale)
     batch = options.batch_size or n
     # the guide is built on the model itself (its sites); the ELBO sees the rescaled likelihood
     elbo_model = model if batch == n else ScaleObserved(model, factor=n / batch)
     svi = SVI(elbo_model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
-    sites = latent_sites(model, x, y)
     x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
 
-    from_map = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
+    if frozen:
+        from_map = map_start(model, x, y, options.map_steps, options.batch_size, hyperparameters="evidence")
+    else:
+        from_map = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
 
     def init(key, data):
         # the guide keeps what it was set up with (its postprocessing closes over the model's
@@ -188,6 +206,7 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
         else:
             position = {name: params[f"{name}_auto_loc"] for name in sites} if options.guide == "normal" else _unpack_loc(guide, params)
         params = _with_locs(guide, options.guide, params, apply_start(position, start), sites)
+        params = {**params, **{f"{name}_auto_scale": jnp.full_like(params[f"{name}_auto_scale"], _HELD) for name in frozen}}
         return state._replace(optim_state=svi.optim.init(params))
 
     def step(key, state, batch):
@@ -208,7 +227,8 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     def approximation(state):
         params = svi.get_params(state)
         if options.guide == "normal":
-            return MeanFieldGaussian({n: params[f"{n}_auto_loc"] for n in sites}, {n: params[f"{n}_auto_scale"] for n in sites})
+            scale = {n: jnp.zeros_like(params[f"{n}_auto_scale"]) if n in frozen else params[f"{n}_auto_scale"] for n in sites}
+            return MeanFieldGaussian({n: params[f"{n}_auto_loc"] for n in sites}, scale)
         return GuideParameters(params)
 
     return Algorithm(
@@ -216,6 +236,29 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
         point=point, approximation=approximation, keys=_keys,
         postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"},
     )
+
+
+_HELD = -20.0
+"""The unconstrained (softplus⁻¹) sd of a held hyperparameter's factor: softplus(−20) ≈ 2e-9,
+a point for every purpose (its log q is a constant of the ELBO)."""
+
+
+def _evidence_sites(model, x, y, options: ADVIOptions, sites) -> tuple:
+    """The sites held at an evidence-trained MAP's values: every latent site outside the bnnpp
+    layers' weights and biases under ``hyperparameters="evidence"``, or ``"auto"`` with
+    ``guide="normal"`` and a hierarchical Normal prior (see
+    :func:`bnnpp.inference.bbb.resolve_hyperparameters` for why); else none."""
+    if options.hyperparameters == "variational" or options.guide != "normal":
+        return ()
+    from bnnpp.inference.bbb import hierarchical_normal
+
+    layers = find_layers(model, x[:1], y[:1])
+    if options.hyperparameters == "auto" and not hierarchical_normal(layers):
+        return ()
+    weights = {s for lay in layers.values() for s in lay["sites"]}
+    if not layers and options.hyperparameters == "evidence":
+        raise ValueError("hyperparameters='evidence': the model has no bnnpp layer; use hyperparameters='variational'")
+    return tuple(name for name in sites if name not in weights)
 
 
 def _init_locations(model, x, y, options: ADVIOptions):

@@ -167,14 +167,15 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None) -> Algori
 register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)"))
 
 
-def map_start(model, x, y, num_steps: int, batch_size: int | None = None):
+def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperparameters: str = "map"):
     """A short MAP fit for a variational method to start from (``init_loc="map"``): ``num_steps``
     steps of :func:`build`'s algorithm with the default options (``hyperparameters="map"``; ``"auto"`` trains the
     prior scales and noise by evidence), on minibatches of ``batch_size`` rows drawn uniformly
-    (``None``: the full data), run inside the caller's compiled ``init``.
+    (``None``: the full data), run inside the caller's compiled ``init``; ``hyperparameters``
+    as :class:`MAPOptions`' (``"evidence"``: the prior scales and noise by the evidence).
 
     Returns ``start(key, data) -> {site: unconstrained value}``, the MAP position."""
-    options = MAPOptions(num_steps=num_steps, batch_size=batch_size)
+    options = MAPOptions(num_steps=num_steps, batch_size=batch_size, hyperparameters=hyperparameters)
     one = build(model, x, y, options)
     n = x.shape[0]
 

@@ -62,6 +62,9 @@ from bnnpp.introspection import latent_sites
 __all__ = ["MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
 
 SCHEDULES = ("constant", "cyclical")
+DEFAULT_BATCH = 32
+"""The default minibatch; on fewer than 2 × 32 rows it is capped at half the rows (at least 1),
+so that every epoch has two minibatches and the SWAG phase its SGD noise."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,7 @@ class SWAGOptions(Options):
     swag_epochs: int = option(100, "epochs of SGD during which the iterates are collected", check=positive_int)
     num_steps: int | None = option(None, "total steps, replacing pretrain_steps and swag_epochs: the first half MAP pretraining, the rest SWAG epochs (at least 2 x collect_every)", check=optional(positive_int), type=int)
     epochs: int | None = option(None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int)
-    batch_size: int | None = option(32, "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise)", check=optional(positive_int), type=int)
+    batch_size: int | None = option(DEFAULT_BATCH, "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise); the default is capped at half the rows", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "pretraining Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "pretraining optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
     swag_learning_rate: float = option(0.01, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float)
@@ -109,11 +112,15 @@ class SWAGOptions(Options):
                              "step (the default is 2000)")
 
     def check_data(self, x, y) -> None:
-        check_batch_size(self.batch_size, x)
+        if self.batch_size != DEFAULT_BATCH:  # the default is capped by resolve
+            check_batch_size(self.batch_size, x)
 
     def resolve(self, n: int) -> SWAGOptions:
-        """With ``num_steps`` or ``epochs`` (a total length T): ``pretrain_steps = T // 2`` and
+        """The default ``batch_size`` capped at ``max(1, n // 2)`` (:data:`DEFAULT_BATCH`); with
+        ``num_steps`` or ``epochs`` (a total length T): ``pretrain_steps = T // 2`` and
         ``swag_epochs`` the epochs that fit in the rest (at least ``2 × collect_every``)."""
+        if self.batch_size == DEFAULT_BATCH and n < 2 * DEFAULT_BATCH:
+            self = dataclasses.replace(self, batch_size=max(1, n // 2))
         if self.num_steps is None and self.epochs is None:
             return self
         total = steps_for(self, n)

@@ -449,12 +449,16 @@ def latent_layers(model: Callable, x, y, method: str, purpose: str) -> dict[str,
     return out
 
 
-def _generic_kl(trace, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) -> jnp.ndarray:
+def _generic_kl(trace, loc, sigma, u, generic: tuple[str, ...], kl_mode: str, point: tuple[str, ...] = ()) -> jnp.ndarray:
     """KL(q ‖ p) of the sites outside bnnpp layers, each a Gaussian on its unconstrained space:
-    closed form when the prior is Normal on the reals, else log q(u) − log p(value) − log|J|."""
+    closed form when the prior is Normal on the reals, else log q(u) − log p(value) − log|J|.
+    A site in ``point`` is a point estimate (no q): its term is −log p(value) − log|J|."""
     total = jnp.zeros(())
     for name in generic:
         site = trace[name]
+        if name in point:
+            total = total - site_log_prior(site)
+            continue
         fn = site["fn"]
         normal = unwrap(fn, BATCH_WRAPPERS)
         if kl_mode == "analytic" and fn.support is dist.constraints.real and type(normal) is dist.Normal:
@@ -468,7 +472,7 @@ def _generic_kl(trace, loc, sigma, u, generic: tuple[str, ...], kl_mode: str) ->
     return total
 
 
-def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl: str, lik_scale: float = 1.0):
+def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl: str, lik_scale: float = 1.0, point=()):
     """One Monte-Carlo sample of the two terms of the negative ELBO.
 
     Args:
@@ -481,6 +485,8 @@ def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl
             unconstrained space).
         estimator, kl: as the options of :class:`bnnpp.inference.bbb.BBBOptions`.
         lik_scale: N / batch size.
+        point: names among ``generic`` held at their ``loc`` (point estimates, no draw): their
+            term in the KL is minus their log prior density (with the log-Jacobian).
 
     Returns:
         ``(nll, kl)``: ``−lik_scale · log p(y | θ)`` and the KL(q ‖ p) estimate, scalars.
@@ -490,6 +496,7 @@ def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl
     sigma = {nm: softplus(rho[nm]) for nm in generic}
     gkeys = jax.random.split(k_gen, max(1, len(generic)))
     u = {nm: loc[nm] + sigma[nm] * jax.random.normal(k, loc[nm].shape) for nm, k in zip(generic, gkeys, strict=False)}
+    u = {**u, **{nm: loc[nm] for nm in point}}
     learned = None
     if "prior" in params:
         pp = params["prior"]
@@ -501,5 +508,5 @@ def negative_elbo_terms(model, params, key, x, y, *, generic, estimator: str, kl
         return holder["h"]
 
     trace = latent_trace(model, u, x, y, k_model, extra_handlers=(with_layers,))
-    kl_value = holder["h"].kl + _generic_kl(trace, loc, sigma, u, generic, kl)
+    kl_value = holder["h"].kl + _generic_kl(trace, loc, sigma, u, generic, kl, tuple(point))
     return -lik_scale * log_likelihood(trace), kl_value
