@@ -117,75 +117,30 @@ def in_original_units(prediction: Prediction, shift: float = 0.0, scale: float =
                       likelihood=prediction.likelihood, df=prediction.df)
 
 
-def _component_cdf(prediction: Prediction, y: np.ndarray) -> np.ndarray:
-    """Each draw's likelihood CDF at ``y`` ``(n, ...)``: ``(S, n, ...)`` float64."""
-    from scipy import special
-
-    mu = np.asarray(prediction.draws, np.float64)
-    if prediction.likelihood == "poisson":
-        return special.pdtr(np.floor(y), mu)
-    z = (y - mu) / np.asarray(prediction.noise, np.float64)
-    if prediction.likelihood == "student_t":
-        return special.stdtr(np.asarray(prediction.df, np.float64), z)
-    return special.ndtr(z)
-
-
 def predictive_cdf(prediction: Prediction, y) -> np.ndarray:
-    """The posterior-predictive CDF at the targets, ``F_i(y_i) = (1/S) Σ_s F(y_i | draw s)``:
-    the probability integral transform of each target under the mixture over the ``S`` draws
-    (uniform on (0, 1) for a calibrated model; Gneiting, Balabdaoui & Raftery 2007).
-
-    Args:
-        prediction: a regression Prediction ``(S, n, ...)``.
-        y: targets ``(n, ...)`` in the prediction's units.
+    """The posterior-predictive CDF at the targets, ``F_i(y_i) = (1/S) Σ_s F(y_i | draw s)``
+    (:meth:`bnnpp.posterior.Prediction.cdf`): the probability integral transform of each target
+    under the mixture over the ``S`` draws (uniform on (0, 1) for a calibrated model; Gneiting,
+    Balabdaoui & Raftery 2007).
 
     Returns:
         ``(n, ...)`` float64 values in [0, 1].
     """
     if prediction.task != "regression":
         raise ValueError("predictive_cdf needs a regression prediction")
-    y = np.asarray(y, np.float64)
-    if y.shape != np.shape(prediction.draws)[1:]:
-        raise ValueError(f"y must have shape {np.shape(prediction.draws)[1:]} (one target per predicted row), got {y.shape}")
-    return _component_cdf(prediction, y[None]).mean(0)
+    return prediction.cdf(y)
 
 
 def predictive_quantiles(prediction: Prediction, q, *, iterations: int = 60) -> np.ndarray:
-    """Quantiles of the posterior-predictive mixture over draws, per row: the ``y`` with
-    ``(1/S) Σ_s F(y | draw s) = q``, found by bisection between the smallest and largest of the
-    draws' own ``q``-quantiles (the mixture's quantile lies between them). Exact for the draws
-    given up to ``2**-iterations`` of that bracket; Poisson quantiles are integers.
-
-    Args:
-        prediction: a regression Prediction ``(S, n, ...)``.
-        q: probabilities in (0, 1), a float or a sequence of ``k``.
+    """Quantiles of the posterior-predictive mixture over draws, per row
+    (:meth:`bnnpp.posterior.Prediction.quantiles`).
 
     Returns:
         ``(k, n, ...)`` float64 (``(n, ...)`` for a scalar ``q``).
     """
-    from scipy import stats
-
     if prediction.task != "regression":
         raise ValueError("predictive_quantiles needs a regression prediction")
-    qs = np.atleast_1d(np.asarray(q, np.float64))
-    if qs.ndim != 1 or not np.all((qs > 0) & (qs < 1)):
-        raise ValueError(f"quantile levels must lie strictly between 0 and 1, got {q!r}")
-    mu = np.asarray(prediction.draws, np.float64)
-    out = np.empty((len(qs), *mu.shape[1:]))
-    for i, level in enumerate(qs):
-        if prediction.likelihood == "poisson":
-            own = stats.poisson.ppf(level, mu)
-        elif prediction.likelihood == "student_t":
-            own = mu + np.asarray(prediction.noise, np.float64) * stats.t.ppf(level, np.asarray(prediction.df, np.float64))
-        else:
-            own = mu + np.asarray(prediction.noise, np.float64) * stats.norm.ppf(level)
-        lo, hi = own.min(0), own.max(0)
-        for _ in range(iterations):
-            mid = (lo + hi) / 2
-            below = _component_cdf(prediction, mid[None]).mean(0) < level
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        out[i] = np.ceil(hi - 1e-9) if prediction.likelihood == "poisson" else (lo + hi) / 2
-    return out[0] if np.ndim(q) == 0 else out
+    return prediction.quantiles(q, iterations=iterations)
 
 
 def central_interval_coverage(pit: np.ndarray, levels) -> np.ndarray:
