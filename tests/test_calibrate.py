@@ -200,3 +200,39 @@ def test_calibrated_posterior_round_trips_in_a_fresh_process(tmp_path, task):
         for k in z.files:
             np.testing.assert_array_equal(z[k], getattr(mine, k), err_msg=k)
         assert set(z.files) >= ({"interval_lo", "interval_hi"} if task == "regression" else {"sets", "probs"})
+
+
+def _csv(path, header, rows):
+    with open(path, "w") as f:
+        f.write(",".join(header) + "\n")
+        for r in rows:
+            f.write(",".join(map(str, r)) + "\n")
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::bnnpp.inference.health.FitHealthWarning")
+def test_cli_calibrate_then_predict_writes_conformal_columns(tmp_path, capsys):
+    from bnnpp.cli import main
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(260, 2))
+    y = 2 * x[:, 0] + 0.5 * rng.normal(size=260)
+    _csv(tmp_path / "train.csv", ["a", "b", "y"], np.c_[x[:150], y[:150]])
+    _csv(tmp_path / "cal.csv", ["b", "a", "y"], np.c_[x[150:250, 1], x[150:250, 0], y[150:250]])
+    _csv(tmp_path / "new.csv", ["a", "b"], x[250:])
+    run = str(tmp_path / "run")
+    assert main(["fit", "--data", str(tmp_path / "train.csv"), "--target", "y", "--method", "map", "--num-steps", "200", "--out", run]) == 0
+    assert main(["calibrate", run, "--data", str(tmp_path / "cal.csv"), "--alpha", "1.5"]) == 2
+    assert "miscoverage" in capsys.readouterr().err
+    assert main(["calibrate", run, "--data", str(tmp_path / "cal.csv"), "--alpha", "0.2"]) == 0
+    assert "normalized at 80%" in capsys.readouterr().out
+    out = str(tmp_path / "p.csv")
+    assert main(["predict", run, "--data", str(tmp_path / "new.csv"), "--out", out]) == 0
+    header, *rows = [line.split(",") for line in open(out).read().splitlines()]
+    assert header[-2:] == ["conformal_lower_80", "conformal_upper_80"] and len(rows) == 10
+    mean = np.array([float(r[header.index("mean")]) for r in rows])
+    lo = np.array([float(r[-2]) for r in rows])
+    hi = np.array([float(r[-1]) for r in rows])
+    np.testing.assert_allclose(mean - lo, hi - mean, rtol=1e-4)  # mean ± q·sd in the target's units
+    with open(os.path.join(run, "metrics.json")) as f:
+        assert '"score": "normalized"' in f.read()
