@@ -581,8 +581,13 @@ def evaluate_table_run(
     if dataset.task == "classification":
         probs = evaluation.predict_probs(posterior, dataset.x_test, num_samples=draws, seed=seed,
                                          batch_size=block_rows(posterior, dataset.x_test))
-        scores = Prediction("classification", probs=probs).scores(dataset.y_test)
-        figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title)}
+        pred = Prediction("classification", probs=probs)
+        scores = pred.scores(dataset.y_test)
+        errors = (pred.mean.argmax(-1) != dataset.y_test).astype(np.float64)
+        measures = {"entropy": pred.entropy, "mutual_information": pred.mutual_information, "1 - max probability": 1.0 - pred.mean.max(-1)}
+        selective = evaluation.selective_prediction(errors, measures)
+        figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title),
+                "selective.png": plots.selective_figure(evaluation.selective_curves(errors, measures), "accuracy", title=title)}
         if x2d and dataset.x_test.shape[1] == 2:
             figs["decision_map.png"] = plots.decision_map(predict, dataset.x_test, dataset.y_test, title=title,
                                                           class_names=class_names(dataset))
@@ -592,6 +597,12 @@ def evaluate_table_run(
         y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
         scores = prediction.scores(y)
         figs = {}
+        selective = None
+        if np.ndim(y) == 1:
+            squared = (prediction.mean - y) ** 2
+            measures = {"predictive sd": prediction.std, "epistemic sd": prediction.epistemic_std}
+            selective = evaluation.selective_prediction(squared, measures, score="rmse")
+            figs["selective.png"] = plots.selective_figure(evaluation.selective_curves(squared, measures, score="rmse"), "rmse", title=title)
         if np.ndim(y) == 1:
             shown = figure_rows(dataset)
             check = regression_test_checks(standardised if shown is dataset else predict(shown.x_test), shown)
@@ -600,7 +611,7 @@ def evaluate_table_run(
             figs["regression.png"] = plots.regression_diagnostics(check, y_shown, x_raw, names, title=title)
     result = {
         "run_dir": run_dir, "data": name, "method": posterior.info.get("method"), "task": dataset.task, "num_samples": draws,
-        "test": {"n": int(len(dataset.y_test)), **scores}, "seconds": {"evaluate": time.perf_counter() - t0},
+        "test": {"n": int(len(dataset.y_test)), **scores}, "selective": selective, "seconds": {"evaluate": time.perf_counter() - t0},
     }
     evaluation.write_report(run_dir, result, figs, None, markdown=reports.table_evaluation_markdown)
     result["figures"] = sorted(figs)

@@ -236,3 +236,23 @@ def test_cli_calibrate_then_predict_writes_conformal_columns(tmp_path, capsys):
     np.testing.assert_allclose(mean - lo, hi - mean, rtol=1e-4)  # mean ± q·sd in the target's units
     with open(os.path.join(run, "metrics.json")) as f:
         assert '"score": "normalized"' in f.read()
+
+
+def test_selective_prediction_curve_by_hand():
+    from bnnpp import evaluation
+
+    loss = np.array([1.0, 0.0, 0.0, 1.0])
+    uncertainty = np.array([0.9, 0.1, 0.2, 0.5])  # kept in the order 1, 2, 3, 0
+    coverage, risk = evaluation.selective_curve(loss, uncertainty)
+    np.testing.assert_allclose(coverage, [0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(risk, [0.0, 0.0, 1 / 3, 0.5])
+    report = evaluation.selective_prediction(loss, {"u": uncertainty, "flat": np.zeros(4)})
+    assert report["u"]["area"] == pytest.approx((1 + 1 + 2 / 3 + 0.5) / 4)
+    assert report["u"]["at"] == {"50%": 1.0, "80%": 0.5, "90%": 0.5, "95%": 0.5, "100%": 0.5}
+    assert report["flat"]["constant"] and not report["u"]["constant"]
+    assert report["oracle"]["area"] >= report["u"]["area"]
+    squared = np.array([4.0, 0.0, 1.0, 9.0])
+    rmse = evaluation.selective_prediction(squared, {"u": uncertainty}, score="rmse")["u"]
+    assert rmse["at"]["50%"] == pytest.approx(np.sqrt(0.5)) and rmse["at"]["100%"] == pytest.approx(np.sqrt(3.5))
+    with pytest.raises(ValueError, match="same shape|one shape"):
+        evaluation.selective_curve(loss, uncertainty[:3])
