@@ -205,8 +205,7 @@ def test_calibrated_posterior_round_trips_in_a_fresh_process(tmp_path, task):
 def _csv(path, header, rows):
     with open(path, "w") as f:
         f.write(",".join(header) + "\n")
-        for r in rows:
-            f.write(",".join(map(str, r)) + "\n")
+        f.writelines(",".join(map(str, r)) + "\n" for r in rows)
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ from bnnpp.inference.options import (
     positive_int,
     schedule_option,
     steps_for,
+    temperature_option,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
@@ -139,6 +140,7 @@ class ADVIOptions(Options):
         "scales collapse to a near-linear optimum)", check=positive_float,
     )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    temperature: float = temperature_option()
 
 
 DEFAULTS = ADVIOptions.defaults()
