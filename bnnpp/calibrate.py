@@ -85,7 +85,7 @@ def conformal_rank(n: int, alpha: float) -> int:
     threshold for ``n`` calibration points at miscoverage ``alpha`` (may exceed ``n``: then no
     finite threshold has the guarantee)."""
     # a small tolerance keeps e.g. (19+1)*(1-0.1) = 18.000000000000004 at rank 18
-    return int(math.ceil((n + 1) * (1 - alpha) - 1e-9))
+    return math.ceil((n + 1) * (1 - alpha) - 1e-9)
 
 
 def conformal_quantile(scores, alpha: float) -> np.ndarray:
