@@ -17,7 +17,9 @@ true ``y`` with probability ≥ 1 − α, whatever the posterior. The scores:
 * ``"aps"`` (classification, adaptive prediction sets, Romano, Sesia & Candès 2020): with the
   mean class probabilities sorted in decreasing order and ``o(y)`` the rank of class ``y``
   (1 = most probable), ``E(x, y) = Σ_{j < o(y)} π_(j) + u·π_y``, ``u = 1`` or, randomised,
-  ``u ~ Uniform(0, 1)``; the set is ``{c : E(x, c) ≤ q̂}``.
+  ``u ~ Uniform(0, 1)``; the set is ``{c : E(x, c) ≤ q̂}``. With ``u = 1`` the sets are
+  conservative, and with saturated probabilities (a confident MAP fit) most scores tie near 1,
+  so coverage can exceed 1 − α by far; the randomised score gives 1 − α on average.
 * ``"raps"`` (Angelopoulos, Bates, Malik & Jordan 2021): APS plus ``λ·max(0, o(y) − k_reg)``,
   which penalises long tails of unlikely classes.
 
