@@ -34,6 +34,8 @@ __all__ = [
     "predictive_cdf",
     "predictive_quantiles",
     "regression_checks",
+    "selective_curve",
+    "selective_prediction",
     "uniform_noise",
     "write_report",
 ]
@@ -119,75 +121,30 @@ def in_original_units(prediction: Prediction, shift: float = 0.0, scale: float =
                       likelihood=prediction.likelihood, df=prediction.df)
 
 
-def _component_cdf(prediction: Prediction, y: np.ndarray) -> np.ndarray:
-    """Each draw's likelihood CDF at ``y`` ``(n, ...)``: ``(S, n, ...)`` float64."""
-    from scipy import special
-
-    mu = np.asarray(prediction.draws, np.float64)
-    if prediction.likelihood == "poisson":
-        return special.pdtr(np.floor(y), mu)
-    z = (y - mu) / np.asarray(prediction.noise, np.float64)
-    if prediction.likelihood == "student_t":
-        return special.stdtr(np.asarray(prediction.df, np.float64), z)
-    return special.ndtr(z)
-
-
 def predictive_cdf(prediction: Prediction, y) -> np.ndarray:
-    """The posterior-predictive CDF at the targets, ``F_i(y_i) = (1/S) Σ_s F(y_i | draw s)``:
-    the probability integral transform of each target under the mixture over the ``S`` draws
-    (uniform on (0, 1) for a calibrated model; Gneiting, Balabdaoui & Raftery 2007).
-
-    Args:
-        prediction: a regression Prediction ``(S, n, ...)``.
-        y: targets ``(n, ...)`` in the prediction's units.
+    """The posterior-predictive CDF at the targets, ``F_i(y_i) = (1/S) Σ_s F(y_i | draw s)``
+    (:meth:`bnnpp.posterior.Prediction.cdf`): the probability integral transform of each target
+    under the mixture over the ``S`` draws (uniform on (0, 1) for a calibrated model; Gneiting,
+    Balabdaoui & Raftery 2007).
 
     Returns:
         ``(n, ...)`` float64 values in [0, 1].
     """
     if prediction.task != "regression":
         raise ValueError("predictive_cdf needs a regression prediction")
-    y = np.asarray(y, np.float64)
-    if y.shape != np.shape(prediction.draws)[1:]:
-        raise ValueError(f"y must have shape {np.shape(prediction.draws)[1:]} (one target per predicted row), got {y.shape}")
-    return _component_cdf(prediction, y[None]).mean(0)
+    return prediction.cdf(y)
 
 
 def predictive_quantiles(prediction: Prediction, q, *, iterations: int = 60) -> np.ndarray:
-    """Quantiles of the posterior-predictive mixture over draws, per row: the ``y`` with
-    ``(1/S) Σ_s F(y | draw s) = q``, found by bisection between the smallest and largest of the
-    draws' own ``q``-quantiles (the mixture's quantile lies between them). Exact for the draws
-    given up to ``2**-iterations`` of that bracket; Poisson quantiles are integers.
-
-    Args:
-        prediction: a regression Prediction ``(S, n, ...)``.
-        q: probabilities in (0, 1), a float or a sequence of ``k``.
+    """Quantiles of the posterior-predictive mixture over draws, per row
+    (:meth:`bnnpp.posterior.Prediction.quantiles`).
 
     Returns:
         ``(k, n, ...)`` float64 (``(n, ...)`` for a scalar ``q``).
     """
-    from scipy import stats
-
     if prediction.task != "regression":
         raise ValueError("predictive_quantiles needs a regression prediction")
-    qs = np.atleast_1d(np.asarray(q, np.float64))
-    if qs.ndim != 1 or not np.all((qs > 0) & (qs < 1)):
-        raise ValueError(f"quantile levels must lie strictly between 0 and 1, got {q!r}")
-    mu = np.asarray(prediction.draws, np.float64)
-    out = np.empty((len(qs), *mu.shape[1:]))
-    for i, level in enumerate(qs):
-        if prediction.likelihood == "poisson":
-            own = stats.poisson.ppf(level, mu)
-        elif prediction.likelihood == "student_t":
-            own = mu + np.asarray(prediction.noise, np.float64) * stats.t.ppf(level, np.asarray(prediction.df, np.float64))
-        else:
-            own = mu + np.asarray(prediction.noise, np.float64) * stats.norm.ppf(level)
-        lo, hi = own.min(0), own.max(0)
-        for _ in range(iterations):
-            mid = (lo + hi) / 2
-            below = _component_cdf(prediction, mid[None]).mean(0) < level
-            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        out[i] = np.ceil(hi - 1e-9) if prediction.likelihood == "poisson" else (lo + hi) / 2
-    return out[0] if np.ndim(q) == 0 else out
+    return prediction.quantiles(q, iterations=iterations)
 
 
 def central_interval_coverage(pit: np.ndarray, levels) -> np.ndarray:
@@ -261,6 +218,80 @@ def _uncertainty_scores(probs: np.ndarray) -> dict[str, np.ndarray]:
         "entropy": metrics.predictive_entropy(probs),
         "mutual_information": metrics.mutual_information(probs),
     }
+
+
+# --- selective prediction: refuse the least certain inputs ------------------------------
+
+
+SELECTIVE_COVERAGES = (0.5, 0.8, 0.9, 0.95, 1.0)
+"""Coverages (shares of inputs kept) at which :func:`selective_prediction` reports the score."""
+
+
+def selective_curve(loss, uncertainty) -> tuple[np.ndarray, np.ndarray]:
+    """The risk–coverage curve (Geifman & El-Yaniv 2017; El-Yaniv & Wiener 2010): the inputs
+    sorted by ``uncertainty``, most certain first (ties by index), and the mean ``loss`` of the
+    ``k`` kept for every ``k = 1..n``.
+
+    Args:
+        loss: per-input loss ``(n,)`` (0/1 error, squared error, ...).
+        uncertainty: per-input uncertainty ``(n,)``; larger is refused first.
+
+    Returns:
+        ``(coverage, risk)``, each ``(n,)`` float64: ``k / n`` and the mean loss of the kept.
+    """
+    loss = np.asarray(loss, np.float64)
+    uncertainty = np.asarray(uncertainty, np.float64)
+    if loss.shape != uncertainty.shape or loss.ndim != 1 or len(loss) == 0:
+        raise ValueError(f"loss and uncertainty must be (n,) arrays of one shape, got {loss.shape} and {uncertainty.shape}")
+    order = np.argsort(uncertainty, kind="stable")
+    k = np.arange(1, len(loss) + 1)
+    return k / len(loss), np.cumsum(loss[order]) / k
+
+
+def selective_prediction(loss, measures: dict[str, np.ndarray], *, score: str = "accuracy") -> dict[str, dict]:
+    """Selective prediction by each uncertainty measure: the score of the kept inputs as the
+    most uncertain are refused, and the area under its curve over coverage.
+
+    Args:
+        loss: per-input loss ``(n,)``: the 0/1 error (``score="accuracy"``: the score is
+            ``1 − mean error`` of the kept, higher is better) or the squared error
+            (``score="rmse"``: the root mean squared error of the kept, lower is better).
+        measures: name → per-input uncertainty ``(n,)`` (entropy, mutual information,
+            1 − max probability, predictive sd, ...). A measure constant over the inputs (the
+            mutual information of one draw) refuses in index order: reported with
+            ``"constant": True``. ``"oracle"`` (sorted by the loss itself) is added as the bound.
+
+    Returns:
+        measure → ``{"area": mean score over the coverages k/n (the area under the
+        score–coverage curve), "at": {"50%": score at that coverage, ...}, "constant": bool}``.
+    """
+    if score not in ("accuracy", "rmse"):
+        raise ValueError(f"score must be 'accuracy' or 'rmse', got {score!r}")
+    loss = np.asarray(loss, np.float64)
+    out = {}
+    for name, u in {**measures, "oracle": loss}.items():
+        coverage, risk = selective_curve(loss, u)
+        values = 1.0 - risk if score == "accuracy" else np.sqrt(risk)
+        idx = np.maximum(np.ceil(np.asarray(SELECTIVE_COVERAGES) * len(loss)).astype(int) - 1, 0)
+        out[name] = {"area": float(values.mean()), "at": {f"{100 * c:g}%": float(values[i]) for c, i in zip(SELECTIVE_COVERAGES, idx, strict=True)},
+                     "constant": bool(np.ptp(np.asarray(u, np.float64)) == 0)}
+    return out
+
+
+def selective_curves(loss, measures: dict[str, np.ndarray], *, score: str = "accuracy") -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """measure → ``(coverage, score)`` curves of :func:`selective_prediction` (for the figure)."""
+    loss = np.asarray(loss, np.float64)
+    curves = {}
+    for name, u in {**measures, "oracle": loss}.items():
+        coverage, risk = selective_curve(loss, u)
+        curves[name] = (coverage, 1.0 - risk if score == "accuracy" else np.sqrt(risk))
+    return curves
+
+
+def classification_measures(probs_mean: np.ndarray, s: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The uncertainty measures selective prediction ranks a classifier's inputs by, from
+    :func:`_uncertainty_scores`: entropy, mutual information, 1 − max probability."""
+    return {"entropy": s["entropy"], "mutual_information": s["mutual_information"], "1 - max probability": 1.0 - probs_mean.max(-1)}
 
 
 def evaluate(
@@ -354,15 +385,22 @@ def evaluate(
             "auroc_entropy": metrics.auroc(s["entropy"], so["entropy"]),
             "auroc_mutual_information": metrics.auroc(s["mutual_information"], so["mutual_information"]),
         }
+    errors = (predicted != y_test).astype(np.float64)
+    measures = classification_measures(mean, s)
     report = {
         "num_samples": int(draws),
         "tau": tau,
         "test": test,
+        "selective": selective_prediction(errors, measures),
         "ood": ood_report,
         "seconds": {"predict_and_score": time.perf_counter() - t0},
     }
     per_image = {k: v for k, v in s.items()} | {"y": y_test}
     figs = _figures(x_test, y_test, s, ood_scores, tau, test) if figures else {}
+    if figures:
+        from bnnpp import plots
+
+        figs["selective.png"] = plots.selective_figure(selective_curves(errors, measures), "accuracy")
     report["figures"] = sorted(figs)
     return report, figs, per_image
 

@@ -279,6 +279,29 @@ def snr_histogram(values, cutoffs=None, *, bins: int = 60, title: str = ""):
     return fig
 
 
+def selective_figure(curves: dict, score: str = "accuracy", *, title: str = ""):
+    """Selective prediction: the score of the kept inputs against coverage (the share kept,
+    most certain first), one line per uncertainty measure (``"oracle"`` dashed).
+
+    Args:
+        curves: measure → ``(coverage (n,), score (n,))``
+            (:func:`bnnpp.evaluation.selective_curves`).
+        score: the y-axis label (``"accuracy"`` or ``"rmse"``).
+    Returns:
+        A Figure.
+    """
+    fig = Figure(figsize=(5.5, 4), layout="constrained")
+    ax = fig.subplots()
+    for name, (coverage, values) in curves.items():
+        ax.plot(coverage, values, label=name, ls="--" if name == "oracle" else "-", color="0.4" if name == "oracle" else None)
+    ax.set_xlabel("coverage (share of inputs kept, most certain first)")
+    ax.set_ylabel(f"{score} of the kept inputs")
+    ax.set_xlim(0, 1)
+    ax.legend(fontsize="small")
+    ax.set_title(title or f"selective prediction: {score} against coverage")
+    return fig
+
+
 def reliability_diagram(predictions: dict, *, num_bins: int = 10, title: str = ""):
     """Reliability diagram (Guo et al. 2017, Fig. 1), fits overlaid: accuracy against mean
     confidence in equal-width confidence bins, with the diagonal of perfect calibration, and

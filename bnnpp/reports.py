@@ -163,6 +163,7 @@ def evaluation_markdown(report: dict) -> str:
         f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"),
         "",
     ]
+    lines += selective_markdown(report.get("selective"), "accuracy")
     if report["ood"]:
         lines += [
             "| out of distribution | n | rejected | mean entropy | mean MI | AUROC entropy | AUROC MI |",
@@ -184,6 +185,24 @@ def evaluation_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def selective_markdown(selective: dict | None, score: str) -> list[str]:
+    """Lines of the selective-prediction table (:func:`bnnpp.evaluation.selective_prediction`):
+    per uncertainty measure the area under the score–coverage curve and the score at each
+    coverage; empty without one."""
+    if not selective:
+        return []
+    levels = list(next(iter(selective.values()))["at"])
+    better = "higher" if score == "accuracy" else "lower"
+    lines = [f"Selective prediction: {score} of the inputs kept when the most uncertain are refused ({better} is better; "
+             "area: mean over every coverage; oracle: refusing by the true loss).", "",
+             "| uncertainty measure | area | " + " | ".join(f"{score} at {c}" for c in levels) + " |",
+             "|---|---|" + "---|" * len(levels)]
+    for name, r in selective.items():
+        label = f"{name} (constant: index order)" if r.get("constant") and name != "oracle" else name
+        lines.append(f"| {label} | {r['area']:.4g} | " + " | ".join(f"{r['at'][c]:.4g}" for c in levels) + " |")
+    return [*lines, ""]
+
+
 def table_evaluation_markdown(report: dict) -> str:
     """``evaluation.md`` of a table run (:func:`bnnpp.runs.evaluate_table_run`): its scores on
     the rows evaluated, one table row."""
@@ -200,6 +219,7 @@ def table_evaluation_markdown(report: dict) -> str:
         f"# Evaluation of {report['run_dir']} ({report['method']})", "",
         f"{report['num_samples']} posterior draws per prediction; regression scores in the target's units.", "",
         head, "|" + "---|" * (head.count("|") - 1), row, "",
+        *selective_markdown(report.get("selective"), "accuracy" if report["task"] == "classification" else "rmse"),
         f"Figures: {', '.join(report.get('figures', [])) or 'none'}.", "",
     ])
 

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_FRACTIONS",
     "OOD_SETS",
     "block_rows",
+    "calibrate_run",
     "check_run_dir",
     "class_names",
     "dataset_from_record",
@@ -616,8 +617,13 @@ def evaluate_table_run(
     if dataset.task == "classification":
         probs = evaluation.predict_probs(posterior, dataset.x_test, num_samples=draws, seed=seed,
                                          batch_size=block_rows(posterior, dataset.x_test))
-        scores = Prediction("classification", probs=probs).scores(dataset.y_test)
-        figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title)}
+        pred = Prediction("classification", probs=probs)
+        scores = pred.scores(dataset.y_test)
+        errors = (pred.mean.argmax(-1) != dataset.y_test).astype(np.float64)
+        measures = {"entropy": pred.entropy, "mutual_information": pred.mutual_information, "1 - max probability": 1.0 - pred.mean.max(-1)}
+        selective = evaluation.selective_prediction(errors, measures)
+        figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title),
+                "selective.png": plots.selective_figure(evaluation.selective_curves(errors, measures), "accuracy", title=title)}
         if x2d and dataset.x_test.shape[1] == 2:
             figs["decision_map.png"] = plots.decision_map(predict, dataset.x_test, dataset.y_test, title=title,
                                                           class_names=class_names(dataset))
@@ -627,6 +633,12 @@ def evaluate_table_run(
         y = np.asarray(dataset.y_test, np.float64) * dataset.y_scale + dataset.y_shift
         scores = prediction.scores(y)
         figs = {}
+        selective = None
+        if np.ndim(y) == 1:
+            squared = (prediction.mean - y) ** 2
+            measures = {"predictive sd": prediction.std, "epistemic sd": prediction.epistemic_std}
+            selective = evaluation.selective_prediction(squared, measures, score="rmse")
+            figs["selective.png"] = plots.selective_figure(evaluation.selective_curves(squared, measures, score="rmse"), "rmse", title=title)
         if np.ndim(y) == 1:
             shown = figure_rows(dataset)
             check = regression_test_checks(standardised if shown is dataset else predict(shown.x_test), shown)
@@ -635,10 +647,63 @@ def evaluate_table_run(
             figs["regression.png"] = plots.regression_diagnostics(check, y_shown, x_raw, names, title=title)
     result = {
         "run_dir": run_dir, "data": name, "method": posterior.info.get("method"), "task": dataset.task, "num_samples": draws,
-        "test": {"n": int(len(dataset.y_test)), **scores}, "seconds": {"evaluate": time.perf_counter() - t0},
+        "test": {"n": int(len(dataset.y_test)), **scores}, "selective": selective, "seconds": {"evaluate": time.perf_counter() - t0},
     }
     evaluation.write_report(run_dir, result, figs, None, markdown=reports.table_evaluation_markdown)
     result["figures"] = sorted(figs)
+    return result
+
+
+def calibrate_run(
+    run_dir: str | os.PathLike,
+    data_file: str | os.PathLike,
+    *,
+    target: str | None = None,
+    alpha: float | None = 0.1,
+    score: str | None = None,
+    temperature_scaling: bool | None = None,
+    randomized: bool = False,
+    raps_lambda: float = 0.01,
+    raps_k: int = 1,
+    num_samples: int | None = None,
+    seed: int = 0,
+) -> dict:
+    """Calibrate a ``bnnpp fit`` run of a table on held-out labelled rows
+    (:meth:`bnnpp.Posterior.calibrate`) and write the calibrated posterior back to the run's
+    ``posterior.nc`` (atomically; ``bnnpp predict`` then adds the conformal columns) and the
+    calibration to ``metrics.json``'s ``calibration`` entry. A second call replaces the first.
+
+    Args:
+        run_dir: the run folder.
+        data_file: labelled rows not used for fitting (:func:`bnnpp.tables.read_labelled`: a
+            CSV naming the features and the target, or an ``.npz`` with ``x`` and ``y``).
+        target: the CSV's target column (default: the run's).
+        alpha, score, temperature_scaling, randomized, raps_lambda, raps_k: see
+            :func:`bnnpp.calibrate.fit`.
+        num_samples, seed: the draws and seed of the calibration prediction.
+
+    Returns:
+        ``{"run_dir", "data", "n", "calibration"}`` (the :class:`~bnnpp.calibrate.Calibration`
+        as a dict), also written to ``metrics.json``.
+    """
+    from bnnpp import tables
+
+    if num_samples is not None:
+        evaluation.check_count(num_samples, "num_samples")
+    run_dir, report = check_run_dir(run_dir, images=False)
+    if report.get("data") in IMAGE_SETS:
+        raise ValueError(f"{run_dir} is an image run: calibrate it in Python (posterior.calibrate(x_cal, y_cal)); "
+                         "the command calibrates table runs")
+    posterior = load(os.path.join(run_dir, "posterior.nc"))
+    transform = tables.run_transform(report, posterior)
+    x, y = tables.read_labelled(data_file, transform, target)
+    calibrated = posterior.calibrate(x, y, alpha, score=score, temperature_scaling=temperature_scaling, randomized=randomized,
+                                     raps_lambda=raps_lambda, raps_k=raps_k, num_samples=num_samples, seed=seed)
+    result = {"run_dir": run_dir, "data": os.path.abspath(os.fspath(data_file)), "n": int(len(y)),
+              "calibration": calibrated.calibration.to_dict()}
+    calibrated.save(os.path.join(run_dir, "posterior.nc"), include_data=posterior.has_data)
+    with files.atomic_file(os.path.join(run_dir, "metrics.json"), "w") as f:
+        json.dump({**report, "calibration": {k: v for k, v in result.items() if k != "run_dir"}}, f, indent=2)
     return result
 
 

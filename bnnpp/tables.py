@@ -11,7 +11,11 @@ to new rows, and returns one row of predictive summaries per input in the origin
 
 Regression can add quantiles of the predictive distribution (``q_<p>``) and central intervals
 (``lower_<pct>``, ``upper_<pct>``), from the mixture over posterior draws
-(:func:`bnnpp.evaluation.predictive_quantiles`). The columns of an input CSV that are not
+(:func:`bnnpp.evaluation.predictive_quantiles`). A run calibrated by ``bnnpp calibrate``
+adds its split-conformal output at level ``1 − alpha`` (``<pct>``, e.g. 90): regression
+``conformal_lower_<pct>`` and ``conformal_upper_<pct>``; classification ``conformal_set_<pct>``
+(the set's class labels joined by ``|``, possibly empty) and ``conformal_set_size_<pct>``
+(its class probabilities are then the temperature-scaled ones). The columns of an input CSV that are not
 features (an id, the target, anything else) come first, as the file wrote them; one whose
 name an output column also has is written as ``input_<name>``.
 
@@ -89,6 +93,10 @@ def prediction_table(prediction: Prediction, transform: data.FileTransform, clas
             for i, c in enumerate(intervals):
                 table[f"lower_{100 * c:g}"] = values[len(quantiles) + i]
                 table[f"upper_{100 * c:g}"] = values[len(quantiles) + k + i]
+        if prediction.interval_lo is not None:
+            pct = f"{100 * (1 - prediction.alpha):g}"
+            table[f"conformal_lower_{pct}"] = prediction.interval_lo * s + transform.y_shift
+            table[f"conformal_upper_{pct}"] = prediction.interval_hi * s + transform.y_shift
         return table
     if len(quantiles) or len(intervals):
         raise ValueError("quantiles and intervals are for regression runs; this run classifies (its table has prob_<class>)")
@@ -100,6 +108,10 @@ def prediction_table(prediction: Prediction, transform: data.FileTransform, clas
     table["predicted"] = np.asarray(labels)[np.argmax(mean, axis=1)]
     table["entropy"] = prediction.entropy
     table["mutual_information"] = prediction.mutual_information
+    if prediction.sets is not None:
+        pct = f"{100 * (1 - prediction.alpha):g}"
+        table[f"conformal_set_{pct}"] = np.asarray(["|".join(str(labels[j]) for j in np.flatnonzero(row)) for row in prediction.sets])
+        table[f"conformal_set_size_{pct}"] = prediction.sets.sum(axis=1)
     return table
 
 
@@ -228,6 +240,8 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
         joined = {k: None if getattr(parts[0], k) is None else np.concatenate([getattr(p, k) for p in parts], axis=1)
                   for k in ("draws", "noise", "df")}
         prediction = Prediction("regression", likelihood=parts[0].likelihood, **joined)
+    if posterior.calibration is not None:  # probs are temperature-scaled already: add the intervals or sets
+        prediction = posterior.calibration.attach(prediction, seed)
     table = prediction_table(prediction, transform, quantiles=quantiles, intervals=intervals)
     return {**{(f"input_{k}" if k in table else k): v for k, v in kept.items()}, **table}
 

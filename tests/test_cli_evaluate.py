@@ -76,6 +76,7 @@ def test_evaluate_end_to_end(run_dir, capsys):
     assert not [n for n in names if n.startswith(".")]  # the temporary folder is gone
     for fig in rep["figures"]:
         assert (run_dir / fig).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "selective.png" in rep["figures"] and "Selective prediction" in (run_dir / "evaluation.md").read_text()
     arr = np.load(run_dir / "evaluation.npz")
     mean, y = arr["mean_probs"], arr["y"]
     assert mean.shape == (10000, 10) and rep["num_samples"] == S

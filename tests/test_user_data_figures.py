@@ -218,7 +218,8 @@ def test_predict_keeps_id_columns_and_writes_quantiles_evaluate_scores_new_rows(
         assert float(r["upper_90"]) == pytest.approx(float(r["q_0.95"]), rel=1e-5)
     assert main(["evaluate", str(run), "--data", str(new)]) == 0
     report = json.loads((run / "evaluation.json").read_text())
-    assert report["test"]["n"] == 5 and report["figures"] == ["regression.png"]
+    assert report["test"]["n"] == 5 and report["figures"] == ["regression.png", "selective.png"]
+    assert set(report["selective"]) == {"predictive sd", "epistemic sd", "oracle"}
     assert main(["evaluate", str(run), "--num-samples", "1"]) == 0  # the run's own test split
     assert json.loads((run / "evaluation.json").read_text())["test"]["n"] == 18
 

@@ -37,6 +37,7 @@ __all__ = ["COMMANDS", "CLIError", "build_parser", "main"]
 
 COMMANDS: dict[str, str] = {
     "fit": "fit a Bayesian network and write posterior.nc, metrics.json and a figure",
+    "calibrate": "conformal intervals/sets and temperature scaling of a run, from held-out labelled rows",
     "predict": "predictions of a run at new inputs (CSV/npz): mean and sd, or class probabilities and uncertainty",
     "compare": "fit several methods on the same data and seed; write compare.md/json and figures",
     "sweep": "fit a weight-prior x hyperprior grid on moons/circles or your classification file; write sweep.md/json",

@@ -26,11 +26,12 @@ def add_parser(sub) -> None:
         "its test split or on labelled rows of --data FILE (accuracy, NLL, Brier, ECE, entropy and mutual information; "
         "or RMSE, NLL, 95% coverage and predictive sds in the target's units) and figures (reliability.png, "
         "decision_map.png for 2-D inputs; regression.png: predicted vs observed with intervals, calibration curve, "
-        "residuals against the features). An MNIST / Fashion-MNIST run: test error, NLL, ECE and Brier "
+        "residuals against the features; selective.png and a table: accuracy or RMSE of the rows kept when the most uncertain "
+        "are refused, by entropy, mutual information, 1 − max probability or predictive sd, and its area). An MNIST / Fashion-MNIST run: test error, NLL, ECE and Brier "
         "from --num-samples posterior draws; per-image predictive variance and expected error rate; the "
         "misclassified images the model was surest of and the least confident ones; out-of-distribution "
         "detection on uniform noise and Fashion-MNIST (share rejected by max class probability < tau, AUROC "
-        "of predictive entropy and of mutual information). Writes DIR/evaluation.{json,md,npz} and PNG figures.",
+        "of predictive entropy and of mutual information); selective prediction as for tables. Writes DIR/evaluation.{json,md,npz} and PNG figures.",
         formatter_class=DefaultsOnce,
     )
     p.add_argument("dir", help="run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)")

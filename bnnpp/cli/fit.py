@@ -287,6 +287,8 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     backend = get_backend(args.method)
     flags = method_flags()
     given = [(dest, opt) for dest, opt, _ in flags if hasattr(args, dest)]
+    if args.method == "mc_dropout":  # its relaxation temperature was `temperature` (an older run's config.toml)
+        given = [(dest, "relaxation_temperature" if opt == "temperature" else opt) for dest, opt in given]
     refused = [backend.options.refused[opt] for _, opt in given if opt in backend.options.refused]
     if refused:  # an option of the common vocabulary the method cannot take, with why
         raise ValueError(refused[0])

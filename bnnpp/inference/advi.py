@@ -49,6 +49,7 @@ from bnnpp.inference.options import (
     positive_int,
     schedule_option,
     steps_for,
+    temperature_option,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
@@ -147,6 +148,7 @@ class ADVIOptions(Options):
         "else variational)", choices=("variational", "evidence", "auto"),
     )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    temperature: float = temperature_option()
 
     def check(self) -> None:
         if self.hyperparameters == "evidence" and self.guide != "normal":

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -97,6 +97,8 @@ def unit_interval(name: str, value) -> None:
 @dataclass(frozen=True)
 class BBBOptions(Options):
     """Options of ``method="bbb"`` (see :func:`build`)."""
+
+    refused: ClassVar[dict[str, str]] = {"temperature": "bbb does not take a temperature yet (its closed-form KL is computed outside the tempered log density): fit advi, nuts or sgld for a tempered posterior"}
 
     exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("num_steps", "epochs"))
 

@@ -60,6 +60,7 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
+    temperature_option,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites
@@ -90,6 +91,7 @@ class EnsembleOptions(Options):
     )
     adversarial_epsilon: float = option(0.0, "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)", check=fraction(0.0, float("inf"), low_open=False, high_open=True))
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    temperature: float = temperature_option()
 
     def steps_for(self, n: int) -> int:
         """Steps of the fit on ``n`` training rows (:func:`~bnnpp.inference.options.steps_for`)."""

@@ -33,6 +33,7 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
+    temperature_option,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
@@ -58,6 +59,7 @@ class MAPOptions(Options):
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    temperature: float = temperature_option()
     # "map" by default: with the model's own standardisation (mlp standardize=True) the evidence
     # updates of a short run diverged (200 steps on an 8-unit sinusoid net: a flat mean, noise sd
     # 10.7 against the targets' 6.6; fine at 3,000), and the evidence was measured only on
@@ -69,6 +71,12 @@ class MAPOptions(Options):
     )
     evidence_every: int | None = option(None, "steps between evidence updates (None: 1/50 of the run)", check=optional(positive_int), type=int)
     evidence_steps: int = option(20, "Adam steps on the hyperparameters per evidence update", check=positive_int)
+
+    def check(self) -> None:
+        super().check()
+        if self.temperature != 1.0 and self.hyperparameters != "map":
+            raise ValueError(f"hyperparameters={self.hyperparameters!r} does not take a temperature (the evidence is of the "
+                             "untempered model): use hyperparameters='map' or temperature=1")
 
 
 DEFAULTS = MAPOptions.defaults()

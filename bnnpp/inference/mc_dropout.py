@@ -20,7 +20,7 @@ Adam::
     − Σ_l K_l H(p_l)     [concrete only]           K_l inputs of layer l, H Bernoulli entropy
 
 With ``concrete=True`` the masks are the concrete (relaxed Bernoulli) relaxation at
-temperature ``temperature`` (Gal et al. 2017 eq. 5) and ``logit p_l`` is learnt per layer
+temperature ``relaxation_temperature`` (Gal et al. 2017 eq. 5) and ``logit p_l`` is learnt per layer
 by the same gradient; without it ``p_l = rate`` for every layer.
 
 **The draws.** Each posterior draw is every site's point value with each layer's weight
@@ -39,6 +39,7 @@ to the layer message those helpers send, and a layer's weights must be its laten
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -78,7 +79,8 @@ class MCDropoutOptions(Options):
 
     rate: float = option(0.1, "dropout probability p on the inputs of every layer (the start value with concrete)", check=fraction(low_open=True, high_open=True))
     concrete: bool = option(False, "learn p per layer (concrete dropout, Gal et al. 2017)", check=boolean)
-    temperature: float = option(0.1, "concrete relaxation temperature", check=positive_float)
+    relaxation_temperature: float = option(0.1, "concrete relaxation temperature (the option's name before posterior tempering "
+                                           "took 'temperature')", check=positive_float)
     num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
     epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
@@ -87,6 +89,21 @@ class MCDropoutOptions(Options):
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     num_samples: int = option(100, "posterior draws (dropout masks)", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    @classmethod
+    def parse(cls, method: str, given: dict[str, Any]) -> MCDropoutOptions:
+        """As :meth:`Options.parse`; ``temperature``, this method's name of
+        ``relaxation_temperature`` before posterior tempering took the word (the config.toml of
+        an older run), is read as ``relaxation_temperature`` with a DeprecationWarning: MC
+        dropout's objective is not a density, so it has no posterior temperature."""
+        if "temperature" in given:
+            if "relaxation_temperature" in given:
+                raise ValueError("pass relaxation_temperature only: temperature is its old name")
+            warnings.warn("mc_dropout's temperature is now relaxation_temperature (the concrete relaxation's); "
+                          "temperature elsewhere is the posterior temperature, which mc_dropout does not take",
+                          DeprecationWarning, stacklevel=3)
+            given = {("relaxation_temperature" if k == "temperature" else k): v for k, v in given.items()}
+        return super().parse(method, given)
 
 
 class MCDropoutState(NamedTuple):
@@ -166,7 +183,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
         u, logit_p = params
         if not options.concrete:
             logit_p = jax.lax.stop_gradient(logit_p)
-        handler = lambda m: _InputDropout(m, layers, logit_p, key, options.temperature, options.concrete)
+        handler = lambda m: _InputDropout(m, layers, logit_p, key, options.relaxation_temperature, options.concrete)
         _, _, trace = joint_terms(model, u, xb, yb, key_model, extra_handlers=(handler,))
         p = jax.nn.sigmoid(logit_p)
         log_prior = jnp.zeros(())

@@ -85,7 +85,16 @@ from bnnpp.inference.checkpoints import (
     interruptible,
     remove,
 )
-from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
+from bnnpp.inference.options import (
+    Options,
+    boolean,
+    non_negative_int,
+    option,
+    optional,
+    positive_float,
+    positive_int,
+    temperature_option,
+)
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.sharding import Placement, placement, put
 from bnnpp.introspection import BATCH_WRAPPERS, latent_sites, num_parameters, unwrap
@@ -158,6 +167,7 @@ class NUTSOptions(Options):
     noncentered: bool = option(False, "NUTS: sample location-scale weights as loc + scale * z", check=boolean)
     device: str = option("auto", "NUTS: where to run (auto: the CPU when parameters x rows is small, else JAX's default "
                          "device; cpu; default)", choices=DEVICES)
+    temperature: float = temperature_option()
 
     exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
     refused: ClassVar[dict[str, str]] = {"epochs": "nuts is not trained in epochs (every iteration uses all the data): pass num_steps "

@@ -48,6 +48,7 @@ __all__ = [
     "positive_int",
     "schedule_option",
     "steps_for",
+    "temperature_option",
 ]
 
 
@@ -100,6 +101,19 @@ def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
             check(name, value)
 
     return inner
+
+
+def temperature_option():
+    """The ``temperature`` option of the methods that fit a tempered posterior: every
+    site's log-density (prior and likelihood) is multiplied by ``1/T``, so the method targets
+    ``p_T(θ | D) ∝ [p(D | θ) p(θ)]^(1/T)`` (posterior tempering, Wenzel et al. 2020, eq. 2;
+    ``T < 1`` a cold posterior). Applied once, by wrapping the model in NumPyro's
+    ``handlers.scale`` (:func:`bnnpp.inference.registry.tempered`): NUTS samples the tempered
+    density, SG-MCMC takes its gradient, ADVI's ELBO is ``E_q[log p(D, θ)]/T + H(q)`` (the
+    KL to the tempered posterior), and MAP-type fits minimise ``−log p(D, θ)/T`` (the same
+    mode). ``T = 1`` leaves the model untouched."""
+    return option(1.0, "posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T; Wenzel et al. 2020); 1: the posterior",
+                  check=positive_float)
 
 
 def fraction(low: float = 0.0, high: float = 1.0, *, low_open: bool, high_open: bool) -> Callable[[str, Any], None]:

@@ -4,12 +4,14 @@ builds its :class:`~bnnpp.Posterior` the same way)."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+from numpyro import handlers
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.checkpoints import Checkpointing
@@ -20,7 +22,7 @@ from bnnpp.inference.sharding import global_rows
 from bnnpp.inference.start import digest
 from bnnpp.posterior import Posterior
 
-__all__ = ["Backend", "Method", "get_backend", "get_method", "register", "registered"]
+__all__ = ["Backend", "Method", "get_backend", "get_method", "register", "registered", "tempered"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,15 @@ class Method:
         if rows is not None and self.fit is not None:
             raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         options = options.resolve(int(x.shape[0]) if rows is None else int(rows.total))
+        given_model = model
+        model = tempered(model, getattr(options, "temperature", 1.0))
+        posterior = self._run(model, x, y, options, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
+                              devices=devices, mesh=mesh, rows=rows)
+        if model is not given_model:  # the posterior predicts with (and saves) the model as given
+            posterior = replace(posterior, model=given_model, _jitted={})
+        return posterior
+
+    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows) -> Posterior:
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
@@ -252,3 +263,29 @@ def command_line_options() -> list[CommandLineOption]:
             text = "; ".join(f"{', '.join(takers)}: {text}" for takers, text, _ in groups)
             merged[flag] = replace(merged[flag], help=text)
     return list(merged.values())
+
+
+class _Tempered:
+    """``model`` with every sample site's log-density scaled by ``1 / temperature`` (NumPyro's
+    ``handlers.scale``); other attributes are the model's (a bnnpp network's ``spec``, layers, ...)."""
+
+    def __init__(self, model: Callable, temperature: float):
+        functools.update_wrapper(self, model, updated=())  # inspect.signature sees the model's parameters
+        self.model, self.temperature = model, float(temperature)
+
+    def __call__(self, *args, **kwargs):
+        with handlers.scale(scale=1.0 / self.temperature):
+            return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self.__dict__["model"], name)
+
+
+def tempered(model: Callable, temperature: float) -> Callable:
+    """The model a method fits at posterior temperature ``T``
+    (:func:`bnnpp.inference.options.temperature_option`): ``model`` itself for ``T = 1``, else
+    a wrapper whose prior and likelihood log-densities are divided by ``T``."""
+    if temperature == 1.0:
+        return model
+    return _Tempered(model, temperature)
+

@@ -124,6 +124,7 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
+    temperature_option,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.runner import segments
@@ -175,6 +176,7 @@ class SGLDOptions(Options):
     rms_decay: float = option(0.99, "pSGLD RMSprop decay", check=fraction(low_open=True, high_open=True))
     rms_eps: float = option(1e-5, "pSGLD RMSprop epsilon", check=positive_float)
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    temperature: float = temperature_option()
 
     exclusive = (("epochs", "num_steps"), ("num_steps", "burn_in"), ("num_steps", "thinning"),
                  ("epochs", "burn_in"), ("epochs", "thinning"), ("learning_rate", "step_size"))

@@ -55,6 +55,7 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
+    temperature_option,
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites
@@ -90,6 +91,7 @@ class SWAGOptions(Options):
     num_samples: int = option(30, "draws from the Gaussian (per member)", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
+    temperature: float = temperature_option()
 
     members = 1
 

@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -115,6 +115,8 @@ def _non_negative_int(name: str, value) -> None:
 @dataclass(frozen=True)
 class VDOptions(Options):
     """Options of ``method="vd"`` (module docstring)."""
+
+    refused: ClassVar[dict[str, str]] = {"temperature": "vd does not take a temperature yet (its KL to the log-uniform prior is an approximation outside the log density): fit advi, nuts or sgld for a tempered posterior"}
 
     exclusive = (("optimizer", "learning_rate"), ("num_steps", "epochs"))
 

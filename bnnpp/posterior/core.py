@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from bnnpp import calibrate
 from bnnpp.introspection import SiteInfo, deterministic_sites, observation
 from bnnpp.posterior import io
 from bnnpp.posterior.approximation import Approximation, FitStats
@@ -75,6 +76,8 @@ class Posterior:
             (:class:`~bnnpp.posterior.approximation.MeanFieldGaussian` for mean-field advi and
             bbb, :class:`~bnnpp.posterior.approximation.GuideParameters` for other guides) or
             ``None`` (samplers, MAP).
+        calibration: a :class:`~bnnpp.calibrate.Calibration` fitted by :meth:`calibrate`
+            (conformal intervals/sets, temperature) that :meth:`predict` applies, or ``None``.
     """
 
     samples: dict[str, np.ndarray]
@@ -84,6 +87,7 @@ class Posterior:
     y: np.ndarray
     sites: dict[str, SiteInfo]
     approximation: Approximation | None = None
+    calibration: calibrate.Calibration | None = None
     _jitted: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self):
@@ -239,10 +243,19 @@ class Posterior:
             larger number is capped with a warning): ``probs`` ``(S, n, C)`` for classifiers, or ``draws`` and
             ``noise`` ``(S, n)`` (``(S, n, K)`` for targets ``(n, K)``) for regression, with its
             ``likelihood`` (gaussian, student_t, poisson); a custom model's deterministic
-            sites in ``deterministic`` ``(S, *site_shape)``. One-line ValueError for inputs of
-            the wrong shape or not finite, and for a posterior whose draws hold NaN or inf
-            (:meth:`check_finite`).
+            sites in ``deterministic`` ``(S, *site_shape)``. A calibrated posterior
+            (:meth:`calibrate`) returns temperature-scaled ``probs`` and adds the conformal
+            ``interval_lo``/``interval_hi`` ``(n, ...)`` or ``sets`` ``(n, C)``. One-line
+            ValueError for inputs of the wrong shape or not finite, and for a posterior whose
+            draws hold NaN or inf (:meth:`check_finite`).
         """
+        prediction = self._predict_uncalibrated(x, num_samples, seed)
+        if self.calibration is None:
+            return prediction
+        return self.calibration.apply(prediction, seed_integer(seed))
+
+    def _predict_uncalibrated(self, x: Any, num_samples: int | None, seed: Any) -> Prediction:
+        """:meth:`predict` without the calibration."""
         seed = seed_integer(seed)
         x = np.asarray(x, dtype=np.float32)
         if x.shape[1:] != self.x.shape[1:]:
@@ -265,6 +278,35 @@ class Posterior:
         if own is not None:
             return dataclasses.replace(own, deterministic=at_draws.deterministic)  # its sites at the draws
         return at_draws
+
+    def calibrate(self, x: Any, y: Any, alpha: float | None = 0.1, *, score: str | None = None,
+                  temperature_scaling: bool | None = None, randomized: bool = False, raps_lambda: float = 0.01,
+                  raps_k: int = 1, num_samples: int | None = None, seed: Any = 0) -> Posterior:
+        """This posterior calibrated on a held-out split (:func:`bnnpp.calibrate.fit`): split-
+        conformal intervals (regression) or prediction sets (classification) with coverage
+        ≥ ``1 − alpha``, and for classifiers temperature scaling of the predictive.
+
+        Args:
+            x, y: calibration inputs ``(n, *features)`` and targets ``(n, ...)`` (class indices
+                for a classifier), in the model's units, not used for fitting.
+            alpha: the miscoverage (0.1: 90% intervals or sets); ``None``: temperature only.
+            score, temperature_scaling, randomized, raps_lambda, raps_k: see
+                :func:`bnnpp.calibrate.fit`.
+            num_samples, seed: the draws and seed of the calibration prediction (:meth:`predict`).
+
+        Returns:
+            A new :class:`Posterior` sharing the draws, with :attr:`calibration` set (an earlier
+            calibration is replaced, not compounded); :meth:`save` keeps it.
+        """
+        if alpha is not None:
+            calibrate.check_alpha(alpha)
+        y = np.asarray(y)
+        if y.ndim == 0 or np.ndim(x) == 0 or np.shape(x)[0] != y.shape[0]:
+            raise ValueError(f"x and y must hold the same number of calibration rows, got {np.shape(x)} and {y.shape}")
+        prediction = self._predict_uncalibrated(x, num_samples, seed)
+        fitted = calibrate.fit(prediction, y, alpha, score=score, temperature_scaling=temperature_scaling,
+                               randomized=randomized, raps_lambda=raps_lambda, raps_k=raps_k, seed=seed_integer(seed))
+        return dataclasses.replace(self, calibration=fitted)
 
     @staticmethod
     def _prediction(out: dict) -> Prediction:
@@ -309,7 +351,7 @@ class Posterior:
         if not self.has_data:
             raise ValueError("this posterior was saved without its training data: no posterior predictive at it")
         if self.approximation is not None and self.approximation.predict is not None:
-            pred = self.predict(self.x, seed=seed)  # the approximation's own predictive (Laplace's GLM)
+            pred = self._predict_uncalibrated(self.x, None, seed)  # the approximation's own predictive (Laplace's GLM)
         else:  # the log-likelihood's program also returns the likelihood's parameters: no second compile
             keys = jax.random.split(jax.random.PRNGKey(seed), self.num_chains * self.num_draws)
             pred = self._prediction(jax.device_get(self._observe("loglik")(self.flat_draws(None), keys, self.x, self.y)))

@@ -232,8 +232,9 @@ def meta_json(posterior, names: ArvizNames | None = None) -> str:
     without arrays: method, seed, options, seconds, extras), ``approximation`` (the family's
     name or ``None``), ``model`` (the spec of a bnnpp network, else ``None``), ``sites``
     (shape and dims), ``data`` (feature shape, rows, target dtype, a target row's shape,
-    the observed site's name) and ``variables`` (site → its ArviZ variable, for the sites
-    :func:`arviz_names` renamed)."""
+    the observed site's name), ``variables`` (site → its ArviZ variable, for the sites
+    :func:`arviz_names` renamed) and, for a calibrated posterior, ``calibration``
+    (:meth:`bnnpp.calibrate.Calibration.to_dict`)."""
     names = names or arviz_names(posterior)
     info = {k: v for k, v in posterior.stats.as_info().items() if not isinstance(v, (np.ndarray, jax.Array)) and k != "sample_stats"}
     spec = posterior.model.spec() if hasattr(posterior.model, "spec") else None
@@ -244,9 +245,10 @@ def meta_json(posterior, names: ArvizNames | None = None) -> str:
     }
     approximation = None if posterior.approximation is None else posterior.approximation.kind
     variables = {k: v for k, v in names.variables.items() if k != v and k in posterior.sites}
-    return json.dumps(json_safe({
-        "info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data, "variables": variables,
-    }))
+    meta = {"info": info, "approximation": approximation, "model": spec, "sites": sites, "data": data, "variables": variables}
+    if getattr(posterior, "calibration", None) is not None:
+        meta["calibration"] = posterior.calibration.to_dict()
+    return json.dumps(json_safe(meta))
 
 
 _OTHER_FORMATS = frozenset({".json", ".pkl", ".pickle", ".npz", ".npy", ".csv", ".txt", ".zarr", ".toml", ".png"})

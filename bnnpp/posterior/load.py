@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bnnpp import models
+from bnnpp import calibrate, models
 from bnnpp.introspection import SiteInfo, check_sites, refuse_flax_module, rename_observed
 from bnnpp.posterior.approximation import FitStats
 from bnnpp.posterior.core import Posterior
@@ -91,7 +91,13 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
         check_sites(model, sites, probe, path)
     if "constant_data" in groups and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(data.get("feature_shape", x.shape[1:]))):
         raise ValueError(f"{path}: its training data has shapes x {x.shape}, y {y.shape} that contradict its metadata")
-    return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation)
+    calibration = None
+    if meta.get("calibration") is not None:
+        try:
+            calibration = calibrate.Calibration.from_dict(meta["calibration"])
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+    return Posterior(samples, FitStats.from_info(info), model, x, y, sites, approximation, calibration)
 
 
 def _checked_meta(groups: dict, path: str) -> tuple[dict, dict[str, SiteInfo]]:

@@ -28,6 +28,12 @@ class Prediction:
     ``numpyro.deterministic`` sites at the inputs, name → ``(S, *site_shape)`` (as NumPyro's
     ``Predictive`` returns them; empty for bnnpp's own networks, whose ``logits``/``mean``
     are ``probs``/``draws``).
+
+    A posterior calibrated by :meth:`bnnpp.Posterior.calibrate` adds split-conformal output
+    (:mod:`bnnpp.calibrate`): regression ``interval_lo``/``interval_hi`` ``(n, ...)``, an
+    interval per target holding it with probability ≥ ``1 − alpha`` (``alpha`` its
+    miscoverage); classification ``sets`` ``(n, C)`` booleans, the conformal prediction set of
+    each input. ``probs`` are then the temperature-scaled ones when temperature scaling was fitted.
     """
 
     task: str
@@ -37,6 +43,10 @@ class Prediction:
     likelihood: str = "gaussian"
     df: np.ndarray | None = None
     deterministic: dict[str, np.ndarray] = field(default_factory=dict)
+    interval_lo: np.ndarray | None = None
+    interval_hi: np.ndarray | None = None
+    sets: np.ndarray | None = None
+    alpha: float | None = None
 
     def __post_init__(self):
         if self.task == "regression" and self.likelihood not in REGRESSION_LIKELIHOODS:
@@ -106,6 +116,62 @@ class Prediction:
         if self.likelihood == "student_t":
             return stats.t.logpdf(y, np.asarray(self.df, np.float64), np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64))
         return stats.norm.logpdf(y, np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64))
+
+    def _component_cdf(self, y: np.ndarray) -> np.ndarray:
+        """Each draw's likelihood CDF at ``y`` (broadcast against ``(S, n, ...)``), float64."""
+        from scipy import special
+
+        mu = np.asarray(self.draws, np.float64)
+        if self.likelihood == "poisson":
+            return special.pdtr(np.floor(y), mu)
+        z = (y - mu) / np.asarray(self.noise, np.float64)
+        if self.likelihood == "student_t":
+            return special.stdtr(np.asarray(self.df, np.float64), z)
+        return special.ndtr(z)
+
+    def cdf(self, y) -> np.ndarray:
+        """Regression: the predictive mixture's CDF at targets ``y`` ``(n, ...)``,
+        ``F_i(y_i) = (1/S) Σ_s F(y_i | draw s)``; ``(n, ...)`` float64 in [0, 1]."""
+        self._need("regression")
+        y = np.asarray(y, np.float64)
+        if y.shape != np.shape(self.draws)[1:]:
+            raise ValueError(f"y must have shape {np.shape(self.draws)[1:]} (one target per predicted row), got {y.shape}")
+        return self._component_cdf(y[None]).mean(0)
+
+    def quantiles(self, q, *, iterations: int = 60) -> np.ndarray:
+        """Regression: quantiles of the predictive mixture over draws, per row: the ``y`` with
+        ``(1/S) Σ_s F(y | draw s) = q``, found by bisection between the smallest and largest of
+        the draws' own ``q``-quantiles (the mixture's quantile lies between them). Exact for
+        the draws given up to ``2**-iterations`` of that bracket; Poisson quantiles are integers.
+
+        Args:
+            q: probabilities in (0, 1), a float or a sequence of ``k``.
+
+        Returns:
+            ``(k, n, ...)`` float64 (``(n, ...)`` for a scalar ``q``).
+        """
+        from scipy import stats
+
+        self._need("regression")
+        qs = np.atleast_1d(np.asarray(q, np.float64))
+        if qs.ndim != 1 or not np.all((qs > 0) & (qs < 1)):
+            raise ValueError(f"quantile levels must lie strictly between 0 and 1, got {q!r}")
+        mu = np.asarray(self.draws, np.float64)
+        out = np.empty((len(qs), *mu.shape[1:]))
+        for i, level in enumerate(qs):
+            if self.likelihood == "poisson":
+                own = stats.poisson.ppf(level, mu)
+            elif self.likelihood == "student_t":
+                own = mu + np.asarray(self.noise, np.float64) * stats.t.ppf(level, np.asarray(self.df, np.float64))
+            else:
+                own = mu + np.asarray(self.noise, np.float64) * stats.norm.ppf(level)
+            lo, hi = own.min(0), own.max(0)
+            for _ in range(iterations):
+                mid = (lo + hi) / 2
+                below = self._component_cdf(mid[None]).mean(0) < level
+                lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+            out[i] = np.ceil(hi - 1e-9) if self.likelihood == "poisson" else (lo + hi) / 2
+        return out[0] if np.ndim(q) == 0 else out
 
     def sample(self, rng: np.random.Generator) -> np.ndarray:
         """One replicated target per draw and input: labels ``(S, n)`` sampled from each

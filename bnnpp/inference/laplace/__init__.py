@@ -151,6 +151,9 @@ class LaplaceOptions(map_estimate.MAPOptions):
 
     def check(self) -> None:
         super().check()
+        if self.temperature != 1.0:
+            raise ValueError("laplace does not take a temperature yet (its GGN/K-FAC curvature and prior precision are built "
+                             "outside the tempered log density): fit temperature=1")
         check_validation_pair(self.validation_data)
         if self.prior_precision == "validation" and self.validation_data is None:
             raise ValueError("prior_precision='validation' needs validation_data=(x_val, y_val) (the CLI's --validation on MNIST)")

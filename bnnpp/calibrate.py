@@ -1,0 +1,364 @@
+"""Post-hoc calibration of any fitted posterior on a held-out calibration split: split-conformal
+regression intervals and classification sets with a finite-sample coverage guarantee, and
+temperature scaling of a classifier's predictive.
+
+Split conformal prediction (Vovk, Gammerman & Shafer 2005; Angelopoulos & Bates 2021): a
+score ``s_i`` of how badly the predictive fits each of ``n`` calibration points, and
+``q̂`` = the ``⌈(n+1)(1−α)⌉``-th smallest score (:func:`conformal_quantile`; ``+inf`` when
+that rank exceeds ``n``). For a new exchangeable point the set ``{y : s(x, y) ≤ q̂}`` holds the
+true ``y`` with probability ≥ 1 − α, whatever the posterior. The scores:
+
+* ``"normalized"`` (regression): ``|y − μ(x)| / σ(x)`` with ``μ``, ``σ`` the predictive mean
+  and total sd; interval ``μ ± q̂ σ`` (Lei et al. 2018, the locally weighted residual).
+* ``"cqr"`` (regression, conformalized quantile regression, Romano, Patterson & Candès 2019):
+  ``max(lo(x) − y, y − hi(x))`` with ``lo``/``hi`` the predictive mixture's ``α/2`` and
+  ``1 − α/2`` quantiles (:meth:`bnnpp.posterior.Prediction.quantiles`); interval
+  ``[lo − q̂, hi + q̂]``. The default for Student-t and Poisson predictives.
+* ``"aps"`` (classification, adaptive prediction sets, Romano, Sesia & Candès 2020): with the
+  mean class probabilities sorted in decreasing order and ``o(y)`` the rank of class ``y``
+  (1 = most probable), ``E(x, y) = Σ_{j < o(y)} π_(j) + u·π_y``, ``u = 1`` or, randomised,
+  ``u ~ Uniform(0, 1)``; the set is ``{c : E(x, c) ≤ q̂}``. With ``u = 1`` the sets are
+  conservative, and with saturated probabilities (a confident MAP fit) most scores tie near 1,
+  so coverage can exceed 1 − α by far; the randomised score gives 1 − α on average.
+* ``"raps"`` (Angelopoulos, Bates, Malik & Jordan 2021): APS plus ``λ·max(0, o(y) − k_reg)``,
+  which penalises long tails of unlikely classes.
+
+Per-target columns of a regression with targets ``(n, K)`` get their own ``q̂``.
+
+Temperature scaling (Guo, Pleiss, Sun & Weinberger 2017): one scalar ``T > 0`` divides each
+posterior draw's log class probabilities (= its logits up to a per-row constant), every draw is
+renormalised by a softmax, and the draws are averaged as before: ``p_T(c | x) = (1/S) Σ_s
+softmax(log p_s(· | x) / T)_c``. ``T`` minimises the negative log-likelihood of that averaged
+predictive on the calibration split (a bounded 1-D search over ``log T``). For one draw (MAP)
+this is Guo et al.'s scaling of the logits. When both are asked for, ``T`` is fitted first and
+the conformal scores are computed from the temperature-scaled probabilities, on the same split
+(one fitted scalar; split the calibration data yourself for the strict guarantee).
+
+This module holds the numerics and the saved :class:`Calibration` record; it depends on numpy
+and scipy only. :meth:`bnnpp.Posterior.calibrate` fits one and :meth:`bnnpp.Posterior.predict`
+applies it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CLASSIFICATION_SCORES",
+    "REGRESSION_SCORES",
+    "Calibration",
+    "aps_scores",
+    "class_scores",
+    "conformal_quantile",
+    "conformal_rank",
+    "cqr_scores",
+    "fit",
+    "fit_temperature",
+    "normalized_scores",
+    "prediction_sets",
+    "scale_probs",
+]
+
+REGRESSION_SCORES = ("normalized", "cqr")
+"""Conformity scores of regression intervals."""
+CLASSIFICATION_SCORES = ("aps", "raps")
+"""Conformity scores of classification sets."""
+
+TEMPERATURE_BOUNDS = (1e-2, 1e2)
+"""The range :func:`fit_temperature` searches ``T`` in."""
+
+
+def check_alpha(alpha) -> float:
+    """``alpha`` as a float; one-line ValueError unless it lies strictly between 0 and 1."""
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
+        math.isfinite(alpha) and 0 < alpha < 1
+    ):
+        raise ValueError(f"alpha is the miscoverage in (0, 1), e.g. 0.1 for 90% intervals or sets, got {alpha!r}")
+    return float(alpha)
+
+
+def conformal_rank(n: int, alpha: float) -> int:
+    """The 1-based rank ``⌈(n+1)(1−α)⌉`` of the calibration score that is the conformal
+    threshold for ``n`` calibration points at miscoverage ``alpha`` (may exceed ``n``: then no
+    finite threshold has the guarantee)."""
+    # a small tolerance keeps e.g. (19+1)*(1-0.1) = 18.000000000000004 at rank 18
+    return math.ceil((n + 1) * (1 - alpha) - 1e-9)
+
+
+def conformal_quantile(scores, alpha: float) -> np.ndarray:
+    """The split-conformal threshold ``q̂``: the ``⌈(n+1)(1−α)⌉``-th smallest of the ``n``
+    scores along axis 0 (``+inf`` when that rank exceeds ``n``).
+
+    Args:
+        scores: ``(n, ...)`` calibration scores.
+        alpha: miscoverage in (0, 1).
+
+    Returns:
+        float64 of shape ``scores.shape[1:]`` (a 0-d array for ``(n,)`` scores).
+    """
+    alpha = check_alpha(alpha)
+    scores = np.asarray(scores, np.float64)
+    n = scores.shape[0]
+    if n == 0:
+        raise ValueError("conformal calibration needs at least one calibration point")
+    k = conformal_rank(n, alpha)
+    if k > n:
+        return np.full(scores.shape[1:], np.inf)
+    return np.sort(scores, axis=0)[k - 1]
+
+
+def normalized_scores(mean, sd, y) -> np.ndarray:
+    """``|y − mean| / sd`` elementwise, ``(n, ...)`` float64 (sd floored at the smallest
+    positive float so a zero-sd draw does not divide by zero)."""
+    sd = np.maximum(np.asarray(sd, np.float64), np.finfo(np.float64).tiny)
+    return np.abs(np.asarray(y, np.float64) - np.asarray(mean, np.float64)) / sd
+
+
+def cqr_scores(lo, hi, y) -> np.ndarray:
+    """CQR's ``max(lo − y, y − hi)`` elementwise (negative inside the interval), ``(n, ...)``."""
+    y = np.asarray(y, np.float64)
+    return np.maximum(np.asarray(lo, np.float64) - y, y - np.asarray(hi, np.float64))
+
+
+def class_scores(probs, u=None, *, raps_lambda: float = 0.0, raps_k: int = 0) -> np.ndarray:
+    """The APS/RAPS score ``E(x, c)`` of every class (module docstring).
+
+    Args:
+        probs: mean class probabilities ``(n, C)``.
+        u: ``(n,)`` uniforms of the randomised score, or ``None`` (``u = 1``).
+        raps_lambda, raps_k: the RAPS penalty ``λ·max(0, o(c) − k_reg)`` (0: APS).
+
+    Returns:
+        ``(n, C)`` float64.
+    """
+    p = np.asarray(probs, np.float64)
+    order = np.argsort(-p, axis=1, kind="stable")
+    sorted_p = np.take_along_axis(p, order, axis=1)
+    before = np.cumsum(sorted_p, axis=1) - sorted_p  # mass of the classes ranked above
+    weight = np.ones((p.shape[0], 1)) if u is None else np.asarray(u, np.float64).reshape(-1, 1)
+    ranks = np.arange(1, p.shape[1] + 1)[None, :]
+    sorted_scores = before + weight * sorted_p + raps_lambda * np.maximum(0, ranks - raps_k)
+    scores = np.empty_like(sorted_scores)
+    np.put_along_axis(scores, order, sorted_scores, axis=1)
+    return scores
+
+
+def aps_scores(probs, y, u=None, *, raps_lambda: float = 0.0, raps_k: int = 0) -> np.ndarray:
+    """The APS/RAPS score of the true class ``y`` ``(n,)`` int: ``(n,)`` float64."""
+    all_scores = class_scores(probs, u, raps_lambda=raps_lambda, raps_k=raps_k)
+    return np.take_along_axis(all_scores, np.asarray(y, np.int64)[:, None], axis=1)[:, 0]
+
+
+def prediction_sets(probs, threshold: float, u=None, *, raps_lambda: float = 0.0, raps_k: int = 0) -> np.ndarray:
+    """Conformal prediction sets ``{c : E(x, c) ≤ q̂}`` as booleans ``(n, C)``."""
+    return class_scores(probs, u, raps_lambda=raps_lambda, raps_k=raps_k) <= threshold
+
+
+def scale_probs(probs, temperature: float) -> np.ndarray:
+    """Each draw's class probabilities at temperature ``T``: ``softmax(log p_s / T)`` over the
+    last axis, same shape as ``probs`` (``(S, n, C)`` or ``(n, C)``), float32. ``T = 1``
+    returns ``probs`` unchanged."""
+    if temperature == 1.0:
+        return probs
+    logp = np.log(np.maximum(np.asarray(probs, np.float64), np.finfo(np.float64).tiny)) / temperature
+    logp -= logp.max(axis=-1, keepdims=True)
+    e = np.exp(logp)
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def _tempered_nll(logp: np.ndarray, y: np.ndarray, temperature: float) -> float:
+    """Mean NLL of the draw-averaged, temperature-scaled predictive; ``logp`` ``(S, n, C)``."""
+    from scipy.special import logsumexp
+
+    z = logp / temperature
+    log_draw = z - logsumexp(z, axis=-1, keepdims=True)  # (S, n, C)
+    true = np.take_along_axis(log_draw, y[None, :, None], axis=-1)[..., 0]  # (S, n)
+    return float(-(logsumexp(true, axis=0) - np.log(logp.shape[0])).mean())
+
+
+def fit_temperature(probs, y) -> float:
+    """Guo et al.'s temperature: the ``T`` in :data:`TEMPERATURE_BOUNDS` minimising the mean
+    NLL of the labels ``y`` ``(n,)`` under ``(1/S) Σ_s softmax(log p_s / T)``, by a bounded
+    search over ``log T`` (scipy's ``minimize_scalar``).
+
+    Args:
+        probs: per-draw class probabilities ``(S, n, C)`` (or ``(n, C)`` for one draw).
+        y: class indices ``(n,)``.
+    """
+    from scipy.optimize import minimize_scalar
+
+    p = np.asarray(probs, np.float64)
+    if p.ndim == 2:
+        p = p[None]
+    logp = np.log(np.maximum(p, np.finfo(np.float64).tiny))
+    y = np.asarray(y, np.int64)
+    lo, hi = np.log(TEMPERATURE_BOUNDS)
+    result = minimize_scalar(lambda t: _tempered_nll(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded",
+                             options={"xatol": 1e-5})
+    return float(math.exp(result.x))
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fitted calibration, saved with the posterior and applied by its ``predict``.
+
+    Attributes:
+        task: ``"regression"`` or ``"classification"``.
+        n: calibration points it was fitted on.
+        alpha: the conformal miscoverage (intervals/sets hold the truth with probability
+            ≥ 1 − alpha), or ``None`` when only the temperature was fitted.
+        score: one of :data:`REGRESSION_SCORES` / :data:`CLASSIFICATION_SCORES`, or ``None``.
+        threshold: ``q̂`` per regression target element (a tuple of one for ``(n,)``
+            targets, ``K`` for ``(n, K)``) or for the classifier's sets.
+        temperature: the classifier's temperature (1.0: none).
+        randomized: APS/RAPS with the uniform ``u`` (``u`` is drawn from the ``seed`` of
+            ``predict``); else ``u = 1``.
+        raps_lambda, raps_k: the RAPS penalty.
+    """
+
+    task: str
+    n: int
+    alpha: float | None = None
+    score: str | None = None
+    threshold: tuple[float, ...] = ()
+    temperature: float = 1.0
+    randomized: bool = False
+    raps_lambda: float = 0.0
+    raps_k: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (``+inf`` thresholds as the string ``"inf"``)."""
+        d = dataclasses.asdict(self)
+        d["threshold"] = [("inf" if math.isinf(t) else t) for t in self.threshold]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Calibration:
+        """The inverse of :meth:`to_dict`; ValueError naming the bad entry."""
+        try:
+            cal = cls(
+                task=str(d["task"]), n=int(d["n"]), alpha=None if d.get("alpha") is None else float(d["alpha"]),
+                score=d.get("score"), threshold=tuple(float(t) for t in d.get("threshold", ())),
+                temperature=float(d.get("temperature", 1.0)), randomized=bool(d.get("randomized", False)),
+                raps_lambda=float(d.get("raps_lambda", 0.0)), raps_k=int(d.get("raps_k", 0)),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"the saved calibration is damaged ({type(e).__name__}: {e})") from None
+        if cal.score is not None and cal.score not in (*REGRESSION_SCORES, *CLASSIFICATION_SCORES):
+            raise ValueError(f"the saved calibration names an unknown score {cal.score!r}")
+        if not (cal.temperature > 0):
+            raise ValueError(f"the saved calibration's temperature must be > 0, got {cal.temperature}")
+        return cal
+
+    def scale(self, prediction):
+        """``prediction`` with its class probabilities temperature-scaled (:func:`scale_probs`);
+        regression predictions, and ``T = 1``, are returned as they are."""
+        if self.task != "classification" or self.temperature == 1.0:
+            return prediction
+        return dataclasses.replace(prediction, probs=scale_probs(prediction.probs, self.temperature))
+
+    def attach(self, prediction, seed: int = 0):
+        """``prediction`` (already :meth:`scale`-d) with the conformal ``interval_lo``,
+        ``interval_hi`` ``(n, ...)`` or ``sets`` ``(n, C)`` and ``alpha``; unchanged when no
+        conformal score was fitted."""
+        if self.score is None:
+            return prediction
+        if prediction.task != self.task:
+            raise ValueError(f"this calibration is for {self.task}, the prediction is {prediction.task}")
+        q = np.asarray(self.threshold, np.float64)
+        if self.task == "classification":
+            u = np.random.default_rng(seed).random(prediction.probs.shape[1]) if self.randomized else None
+            sets = prediction_sets(prediction.mean, float(q[0]), u, raps_lambda=self.raps_lambda, raps_k=self.raps_k)
+            return dataclasses.replace(prediction, sets=sets, alpha=self.alpha)
+        shape = np.shape(prediction.draws)[2:]
+        q = q.reshape(shape) if q.size == int(np.prod(shape)) else q[0]
+        if self.score == "normalized":
+            mean, sd = prediction.mean, prediction.std
+            lo, hi = mean - q * sd, mean + q * sd
+        else:
+            lo, hi = prediction.quantiles([self.alpha / 2, 1 - self.alpha / 2])
+            lo, hi = lo - q, hi + q
+        return dataclasses.replace(prediction, interval_lo=lo, interval_hi=hi, alpha=self.alpha)
+
+    def apply(self, prediction, seed: int = 0):
+        """:meth:`scale` then :meth:`attach`: what :meth:`bnnpp.Posterior.predict` returns."""
+        return self.attach(self.scale(prediction), seed)
+
+
+def fit(prediction, y, alpha: float | None = 0.1, *, score: str | None = None, temperature_scaling: bool | None = None,
+        randomized: bool = False, raps_lambda: float = 0.01, raps_k: int = 1, seed: int = 0) -> Calibration:
+    """Fit a :class:`Calibration` from the uncalibrated ``prediction`` at the calibration
+    inputs and their targets ``y``.
+
+    Args:
+        prediction: a :class:`bnnpp.posterior.Prediction` ``(S, n, ...)``.
+        y: targets ``(n, ...)`` (class indices for a classifier), in the prediction's units.
+        alpha: conformal miscoverage in (0, 1), or ``None`` for no conformal step.
+        score: ``"normalized"`` or ``"cqr"`` (regression; default ``"normalized"`` for a
+            Gaussian likelihood, ``"cqr"`` otherwise), ``"aps"`` or ``"raps"`` (classification;
+            default ``"aps"``).
+        temperature_scaling: fit a temperature first (classifiers only; default: True for a
+            classifier).
+        randomized: randomised APS/RAPS scores (exact coverage 1 − α in expectation; smaller sets).
+        raps_lambda, raps_k: the RAPS penalty (used with ``score="raps"`` only).
+        seed: seed of the uniforms of randomised scores on the calibration split.
+
+    Returns:
+        The :class:`Calibration`.
+
+    Raises:
+        ValueError: one line, for an ``alpha`` outside (0, 1), a score of the other task,
+            temperature scaling of a regression, or ``y`` of the wrong shape or labels.
+    """
+    task = prediction.task
+    if alpha is not None:
+        alpha = check_alpha(alpha)
+    scores_of_task = REGRESSION_SCORES if task == "regression" else CLASSIFICATION_SCORES
+    if score is not None and score not in scores_of_task:
+        raise ValueError(f"score {score!r} is not one of {task}'s: {', '.join(scores_of_task)}")
+    if temperature_scaling and task != "classification":
+        raise ValueError("temperature scaling is for classifiers; a regression is calibrated by conformal intervals (alpha=...)")
+    if alpha is None and not (task == "classification" and temperature_scaling is not False):
+        raise ValueError("nothing to calibrate: give alpha (conformal) or, for a classifier, temperature_scaling=True")
+    if isinstance(raps_k, bool) or not isinstance(raps_k, (int, np.integer)) or raps_k < 0:
+        raise ValueError(f"raps_k must be an integer ≥ 0, got {raps_k!r}")
+    if not (math.isfinite(raps_lambda) and raps_lambda >= 0):
+        raise ValueError(f"raps_lambda must be a number ≥ 0, got {raps_lambda!r}")
+    y = np.asarray(y)
+    if task == "classification":
+        probs = prediction.probs
+        n, classes = probs.shape[1], probs.shape[2]
+        if y.shape != (n,):
+            raise ValueError(f"y must hold one class index per calibration row, shape ({n},), got {y.shape}")
+        if not (np.all(np.isfinite(y)) and np.all(y == np.round(y)) and y.min() >= 0 and y.max() < classes):
+            raise ValueError(f"y must hold class indices 0..{classes - 1}")
+        y = y.astype(np.int64)
+        temperature = fit_temperature(probs, y) if temperature_scaling is not False else 1.0
+        cal = Calibration(task, n, temperature=temperature)
+        if alpha is None:
+            return cal
+        score = score or "aps"
+        lam, k = (float(raps_lambda), int(raps_k)) if score == "raps" else (0.0, 0)
+        mean = scale_probs(probs, temperature).mean(axis=0)
+        u = np.random.default_rng(seed).random(n) if randomized else None
+        q = conformal_quantile(aps_scores(mean, y, u, raps_lambda=lam, raps_k=k), alpha)
+        return dataclasses.replace(cal, alpha=alpha, score=score, threshold=(float(q),), randomized=bool(randomized),
+                                   raps_lambda=lam, raps_k=k)
+    shape = np.shape(prediction.draws)[1:]
+    if y.shape != shape:
+        raise ValueError(f"y must have shape {shape} (one target per calibration row), got {y.shape}")
+    if not np.all(np.isfinite(y)):
+        raise ValueError("y holds NaN or inf: drop those calibration rows")
+    score = score or ("normalized" if prediction.likelihood == "gaussian" else "cqr")
+    if score == "normalized":
+        scores = normalized_scores(prediction.mean, prediction.std, y)
+    else:
+        lo, hi = prediction.quantiles([alpha / 2, 1 - alpha / 2])
+        scores = cqr_scores(lo, hi, y)
+    q = conformal_quantile(scores, alpha)
+    return Calibration(task, int(shape[0]), alpha=alpha, score=score, threshold=tuple(float(v) for v in np.ravel(q)))
