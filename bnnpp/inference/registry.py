@@ -97,12 +97,12 @@ class Method:
         given_model = model
         model = tempered(model, getattr(options, "temperature", 1.0))
         posterior = self._run(model, x, y, options, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                              devices=devices, mesh=mesh, rows=rows)
+                              devices=devices, mesh=mesh, rows=rows, start=start)
         if model is not given_model:  # the posterior predicts with (and saves) the model as given
             posterior = replace(posterior, model=given_model, _jitted={})
         return posterior
 
-    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows) -> Posterior:
+    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows, start) -> Posterior:
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
