@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 
-from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
+from bnnpp.inference import advi, bbb, chees, ensemble, laplace, map_estimate, mc_dropout, mclmc, nuts, pathfinder, sgld, swag, vd  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
