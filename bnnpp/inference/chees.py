@@ -49,11 +49,11 @@ INITIAL_STEP_SIZE = 0.1
 class CheesOptions(Options):
     """Options of ``method="chees"`` (module docstring)."""
 
-    num_chains: int | None = option(None, "chains in lock-step (default: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
+    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
     num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
     num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
     num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
-    target_accept_prob: float = option(0.651, "harmonic-mean acceptance the step size is tuned to", check=fraction(low_open=True, high_open=True))
+    target_accept_prob: float = option(0.651, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     max_leapfrog_steps: int = option(256, "most leapfrog steps of one transition (caps the trajectory length)", check=positive_int)
     mass_matrix: str = option("diagonal", "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity", choices=("diagonal", "identity"))
     init: str = option("pathfinder", "chain starts: pathfinder (draws from Pathfinder paths' Gaussians) or uniform (U(-init_radius, init_radius))", choices=INITS)

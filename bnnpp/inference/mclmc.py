@@ -54,11 +54,11 @@ EARLY_STEPS = 2.0
 class MCLMCOptions(Options):
     """Options of ``method="mclmc"`` (module docstring)."""
 
-    num_chains: int | None = option(None, "chains in lock-step (default: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
+    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
     num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
     num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
     num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
-    target_accept_prob: float = option(0.9, "mean acceptance the step size is tuned to", check=fraction(low_open=True, high_open=True))
+    target_accept_prob: float = option(0.9, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     tuning_factor: float = option(1.3, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float)
     max_integration_steps: int = option(256, "mclmc: most integrator steps of one transition", check=positive_int)
     init: str = option("pathfinder", "chain starts: pathfinder (draws from Pathfinder paths' Gaussians) or uniform (U(-init_radius, init_radius))", choices=INITS)

@@ -11,7 +11,7 @@ whether they found the same mode. The paths are not importance-resampled into on
 approximation (multi-path Pathfinder's Algorithm 2): a network's modes are its hidden-unit
 permutations, which draws from every path already cover.
 
-On the runner the whole L-BFGS run is one step (``num_steps = 1``): the step's loss is
+On the runner the whole L-BFGS run of ``num_steps`` iterations is one runner step: the step's loss is
 minus the best ELBO of every path (mean over paths); a path whose L-BFGS never produced a
 finite ELBO makes it non-finite and the NaN guard keeps the start, a unit Gaussian around
 the uniform start (with a warning).
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,13 +49,12 @@ class PathfinderOptions(Options):
 
     num_paths: int = option(4, "Pathfinder: independent L-BFGS paths, one chain each", check=positive_int)
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
-    maxiter: int = option(200, "Pathfinder: L-BFGS iterations per path (the path's length)", check=positive_int)
+    num_steps: int = option(200, "pathfinder: L-BFGS iterations per path (the path's length)", check=positive_int)
     history: int = option(10, "Pathfinder: L-BFGS history size (rank of the covariance update)", check=positive_int)
     num_elbo_draws: int = option(20, "Pathfinder: draws per ELBO estimate along the path", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
 
-    refused = {"epochs": "pathfinder is not trained in epochs: pass maxiter (L-BFGS iterations per path)",
-               "num_steps": "pathfinder runs one L-BFGS path per chain: pass maxiter (its iterations) instead of num_steps"}
+    refused: ClassVar[dict[str, str]] = {"epochs": "pathfinder is not trained in epochs: pass num_steps (L-BFGS iterations per path)"}
 
 
 class PathfinderStart(NamedTuple):
@@ -164,7 +163,7 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
         return jax.vmap(lambda u: _unit_state(u, int(options.history)))(u0)
 
     def step(key, state, batch):
-        found = paths(lambda u: joint(u, batch), key, state.position, maxiter=int(options.maxiter),
+        found = paths(lambda u: joint(u, batch), key, state.position, maxiter=int(options.num_steps),
                       history=int(options.history), num_elbo_draws=int(options.num_elbo_draws))
         return found, PathfinderInfo(-jnp.mean(found.elbo))
 
