@@ -38,6 +38,7 @@ def data():
     return x, y, mean, np.sqrt(np.diag(cov))
 
 
+@pytest.mark.slow  # 500 steps of 4 chains: about 30 s each on 2 shared cores
 @pytest.mark.parametrize("method", ["chees", "mclmc"])
 def test_sampler_matches_the_conjugate_posterior(method, data):
     x, y, mean, sd = data

@@ -109,7 +109,8 @@ def sampler(options: MCLMCOptions, dim: int) -> Sampler:
     def params(tuning, warm):
         eps = jnp.where(warm, jnp.exp(tuning.da.log_step_size), da_final(tuning.da))
         eps = jnp.where(jnp.isfinite(eps), eps, INITIAL_STEP_SIZE)
-        L = jnp.where(warm & (tuning.L <= 0), EARLY_STEPS * eps, tuning.L)  # L ≤ 0: the first phase
+        # L ≤ 0: the first phase (or a warm-up too short to reach the second)
+        L = jnp.where(tuning.L <= 0, jnp.where(warm, EARLY_STEPS * eps, float(options.tuning_factor) * jnp.sqrt(float(dim))), tuning.L)
         return eps, L / eps
 
     def run_kernel(key, chain, logdensity, step_size, imm, avg):

@@ -140,9 +140,12 @@ def starts(logdensity: Callable, key, shapes: dict, num_chains: int, *, num_path
 
 
 class PathfinderInfo(NamedTuple):
-    """loss: minus the mean over paths of each path's best ELBO, scalar."""
+    """loss and negative_elbo: minus the mean over paths of each path's best ELBO, scalar
+    (the same number under both names: ``negative_elbo`` is the trace a saved fit's
+    ELBO is read from)."""
 
     loss: jax.Array
+    negative_elbo: jax.Array
 
 
 def build(model, x, y, options: PathfinderOptions) -> Algorithm:
@@ -165,7 +168,8 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
     def step(key, state, batch):
         found = paths(lambda u: joint(u, batch), key, state.position, maxiter=int(options.num_steps),
                       history=int(options.history), num_elbo_draws=int(options.num_elbo_draws))
-        return found, PathfinderInfo(-jnp.mean(found.elbo))
+        loss = -jnp.mean(found.elbo)
+        return found, PathfinderInfo(loss, loss)
 
     def sample(key, state, num_samples):
         u = draw(key, state, num_samples)
