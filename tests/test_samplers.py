@@ -60,7 +60,8 @@ def test_sampler_matches_the_conjugate_posterior(method, data):
 def test_pathfinder_is_exact_on_a_gaussian_target(data):
     """On a Gaussian posterior L-BFGS's inverse Hessian is the covariance (D = 2 < history)."""
     x, y, mean, sd = data
-    post = bnnpp.fit(linreg, (x, y), method="pathfinder", seed=0, progress=False, num_paths=2, num_samples=2000)
+    post = bnnpp.fit(linreg, (x, y), method="pathfinder", seed=0, progress=False, num_paths=2, num_steps=30,
+                     num_samples=2000)
     w = post.samples["w"].reshape(-1, 2).astype(np.float64)
     # 4000 independent draws: Monte-Carlo sd of the mean sd/63, of the sd about sd/89
     np.testing.assert_allclose(w.mean(axis=0), mean, atol=float(4 * sd.max() / 63))
@@ -101,6 +102,7 @@ def _interrupt_after(monkeypatch, chunks: int):
     monkeypatch.setattr(runner, "_drive", patched)
 
 
+@pytest.mark.slow  # three fits (whole, interrupted, resumed): about 25 s on 2 quiet cores
 def test_chees_resume_is_bit_identical(data, tmp_path, monkeypatch):
     x, y, _, _ = data
     options = {"num_chains": 2, "num_warmup": 30, "num_samples": 20, "init": "uniform", "chunk_size": 10}
