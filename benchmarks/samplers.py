@@ -107,10 +107,8 @@ def run(name: str, method: str, options: dict, seed: int) -> tuple[dict, object]
     row = {"problem": name, "method": method, "options": {k: v for k, v in post.stats.options.items() if isinstance(v, (bool, int, float, str, type(None)))},
            "wall_seconds": wall, "compile_seconds": post.stats.compile_seconds, "run_seconds": post.stats.run_seconds,
            "num_chains": post.num_chains, "num_draws": post.num_draws, "divergences": post.stats.extras.get("divergences"),
-           "step_size": post.stats.extras.get("step_size"), "mean_n_steps": post.stats.extras.get("mean_n_steps")}
-    if method == "nuts":
-        row["mean_n_steps"] = float(np.mean(post.stats.sample_stats["n_steps"]))
-        row["step_size"] = float(np.mean(post.stats.sample_stats["step_size"]))
+           "step_size": float(np.mean(post.stats.sample_stats["step_size"])),
+           "mean_n_steps": float(np.mean(post.stats.sample_stats["n_steps"]))}  # over every kept transition
     row.update(convergence(post, np.asarray(data[0][:20], np.float32)))
     pred = post.predict(xt)
     if unit is None:
