@@ -21,6 +21,13 @@ mass matrix). Starts: ``init="pathfinder"`` (default) draws the chains' starts f
 Pathfinder paths' Gaussians (:func:`bnnpp.inference.pathfinder.starts`); ``"uniform"``
 starts every chain uniformly in (−``init_radius``, ``init_radius``), as NUTS does.
 Statistics and extras: :mod:`bnnpp.inference.manychain`.
+
+Limitation: the ChEES criterion measures the chains' spread about their common mean, so it
+assumes the chains share one mode. Chains in different modes of a network's posterior (its
+hidden-unit permutations) make that spread mostly the distance between modes, and the tuned
+trajectory can shrink to a few leapfrog steps (``extras["mean_n_steps"]`` shows it);
+``pathfinder_paths=1`` starts every chain around one mode, and ``mclmc``'s trajectory length
+does not depend on the criterion (benchmarks/README.md, samplers).
 """
 
 from __future__ import annotations
