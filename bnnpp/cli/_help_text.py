@@ -144,7 +144,7 @@ HELP = {'compare': 'usage: bnnpp compare [-h] [--config FILE] [--data {moons,cir
         '                 [--learn-prior] [--num-chains NUM_CHAINS] [--num-warmup NUM_WARMUP]\n'
         '                 [--target-accept-prob TARGET_ACCEPT_PROB]\n'
         '                 [--max-leapfrog-steps MAX_LEAPFROG_STEPS] [--mass-matrix {diagonal,identity}]\n'
-        '                 [--init {pathfinder,uniform}] [--pathfinder-paths PATHFINDER_PATHS]\n'
+        '                 [--init {uniform,pathfinder}] [--pathfinder-paths PATHFINDER_PATHS]\n'
         '                 [--pathfinder-maxiter PATHFINDER_MAXITER] [--members MEMBERS]\n'
         '                 [--members-per-batch MEMBERS_PER_BATCH] [--layout {auto,vmap,in_turn}]\n'
         '                 [--adversarial-epsilon ADVERSARIAL_EPSILON]\n'
@@ -313,10 +313,10 @@ HELP = {'compare': 'usage: bnnpp compare [-h] [--config FILE] [--data {moons,cir
         '  --mass-matrix {diagonal,identity}\n'
         '                        inverse mass matrix: diagonal (estimated over the second half of the warm-\n'
         '                        up) or identity [chees=diagonal]\n'
-        '  --init {pathfinder,uniform}\n'
-        "                        chain starts: pathfinder (draws from Pathfinder paths' Gaussians) or\n"
-        '                        uniform (U(-init_radius, init_radius)) [chees=pathfinder,\n'
-        '                        mclmc=pathfinder]\n'
+        '  --init {uniform,pathfinder}\n'
+        '                        chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws\n'
+        "                        from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net,\n"
+        '                        benchmarks/README.md) [chees=uniform, mclmc=uniform]\n'
         '  --pathfinder-paths PATHFINDER_PATHS\n'
         "                        Pathfinder paths for the chains' starts (init=pathfinder) [chees=4,\n"
         '                        mclmc=4]\n'

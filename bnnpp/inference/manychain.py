@@ -37,7 +37,7 @@ from bnnpp.introspection import latent_sites, num_parameters
 
 __all__ = ["ManyChainState", "Moments", "Sampler", "build_many_chain", "default_num_chains", "halton"]
 
-INITS = ("pathfinder", "uniform")
+INITS = ("uniform", "pathfinder")
 
 
 def default_num_chains() -> int:
