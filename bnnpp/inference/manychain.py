@@ -13,8 +13,8 @@ window of the warm-up in which the mass matrix is estimated.
 
 Per-draw statistics (``sample_stats``, ``(chain, draw)``, named as NUTS's):
 ``acceptance_rate``, ``diverging`` (the energy error passed 1,000), ``step_size``,
-``n_steps`` (integrator steps of the transition), ``energy`` (minus the log density at the
-proposal) and ``lp`` (the log joint density at the draw). ``extras``: ``divergences`` and
+``n_steps`` (integrator steps of the transition), ``energy`` (the proposal's energy as
+BlackJAX's ``HMCInfo`` gives it; a non-finite one, a divergence, as the float32 maximum) and ``lp`` (the log joint density at the draw). ``extras``: ``divergences`` and
 ``divergences_per_chain`` (kept draws), ``step_size`` and ``mean_n_steps`` after warm-up,
 ``mass_matrix`` (``"diagonal"`` once estimated, else ``"identity"``), ``start``.
 """
@@ -38,6 +38,8 @@ from bnnpp.introspection import latent_sites, num_parameters
 __all__ = ["ManyChainState", "Moments", "Sampler", "build_many_chain", "default_num_chains", "halton"]
 
 INITS = ("uniform", "pathfinder")
+MAX_ENERGY = float(np.finfo(np.float32).max)
+"""The ``energy`` statistic of a proposal whose energy is not finite (a divergence)."""
 
 
 def default_num_chains() -> int:
@@ -199,7 +201,8 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         last = ChainStats(
             info.acceptance_rate.astype(jnp.float32), diverging, jnp.full((num_chains,), step_size, jnp.float32),
             jnp.asarray(info.num_integration_steps, jnp.int32) * jnp.ones((num_chains,), jnp.int32),
-            jnp.asarray(info.energy, jnp.float32), chains.logdensity,
+            # a diverging proposal's energy can be inf, which the runner's guard would read as a broken state
+            jnp.nan_to_num(jnp.asarray(info.energy, jnp.float32), nan=MAX_ENERGY, posinf=MAX_ENERGY, neginf=-MAX_ENERGY), chains.logdensity,
         )
         divergences = state.divergences + (diverging & ~warm).astype(jnp.int32)
         new = ManyChainState(chains, tuning, moments, last, divergences, t + 1)
