@@ -206,12 +206,15 @@ def test_conjugate_variance(method, extra):
 
 MOONS_OPTIONS = {
     "nuts": {"num_chains": 2, "num_warmup": 300, "num_samples": 300},
+    "chees": {"num_chains": 4, "num_warmup": 300, "num_samples": 100},
+    "mclmc": {"num_chains": 4, "num_warmup": 300, "num_samples": 100},
+    "pathfinder": {"num_paths": 2, "num_samples": 100},
 }
 
 
 @pytest.mark.parametrize(
     "method",
-    [pytest.param(m, marks=pytest.mark.slow) if m == "nuts" else m for m in bnnpp.registered()],
+    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc") else m for m in bnnpp.registered()],
 )
 def test_moons_accuracy(method, moons):
     model = bnnpp.models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))

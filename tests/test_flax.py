@@ -255,6 +255,9 @@ FLAX_OPTIONS = {
     "advi": {"num_steps": 300, "num_samples": 50},
     "bbb": {"epochs": 300, "num_samples": 50},
     "nuts": {"num_chains": 2, "num_warmup": 100, "num_samples": 50},
+    "chees": {"num_chains": 2, "num_warmup": 100, "num_samples": 50},
+    "mclmc": {"num_chains": 2, "num_warmup": 100, "num_samples": 50},
+    "pathfinder": {"num_paths": 2, "num_samples": 50},
     "sgld": {"num_samples": 50, "burn_in": 300},  # the defaults: psgld, step 1e-2, Glorot start
     # the hierarchical scale is a coordinate of the exact Hessian's Gaussian, under the model's own prior
     "laplace": {"num_steps": 300, "hessian": "full", "prior_precision": "model", "num_samples": 50},

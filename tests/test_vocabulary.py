@@ -26,7 +26,7 @@ def small():
 
 # per-method settings that only keep the run small (none of them sets the run length)
 SMALL = {"ensemble": {"members": 2}, "multiswag": {"members": 2, "num_samples": 3}, "swag": {"rank": 3, "num_samples": 5},
-         "nuts": {"num_chains": 1}, "sgld": {"num_chains": 1}, "advi": {"num_samples": 20}, "bbb": {"num_samples": 20},
+         "nuts": {"num_chains": 1}, "chees": {"num_chains": 2}, "mclmc": {"num_chains": 2}, "pathfinder": {"num_paths": 2}, "sgld": {"num_chains": 1}, "advi": {"num_samples": 20}, "bbb": {"num_samples": 20},
          "laplace": {"num_samples": 20}, "mc_dropout": {"num_samples": 20}, "vd": {"num_samples": 20}}
 
 
@@ -41,10 +41,12 @@ def test_num_steps_200_for_every_method(method, small):
     info = post.info
     probs = post.predict(x[:5]).probs
     assert probs.shape[1:] == (5, 2) and np.all(np.isfinite(probs))
-    if method == "nuts":  # half warm-up, half kept
+    if method in ("nuts", "chees", "mclmc"):  # half warm-up, half kept
         assert (info["options"]["num_warmup"], post.num_draws) == (100, 100)
     elif method == "sgld":  # half burn-in; 100 draws from the other half, one per step
         assert (info["options"]["burn_in"], info["options"]["thinning"], post.num_draws) == (100, 1, 100)
+    elif method == "pathfinder":  # one runner step: an L-BFGS path of num_steps iterations
+        assert info["options"]["num_steps"] == 200 and info["steps_run"] == 1
     elif method in ("swag", "multiswag"):  # half MAP pretraining, the rest SWAG epochs of N // 10 = 4 steps
         assert (info["options"]["pretrain_steps"], info["options"]["swag_epochs"]) == (100, 25)
         assert info["steps_run"] == 200

@@ -1,0 +1,146 @@
+"""``chees``: ChEES-HMC (Hoffman, Radul & Sountsov 2021), many chains of jittered HMC in
+lock-step, from BlackJAX's ``dynamic_hmc`` kernel and ``chees_adaptation`` tuner.
+
+All ``num_chains`` chains share one step size ε and one trajectory length T. A transition
+runs ``ceil(h_i · T / ε)`` leapfrog steps, ``h_i`` the i-th Halton number in (0, 1) (the
+same for every chain, so no chain waits for another), then a Metropolis correction.
+During the ``num_warmup`` warm-up steps (BlackJAX's ``chees_adaptation.base``):
+
+* ε follows dual averaging towards a harmonic-mean acceptance of ``target_accept_prob``
+  over the chains (0.651, the optimum for HMC of Beskos et al. 2013);
+* log T follows Adam on the ChEES criterion, the change in the chains' centred squared
+  distance from their mean over a transition (Hoffman et al. 2021, eqs. 3–4), weighted by
+  acceptance; T is capped at ``max_leapfrog_steps · ε``;
+* with ``mass_matrix="diagonal"`` the chains' positions over the second half of the warm-up
+  give a diagonal inverse mass matrix (the variances pooled over chains and steps, shrunk
+  as Stan shrinks them), used once 64 pooled draws are in (the ChEES criterion is computed
+  in the whitened coordinates it defines, as BlackJAX does).
+
+The ``num_samples`` kept steps use the warm-up's moving averages of ε and T (and the last
+mass matrix). Starts: ``init="uniform"`` (default) starts every chain uniformly in
+(−``init_radius``, ``init_radius``), as NUTS does; ``"pathfinder"`` draws the chains' starts
+from a few Pathfinder paths' Gaussians (:func:`bnnpp.inference.pathfinder.starts`). It is
+not the default because its compiled start stopped making progress (blocked, no CPU) on
+the 50-unit sinusoid network (benchmarks/README.md, samplers); on the moons network it ran.
+Statistics and extras: :mod:`bnnpp.inference.manychain`.
+
+Limitation: the ChEES criterion measures the chains' spread about their common mean, so it
+assumes the chains share one mode. Chains in different modes of a network's posterior (its
+hidden-unit permutations) make that spread mostly the distance between modes, and the tuned
+trajectory can shrink to a few leapfrog steps (``extras["mean_n_steps"]`` shows it);
+``pathfinder_paths=1`` starts every chain around one mode, and ``mclmc``'s trajectory length
+does not depend on the criterion (benchmarks/README.md, samplers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+
+from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.manychain import INITS, Sampler, build_many_chain, default_num_chains, halton, max_bits
+from bnnpp.inference.options import Options, fraction, non_negative_int, option, optional, positive_float, positive_int
+from bnnpp.inference.registry import Method, register
+
+__all__ = ["CheesOptions", "build"]
+
+TRAJECTORY_LEARNING_RATE = 0.025
+"""Adam's learning rate on log T (Hoffman et al. 2021, §4: 0.025)."""
+INITIAL_STEP_SIZE = 0.1
+
+
+@dataclass(frozen=True)
+class CheesOptions(Options):
+    """Options of ``method="chees"`` (module docstring)."""
+
+    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
+    num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
+    num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
+    target_accept_prob: float = option(0.651, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
+    max_leapfrog_steps: int = option(256, "most leapfrog steps of one transition (caps the trajectory length)", check=positive_int)
+    mass_matrix: str = option("diagonal", "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity", choices=("diagonal", "identity"))
+    init: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init=pathfinder)", check=positive_int)
+    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init=pathfinder)", check=positive_int)
+    chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
+    refused: ClassVar[dict[str, str]] = {"epochs": "chees is not trained in epochs (every step uses all the data): pass num_steps "
+                                         "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
+
+    def resolve(self, n: int) -> CheesOptions:
+        """``num_steps`` T → ``num_warmup = T // 2``, ``num_samples = T − T // 2``; an unset
+        ``num_chains`` → :func:`~bnnpp.inference.manychain.default_num_chains`."""
+        out = self
+        if out.num_chains is None:
+            out = dataclasses.replace(out, num_chains=default_num_chains())
+        if out.num_steps is not None:
+            out = dataclasses.replace(out, num_warmup=out.num_steps // 2, num_samples=out.num_steps - out.num_steps // 2)
+        return out
+
+
+def sampler(options: CheesOptions) -> Sampler:
+    """ChEES-HMC as a :class:`~bnnpp.inference.manychain.Sampler`."""
+    import optax
+    from blackjax.adaptation import chees_adaptation
+    from blackjax.mcmc import dynamic_hmc
+
+    total = int(options.num_warmup) + int(options.num_samples)
+    bits = max_bits(total)
+    cap = int(options.max_leapfrog_steps)
+    jitter = lambda i: halton(i, bits)
+    init_tuning, update = chees_adaptation.base(
+        jitter, lambda i: i + 1, optax.adam(TRAJECTORY_LEARNING_RATE), float(options.target_accept_prob), 0.5, cap
+    )
+    kernel = dynamic_hmc.build_kernel(
+        next_random_arg_fn=lambda i: i + 1,
+        integration_steps_fn=lambda i, n: jnp.clip(jnp.ceil(jitter(i) * n), 1, cap).astype(jnp.int32),
+    )
+
+    def params(tuning, warm):
+        # after warm-up: the moving averages (a fit without warm-up keeps the first values)
+        tuned = tuning.step > 1
+        eps_avg = jnp.where(tuned, jnp.exp(tuning.log_step_size_moving_average), tuning.step_size)
+        steps_avg = jnp.where(tuned, jnp.exp(tuning.log_trajectory_length_moving_average - tuning.log_step_size_moving_average),
+                              tuning.trajectory_length / tuning.step_size)
+        eps = jnp.where(warm, tuning.step_size, eps_avg)
+        return eps, jnp.where(warm, tuning.trajectory_length / tuning.step_size, steps_avg)
+
+    def run_kernel(key, chain, logdensity, step_size, imm, steps):
+        return kernel(key, chain, logdensity, step_size, imm, (steps,))
+
+    def tune(tuning, old, new, info, imm, t):
+        # flattened to (chains, D): BlackJAX's cross-chain means assume one-dimensional leaves
+        flat = jax.vmap(lambda u: ravel_pytree(u)[0])
+        return update(tuning, flat(info.proposal.position), flat(info.proposal.momentum), flat(old.position),
+                      info.acceptance_rate, info.is_divergent, imm)
+
+    warmup = int(options.num_warmup)
+    window = (warmup // 2, warmup) if options.mass_matrix == "diagonal" else (0, 0)
+    return Sampler(
+        init_chain=lambda u, logdensity: dynamic_hmc.init(u, logdensity, jnp.zeros((), jnp.int32)),
+        init_tuning=lambda: init_tuning(jnp.zeros((), jnp.int32), jnp.float32(INITIAL_STEP_SIZE)),
+        params=params, kernel=run_kernel, update=tune, window=window, threshold=64.0,
+    )
+
+
+def build(model, x, y, options: CheesOptions) -> Algorithm:
+    """ChEES-HMC as an :class:`Algorithm` (module docstring).
+
+    Returns:
+        The algorithm; draws ``(num_chains, num_samples, *site_shape)`` and per-draw
+        ``sample_stats`` (:mod:`bnnpp.inference.manychain`).
+    """
+    options = options.resolve(int(x.shape[0]))
+    return build_many_chain(model, x, y, options, sampler(options), name="chees")
+
+
+register(Method("chees", CheesOptions, build=build,
+                summary="ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up"))

@@ -1,0 +1,189 @@
+"""``pathfinder``: Pathfinder variational inference (Zhang, Carpenter, Gelman & Vehtari 2022),
+from BlackJAX's ``vi.pathfinder``, and the starting points of the many-chain samplers.
+
+One path: L-BFGS maximises the log joint on the unconstrained space from a random start;
+at every iterate the L-BFGS inverse-Hessian factors define a Gaussian (Zhang et al.,
+Algorithm 1), each is scored by a Monte-Carlo ELBO from ``num_elbo_draws`` draws, and the
+path keeps the Gaussian with the highest ELBO (Algorithm 3). ``num_paths`` paths run side
+by side from independent starts (uniform in ``(-init_radius, init_radius)``, NumPyro's
+``init_to_uniform``); each is one chain of the posterior, so R-hat across paths says
+whether they found the same mode. The paths are not importance-resampled into one
+approximation (multi-path Pathfinder's Algorithm 2): a network's modes are its hidden-unit
+permutations, which draws from every path already cover.
+
+On the runner the whole L-BFGS run of ``num_steps`` iterations is one runner step: the step's loss is
+minus the best ELBO of every path (mean over paths); a path whose L-BFGS never produced a
+finite ELBO makes it non-finite and the NaN guard keeps the start, a unit Gaussian around
+the uniform start (with a warning).
+
+:func:`starts` gives ``chees`` and ``mclmc`` their chains' starting points (option
+``init="pathfinder"``): draws from a few paths' approximations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
+from bnnpp.inference.options import Options, option, positive_float, positive_int
+from bnnpp.inference.registry import Method, register
+from bnnpp.introspection import latent_sites
+
+__all__ = ["PathfinderOptions", "build", "log_joint", "paths", "starts"]
+
+KEY_MODEL = np.zeros(2, np.uint32)
+"""The models draw nothing random at a fixed position: their seed handler gets PRNGKey(0)."""
+
+
+@dataclass(frozen=True)
+class PathfinderOptions(Options):
+    """Options of ``method="pathfinder"`` (module docstring)."""
+
+    num_paths: int = option(4, "Pathfinder: independent L-BFGS paths, one chain each", check=positive_int)
+    num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    num_steps: int = option(200, "pathfinder: L-BFGS iterations per path (the path's length)", check=positive_int)
+    history: int = option(10, "Pathfinder: L-BFGS history size (rank of the covariance update)", check=positive_int)
+    num_elbo_draws: int = option(20, "Pathfinder: draws per ELBO estimate along the path", check=positive_int)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+
+    refused: ClassVar[dict[str, str]] = {"epochs": "pathfinder is not trained in epochs: pass num_steps (L-BFGS iterations per path)"}
+
+
+class PathfinderStart(NamedTuple):
+    """What the paths found, one row per path: ``state`` a BlackJAX ``PathfinderState``
+    whose leaves carry a leading ``(paths,)`` axis (position, grad, alpha ``(paths, D)``,
+    beta ``(paths, D, 2m)``, gamma ``(paths, 2m, 2m)``, elbo ``(paths,)``)."""
+
+    state: object
+
+
+def log_joint(model: Callable) -> Callable:
+    """``f(u, (x, y)) -> log p(u, y | x)``, the log joint on the unconstrained space with the
+    log-Jacobians (:func:`bnnpp.inference.joint.joint_terms`), a scalar."""
+
+    def f(u, data):
+        log_prior, log_lik, _ = joint_terms(model, u, *data, KEY_MODEL)
+        return log_prior + log_lik
+
+    return f
+
+
+def _unit_state(u: dict, history: int):
+    """A PathfinderState at ``u`` with the identity as its covariance (alpha 1, beta and
+    gamma 0) and ELBO −inf: the fallback of a path that found nothing."""
+    from blackjax.vi.pathfinder import PathfinderState
+
+    flat, _ = ravel_pytree(u)
+    d = flat.shape[0]
+    return PathfinderState(
+        -jnp.inf * jnp.ones(()), u, jax.tree.map(jnp.zeros_like, u), jnp.ones((d,)), jnp.zeros((d, 2 * history)),
+        jnp.zeros((2 * history, 2 * history)),
+    )
+
+
+def paths(logdensity: Callable, key, u0: dict, *, maxiter: int, history: int, num_elbo_draws: int):
+    """Run one Pathfinder path per start (the leading axis of ``u0``'s leaves, vmapped).
+
+    Returns:
+        A BlackJAX ``PathfinderState`` per path (leaves with a leading ``(paths,)`` axis);
+        a path with no finite ELBO keeps its start with a unit covariance and ELBO −inf.
+    """
+    from blackjax.vi.pathfinder import approximate
+
+    def one(k, u):
+        state, _ = approximate(k, logdensity, u, num_elbo_draws, maxiter=maxiter, maxcor=history)
+        fallback = _unit_state(u, history)
+        ok = jnp.isfinite(state.elbo)
+        return jax.tree.map(lambda a, b: jnp.where(ok, a, b), state, fallback)
+
+    num = jax.tree.leaves(u0)[0].shape[0]
+    return jax.vmap(one)(jax.random.split(key, num), u0)
+
+
+def draw(key, state, num_samples: int) -> dict:
+    """``num_samples`` unconstrained draws from each path's Gaussian: leaves
+    ``(paths, num_samples, *site_shape)``."""
+    from blackjax.vi.pathfinder import sample
+
+    num = state.elbo.shape[0]
+    return jax.vmap(lambda k, s: sample(k, s, num_samples)[0])(jax.random.split(key, num), state)
+
+
+def starts(logdensity: Callable, key, shapes: dict, num_chains: int, *, num_paths: int, radius: float, maxiter: int,
+           history: int = 10, num_elbo_draws: int = 20) -> dict:
+    """Starting points for ``num_chains`` chains: ``num_paths`` Pathfinder paths from
+    uniform starts, then ``ceil(num_chains / num_paths)`` draws from each path's Gaussian,
+    the first ``num_chains`` kept (chain ``c`` from path ``c mod num_paths``). A draw that is
+    not finite, or whose log density is not, is replaced by its path's start.
+
+    Returns:
+        site → ``(num_chains, *site_shape)`` unconstrained values.
+    """
+    k_start, k_path, k_draw = jax.random.split(key, 3)
+    u0 = jax.vmap(lambda k: init_uniform(shapes, k, radius))(jax.random.split(k_start, num_paths))
+    found = paths(logdensity, k_path, u0, maxiter=maxiter, history=history, num_elbo_draws=num_elbo_draws)
+    per_path = -(-num_chains // num_paths)
+    drawn = draw(k_draw, found, per_path)  # (paths, per_path, ...)
+    # chain c from path c mod P: (per_path, paths, ...) flattened
+    flat = jax.tree.map(lambda a: jnp.swapaxes(a, 0, 1).reshape(-1, *a.shape[2:])[:num_chains], drawn)
+    home = jax.tree.map(lambda a: jnp.tile(a, (per_path,) + (1,) * (a.ndim - 1))[:num_chains], found.position)
+    ok = jax.vmap(lambda u: jnp.isfinite(logdensity(u)) & jnp.all(jnp.isfinite(ravel_pytree(u)[0])))(flat)
+    return jax.tree.map(lambda a, b: jnp.where(ok.reshape(-1, *([1] * (a.ndim - 1))), a, b), flat, home)
+
+
+class PathfinderInfo(NamedTuple):
+    """loss and negative_elbo: minus the mean over paths of each path's best ELBO, scalar
+    (the same number under both names: ``negative_elbo`` is the trace a saved fit's
+    ELBO is read from)."""
+
+    loss: jax.Array
+    negative_elbo: jax.Array
+
+
+def build(model, x, y, options: PathfinderOptions) -> Algorithm:
+    """Pathfinder as an :class:`Algorithm` of one step (module docstring).
+
+    Returns:
+        The algorithm; its posterior has ``num_paths`` chains of ``num_samples`` draws
+        ``(num_paths, num_samples, *site_shape)`` (constrained values), and
+        ``extras["elbo"]`` the best ELBO of each path.
+    """
+    sites = latent_sites(model, x, y)
+    shapes = {name: s.shape for name, s in sites.items()}
+    joint = log_joint(model)
+    num_paths = int(options.num_paths)
+
+    def init(key, data):
+        u0 = jax.vmap(lambda k: init_uniform(shapes, k, float(options.init_radius)))(jax.random.split(key, num_paths))
+        return jax.vmap(lambda u: _unit_state(u, int(options.history)))(u0)
+
+    def step(key, state, batch):
+        found = paths(lambda u: joint(u, batch), key, state.position, maxiter=int(options.num_steps),
+                      history=int(options.history), num_elbo_draws=int(options.num_elbo_draws))
+        loss = -jnp.mean(found.elbo)
+        return found, PathfinderInfo(loss, loss)
+
+    def sample(key, state, num_samples):
+        u = draw(key, state, num_samples)
+        values = lambda v: constrained_values(model, v, x[:1], y[:1], KEY_MODEL, sites)
+        return jax.vmap(jax.vmap(values))(u)
+
+    def extras(state) -> dict:
+        return {"elbo": [float(e) for e in np.asarray(state.elbo)]}
+
+    return Algorithm(init, step, sample, num_steps=1, num_samples=int(options.num_samples), name="pathfinder",
+                     num_chains=num_paths, extras=extras)
+
+
+register(Method(
+    "pathfinder", PathfinderOptions, build=build,
+    summary="Pathfinder variational inference (BlackJAX): Gaussians along L-BFGS paths, one chain per path",
+))

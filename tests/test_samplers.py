@@ -1,0 +1,136 @@
+"""The many-chain samplers (``chees``, ``mclmc``) and ``pathfinder`` against closed forms, and
+chees's checkpoint resume.
+
+Target: Bayesian linear regression with a known noise, w ~ N(0, I₂), y | x, w ~ N(x·w, σ²),
+whose posterior is N(m, S) with S = (I + XᵀX/σ²)⁻¹, m = S Xᵀy / σ² (Bishop 2006, eq. 3.53–3.54).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import bnnpp
+from bnnpp.inference import TrainingInterrupted, runner
+from bnnpp.posterior import arviz_compat
+
+SIGMA = 0.5
+
+
+def linreg(x, y=None):
+    w = numpyro.sample("w", dist.Normal(0.0, 1.0).expand([2]).to_event(1))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(x @ w, SIGMA), obs=y)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def experimental_samplers():
+    """chees, mclmc and pathfinder are opt-in (importing their module registers them); they are
+    taken out of the registry again after this module, so other tests see the default set."""
+    import importlib
+
+    from bnnpp.inference import registry
+
+    before = set(registry.registered())
+    for name in ("chees", "mclmc", "pathfinder"):
+        importlib.import_module(f"bnnpp.inference.{name}")
+    yield
+    for name in set(registry.registered()) - before:
+        registry.unregister(name)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(20, 2)).astype(np.float32)
+    y = (x @ np.array([1.0, -0.5]) + SIGMA * rng.normal(size=20)).astype(np.float32)
+    cov = np.linalg.inv(np.eye(2) + x.T.astype(np.float64) @ x / SIGMA**2)
+    mean = cov @ x.T.astype(np.float64) @ y / SIGMA**2
+    return x, y, mean, np.sqrt(np.diag(cov))
+
+
+@pytest.mark.slow  # 500 steps of 4 chains: about 30 s each on 2 shared cores
+@pytest.mark.parametrize("method", ["chees", "mclmc"])
+def test_sampler_matches_the_conjugate_posterior(method, data):
+    x, y, mean, sd = data
+    post = bnnpp.fit(linreg, (x, y), method=method, seed=1, progress=False, num_chains=4, num_warmup=200,
+                     num_samples=300, init="uniform")
+    w = post.samples["w"].astype(np.float64)  # (4, 300, 2)
+    rhat, ess, _ = arviz_compat.rhat_ess(w)
+    assert np.all(rhat < 1.05) and np.all(ess > 100)
+    # Monte-Carlo error of a mean: sd / sqrt(ESS); of an sd: about sd / sqrt(2 ESS) — 4 of each
+    np.testing.assert_array_less(np.abs(w.mean(axis=(0, 1)) - mean), 4 * sd / np.sqrt(ess))
+    np.testing.assert_array_less(np.abs(w.std(axis=(0, 1)) - sd), 4 * sd / np.sqrt(2 * ess) + 1e-3)
+    stats = post.stats.sample_stats
+    assert {"diverging", "acceptance_rate", "step_size", "n_steps", "lp", "energy"} <= set(stats)
+    assert stats["diverging"].shape == (4, 300) and stats["diverging"].dtype == bool
+    assert post.stats.extras["divergences"] == int(stats["diverging"].sum())
+    assert 0.3 < stats["acceptance_rate"].mean() <= 1.0
+
+
+def test_pathfinder_is_exact_on_a_gaussian_target(data):
+    """On a Gaussian posterior L-BFGS's inverse Hessian is the covariance (D = 2 < history)."""
+    x, y, mean, sd = data
+    post = bnnpp.fit(linreg, (x, y), method="pathfinder", seed=0, progress=False, num_paths=2, num_steps=30,
+                     num_samples=2000)
+    w = post.samples["w"].reshape(-1, 2).astype(np.float64)
+    # 4000 independent draws: Monte-Carlo sd of the mean sd/63, of the sd about sd/89
+    np.testing.assert_allclose(w.mean(axis=0), mean, atol=float(4 * sd.max() / 63))
+    np.testing.assert_allclose(w.std(axis=0), sd, rtol=0.06)
+    assert len(post.stats.extras["elbo"]) == 2
+
+
+def test_sampler_options_are_checked_before_compiling(data):
+    x, y, _, _ = data
+    with pytest.raises(ValueError, match="num_chains must be an integer"):
+        bnnpp.fit(linreg, (x, y), method="chees", num_chains=0)
+    with pytest.raises(ValueError, match="not trained in epochs"):
+        bnnpp.fit(linreg, (x, y), method="mclmc", epochs=3)
+    with pytest.raises(ValueError, match="init must be one of"):
+        bnnpp.fit(linreg, (x, y), method="chees", init="map")
+    with pytest.raises(ValueError, match="pass either num_steps or num_warmup"):
+        bnnpp.fit(linreg, (x, y), method="chees", num_steps=10, num_warmup=5)
+    opts = bnnpp.inference.get_method("chees").parse({"num_steps": 11}).resolve(20)
+    assert (opts.num_warmup, opts.num_samples, opts.num_chains) == (5, 6, 8)  # 8 chains on a CPU
+
+
+def _interrupt_after(monkeypatch, chunks: int):
+    """SIGINT to this process while the ``chunks``-th chunk's progress is shown."""
+    drive = runner._drive
+    seen = {"n": 0}
+
+    def patched(*args, **kwargs):
+        show = kwargs["postfix"]
+
+        def postfix(info):
+            seen["n"] += 1
+            if seen["n"] == chunks:
+                os.kill(os.getpid(), signal.SIGINT)
+            return show(info)
+
+        return drive(*args, **{**kwargs, "postfix": postfix})
+
+    monkeypatch.setattr(runner, "_drive", patched)
+
+
+@pytest.mark.slow  # three fits (whole, interrupted, resumed): about 25 s on 2 quiet cores
+def test_chees_resume_is_bit_identical(data, tmp_path, monkeypatch):
+    x, y, _, _ = data
+    options = {"num_chains": 2, "num_warmup": 30, "num_samples": 20, "init": "uniform", "chunk_size": 10}
+    whole = bnnpp.fit(linreg, (x, y), method="chees", seed=4, progress=False, **options)
+    with monkeypatch.context() as m:
+        _interrupt_after(m, 2)
+        with pytest.raises(TrainingInterrupted) as stop:
+            bnnpp.fit(linreg, (x, y), method="chees", seed=4, progress=False, checkpoint_dir=tmp_path / "ck", **options)
+    assert 0 < stop.value.step < whole.stats.steps_run
+    resumed = bnnpp.fit(linreg, (x, y), method="chees", seed=4, progress=False, checkpoint_dir=tmp_path / "ck", resume=True, **options)
+    for k in whole.samples:
+        np.testing.assert_array_equal(resumed.samples[k], whole.samples[k])
+    for k in whole.stats.sample_stats:
+        np.testing.assert_array_equal(resumed.stats.sample_stats[k], whole.stats.sample_stats[k])
+    assert resumed.stats.extras["divergences_per_chain"] == whole.stats.extras["divergences_per_chain"]
