@@ -59,7 +59,7 @@ def data():
 def test_sampler_matches_the_conjugate_posterior(method, data):
     x, y, mean, sd = data
     post = bnnpp.fit(linreg, (x, y), method=method, seed=1, progress=False, num_chains=4, num_warmup=200,
-                     num_samples=300, init="uniform")
+                     num_samples=300, init_loc="uniform")
     w = post.samples["w"].astype(np.float64)  # (4, 300, 2)
     rhat, ess, _ = arviz_compat.rhat_ess(w)
     assert np.all(rhat < 1.05) and np.all(ess > 100)
@@ -91,8 +91,8 @@ def test_sampler_options_are_checked_before_compiling(data):
         bnnpp.fit(linreg, (x, y), method="chees", num_chains=0)
     with pytest.raises(ValueError, match="not trained in epochs"):
         bnnpp.fit(linreg, (x, y), method="mclmc", epochs=3)
-    with pytest.raises(ValueError, match="init must be one of"):
-        bnnpp.fit(linreg, (x, y), method="chees", init="map")
+    with pytest.raises(ValueError, match="init_loc must be one of"):
+        bnnpp.fit(linreg, (x, y), method="chees", init_loc="map")
     with pytest.raises(ValueError, match="pass either num_steps or num_warmup"):
         bnnpp.fit(linreg, (x, y), method="chees", num_steps=10, num_warmup=5)
     opts = bnnpp.inference.get_method("chees").parse({"num_steps": 11}).resolve(20)
@@ -121,7 +121,7 @@ def _interrupt_after(monkeypatch, chunks: int):
 @pytest.mark.slow  # three fits (whole, interrupted, resumed): about 25 s on 2 quiet cores
 def test_chees_resume_is_bit_identical(data, tmp_path, monkeypatch):
     x, y, _, _ = data
-    options = {"num_chains": 2, "num_warmup": 30, "num_samples": 20, "init": "uniform", "chunk_size": 10}
+    options = {"num_chains": 2, "num_warmup": 30, "num_samples": 20, "init_loc": "uniform", "chunk_size": 10}
     whole = bnnpp.fit(linreg, (x, y), method="chees", seed=4, progress=False, **options)
     with monkeypatch.context() as m:
         _interrupt_after(m, 2)

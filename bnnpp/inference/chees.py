@@ -17,7 +17,7 @@ During the ``num_warmup`` warm-up steps (BlackJAX's ``chees_adaptation.base``):
   in the whitened coordinates it defines, as BlackJAX does).
 
 The ``num_samples`` kept steps use the warm-up's moving averages of ε and T (and the last
-mass matrix). Starts: ``init="uniform"`` (default) starts every chain uniformly in
+mass matrix). Starts: ``init_loc="uniform"`` (default) starts every chain uniformly in
 (−``init_radius``, ``init_radius``), as NUTS does; ``"pathfinder"`` draws the chains' starts
 from a few Pathfinder paths' Gaussians (:func:`bnnpp.inference.pathfinder.starts`). It is
 not the default because its compiled start stopped making progress (blocked, no CPU) on
@@ -65,10 +65,10 @@ class CheesOptions(Options):
     target_accept_prob: float = option(0.651, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     max_leapfrog_steps: int = option(256, "most leapfrog steps of one transition (caps the trajectory length)", check=positive_int)
     mass_matrix: str = option("diagonal", "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity", choices=("diagonal", "identity"))
-    init: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
+    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
-    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init=pathfinder)", check=positive_int)
-    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init=pathfinder)", check=positive_int)
+    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
+    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))

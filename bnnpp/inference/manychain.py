@@ -155,7 +155,7 @@ def max_bits(num_steps: int) -> int:
 def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Algorithm:
     """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring).
 
-    ``options`` needs ``num_chains`` (resolved), ``num_warmup``, ``num_samples``, ``init``,
+    ``options`` needs ``num_chains`` (resolved), ``num_warmup``, ``num_samples``, ``init_loc``,
     ``init_radius``, ``pathfinder_paths``, ``pathfinder_maxiter``.
 
     Returns:
@@ -171,7 +171,7 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
 
     def init(key, data):
         logdensity = lambda u: joint(u, data)
-        if options.init == "pathfinder":
+        if options.init_loc == "pathfinder":
             u0 = starts(logdensity, key, shapes, num_chains, num_paths=min(int(options.pathfinder_paths), num_chains),
                         radius=float(options.init_radius), maxiter=int(options.pathfinder_maxiter))
         else:
@@ -226,7 +226,7 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
             "mean_n_steps": float(np.mean(np.asarray(state.last.n_steps))),
             "mass_matrix": "diagonal" if float(np.asarray(state.moments.count)) >= sampler.threshold else "identity",
             "inverse_mass_matrix_range": [float(imm.min()), float(imm.max())],
-            "num_parameters": dim, "start": options.init,
+            "num_parameters": dim, "start": options.init_loc,
         }
 
     return Algorithm(

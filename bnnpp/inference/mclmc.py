@@ -61,10 +61,10 @@ class MCLMCOptions(Options):
     target_accept_prob: float = option(0.9, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     tuning_factor: float = option(1.3, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float)
     max_integration_steps: int = option(256, "mclmc: most integrator steps of one transition", check=positive_int)
-    init: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
+    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
-    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init=pathfinder)", check=positive_int)
-    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init=pathfinder)", check=positive_int)
+    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
+    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))

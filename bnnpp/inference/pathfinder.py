@@ -17,7 +17,7 @@ finite ELBO makes it non-finite and the NaN guard keeps the start, a unit Gaussi
 the uniform start (with a warning).
 
 :func:`starts` gives ``chees`` and ``mclmc`` their chains' starting points (option
-``init="pathfinder"``): draws from a few paths' approximations.
+``init_loc="pathfinder"``): draws from a few paths' approximations.
 """
 
 from __future__ import annotations
