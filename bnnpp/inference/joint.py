@@ -112,7 +112,8 @@ def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draw
 
     Args:
         model: the NumPyro model.
-        loc, scale: site name → mean and sd of q's factor on the site's unconstrained space.
+        loc, scale: site name → mean and sd of q's factor on the site's unconstrained space (sd 0:
+            the coordinate is held at its mean).
         x, y: the full training data (the likelihood is not rescaled).
         num_draws: S, draws from q.
         seed: PRNG seed of the draws.
@@ -126,7 +127,12 @@ def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draw
         k_u, k_m = jax.random.split(key)
         keys = jax.random.split(k_u, len(names))
         u = {n: loc[n] + scale[n] * jax.random.normal(k, jnp.shape(loc[n])) for n, k in zip(names, keys, strict=True)}
-        log_q = sum(jnp.sum(dist.Normal(loc[n], scale[n]).log_prob(u[n])) for n in names)
+        # a zero sd is a coordinate q holds fixed (e.g. advi/bbb's evidence-held scales): it stays at its
+        # mean and adds nothing to log q, so the weights are those of q given the held values
+        log_q = sum(
+            jnp.sum(jnp.where(scale[n] > 0, dist.Normal(loc[n], jnp.where(scale[n] > 0, scale[n], 1.0)).log_prob(u[n]), 0.0))
+            for n in names
+        )
         lp, ll, _ = joint_terms(model, u, x, y, k_m)
         return lp + ll - log_q
 
