@@ -137,6 +137,7 @@ def _cli(*args, **kw):
     return subprocess.Popen([sys.executable, "-m", "bnnpp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
+@pytest.mark.slow  # ~80 s; the in-process resume tests (every method, bit-identical) stay in the fast set
 def test_cli_ctrl_c_checkpoints_and_resume_finishes_the_same_fit(tmp_path):
     flags = ["fit", "--data", "moons", "--method", "bbb", "--epochs", "4000", "--batch-size", "100", "--num-samples", "20",
              "--quiet", "--no-cache", "--checkpoint-every", "100"]

@@ -65,7 +65,7 @@ def test_vmapped_sweep_equals_one_by_one_map():
 @pytest.mark.parametrize(
     "method, options",
     [
-        ("bbb", {"epochs": 40, "num_samples": 20}),
+        pytest.param("bbb", {"epochs": 40, "num_samples": 20}, marks=pytest.mark.slow),  # ~60 s; map's and sgld's stay fast
         ("sgld", {"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2}),
     ],
 )
