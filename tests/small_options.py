@@ -1,5 +1,7 @@
 """Per-method options small enough for a fit of a few seconds on a tiny network; the tests
-that run every registered method import them (a method missing here runs with defaults)."""
+that run every registered method import them (a method missing here runs with defaults). The
+experimental samplers (chees, mclmc, pathfinder: opt-in, not registered by default) have theirs in
+tests/test_samplers.py."""
 
 SMALL_OPTIONS = {
     "map": {"num_steps": 200},
@@ -9,9 +11,6 @@ SMALL_OPTIONS = {
     "laplace": {"num_steps": 200, "num_samples": 40},
     "mc_dropout": {"num_steps": 200, "num_samples": 40},
     "nuts": {"num_chains": 1, "num_warmup": 50, "num_samples": 40},
-    "chees": {"num_chains": 2, "num_warmup": 50, "num_samples": 20},
-    "mclmc": {"num_chains": 2, "num_warmup": 50, "num_samples": 20},
-    "pathfinder": {"num_paths": 2, "num_steps": 50, "num_samples": 40},
     "sgld": {"num_chains": 2, "burn_in": 100, "num_samples": 20, "thinning": 1},
     "swag": {"pretrain_steps": 100, "swag_epochs": 4, "batch_size": 10, "rank": 2, "num_samples": 20},
     "vd": {"epochs": 200, "num_samples": 40, "kl_warmup_epochs": 0},
