@@ -34,7 +34,6 @@ does not depend on the criterion (benchmarks/README.md, samplers).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -43,8 +42,8 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
-from bnnpp.inference.manychain import INITS, Sampler, build_many_chain, default_num_chains, halton, max_bits
-from bnnpp.inference.options import Options, fraction, non_negative_int, option, optional, positive_float, positive_int
+from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
+from bnnpp.inference.options import fraction, option, positive_int
 from bnnpp.inference.registry import Method, register
 
 __all__ = ["CheesOptions", "build"]
@@ -55,35 +54,15 @@ INITIAL_STEP_SIZE = 0.1
 
 
 @dataclass(frozen=True)
-class CheesOptions(Options):
+class CheesOptions(ManyChainOptions):
     """Options of ``method="chees"`` (module docstring)."""
 
-    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
-    num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
-    num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
-    num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
     target_accept_prob: float = option(0.651, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     max_leapfrog_steps: int = option(256, "most leapfrog steps of one transition (caps the trajectory length)", check=positive_int)
     mass_matrix: str = option("diagonal", "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity", choices=("diagonal", "identity"))
-    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
-    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
-    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
-    chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
-    exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
     refused: ClassVar[dict[str, str]] = {"epochs": "chees is not trained in epochs (every step uses all the data): pass num_steps "
                                          "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
-
-    def resolve(self, n: int) -> CheesOptions:
-        """``num_steps`` T → ``num_warmup = T // 2``, ``num_samples = T − T // 2``; an unset
-        ``num_chains`` → :func:`~bnnpp.inference.manychain.default_num_chains`."""
-        out = self
-        if out.num_chains is None:
-            out = dataclasses.replace(out, num_chains=default_num_chains())
-        if out.num_steps is not None:
-            out = dataclasses.replace(out, num_warmup=out.num_steps // 2, num_samples=out.num_steps - out.num_steps // 2)
-        return out
 
 
 def sampler(options: CheesOptions) -> Sampler:

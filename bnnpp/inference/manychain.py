@@ -21,8 +21,10 @@ BlackJAX's ``HMCInfo`` gives it; a non-finite one, a divergence, as the float32 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
@@ -32,6 +34,7 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values, init_uniform
+from bnnpp.inference.options import Options, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
 from bnnpp.introspection import latent_sites, num_parameters
 
@@ -47,6 +50,33 @@ def default_num_chains() -> int:
     vectorised chains busy), 64 on an accelerator (lock-step chains fill it at the cost
     of one)."""
     return 8 if jax.default_backend() == "cpu" else 64
+
+
+@dataclass(frozen=True)
+class ManyChainOptions(Options):
+    """The options the many-chain samplers (chees, mclmc) share: chains, lengths, starts."""
+
+    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
+    num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
+    num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
+    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
+    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
+    chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
+
+    exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
+
+    def resolve(self, n: int) -> ManyChainOptions:
+        """``num_steps`` T → ``num_warmup = T // 2``, ``num_samples = T − T // 2``; an unset
+        ``num_chains`` → :func:`default_num_chains`."""
+        out = self
+        if out.num_chains is None:
+            out = dataclasses.replace(out, num_chains=default_num_chains())
+        if out.num_steps is not None:
+            out = dataclasses.replace(out, num_warmup=out.num_steps // 2, num_samples=out.num_steps - out.num_steps // 2)
+        return out
 
 
 def halton(i, max_bits: int):

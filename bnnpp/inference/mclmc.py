@@ -29,7 +29,6 @@ Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -37,8 +36,8 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm
-from bnnpp.inference.manychain import INITS, Sampler, build_many_chain, default_num_chains, halton, max_bits
-from bnnpp.inference.options import Options, fraction, non_negative_int, option, optional, positive_float, positive_int
+from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
+from bnnpp.inference.options import fraction, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites, num_parameters
 
@@ -51,34 +50,15 @@ EARLY_STEPS = 2.0
 
 
 @dataclass(frozen=True)
-class MCLMCOptions(Options):
+class MCLMCOptions(ManyChainOptions):
     """Options of ``method="mclmc"`` (module docstring)."""
 
-    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
-    num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
-    num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
-    num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
     target_accept_prob: float = option(0.9, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     tuning_factor: float = option(1.3, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float)
     max_integration_steps: int = option(256, "mclmc: most integrator steps of one transition", check=positive_int)
-    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
-    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
-    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
-    chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
-    exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
     refused: ClassVar[dict[str, str]] = {"epochs": "mclmc is not trained in epochs (every step uses all the data): pass num_steps "
                                          "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
-
-    def resolve(self, n: int) -> MCLMCOptions:
-        """As :meth:`bnnpp.inference.chees.CheesOptions.resolve`."""
-        out = self
-        if out.num_chains is None:
-            out = dataclasses.replace(out, num_chains=default_num_chains())
-        if out.num_steps is not None:
-            out = dataclasses.replace(out, num_warmup=out.num_steps // 2, num_samples=out.num_steps - out.num_steps // 2)
-        return out
 
 
 class MCLMCTuning(NamedTuple):
