@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import bnnpp
-from bnnpp.inference import TrainingInterrupted, runner
+from bnnpp.inference import TrainingInterrupted
+from interrupting import interrupt_after
 
 CASES = {
     "map": {"num_steps": 300, "batch_size": 100, "chunk_size": 20},
@@ -36,23 +37,6 @@ def net():
     return bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
 
 
-def _interrupt_after(monkeypatch, chunks: int, signum=signal.SIGINT):
-    """Send ``signum`` to this process while the ``chunks``-th chunk's results are shown."""
-    drive = runner._drive
-    seen = {"n": 0}
-
-    def patched(*args, **kwargs):
-        show = kwargs["postfix"]
-
-        def postfix(info):
-            seen["n"] += 1
-            if seen["n"] == chunks:
-                os.kill(os.getpid(), signum)
-            return show(info)
-
-        return drive(*args, **{**kwargs, "postfix": postfix})
-
-    monkeypatch.setattr(runner, "_drive", patched)
 
 
 def _assert_same(a, b):
@@ -71,7 +55,7 @@ def test_resume_is_bit_identical(method, moons, net, tmp_path, monkeypatch):
     options = CASES[method]
     whole = bnnpp.fit(net, moons, method=method, seed=4, progress=False, **options)
     with monkeypatch.context() as m:
-        _interrupt_after(m, 3)
+        interrupt_after(m, 3)
         with pytest.raises(TrainingInterrupted) as stop:
             bnnpp.fit(net, moons, method=method, seed=4, progress=False, checkpoint_dir=tmp_path / "ck", **options)
     assert stop.value.exit_code == 130 and stop.value.checkpoint_dir == os.fspath((tmp_path / "ck").resolve())
@@ -81,7 +65,7 @@ def test_resume_is_bit_identical(method, moons, net, tmp_path, monkeypatch):
 
 
 def test_sigterm_without_checkpoint_dir_stops_cleanly(moons, net, monkeypatch):
-    _interrupt_after(monkeypatch, 2, signal.SIGTERM)
+    interrupt_after(monkeypatch, 2, signal.SIGTERM)
     with pytest.raises(TrainingInterrupted, match="no checkpoint") as stop:
         bnnpp.fit(net, moons, method="map", seed=0, progress=False, **CASES["map"])
     assert stop.value.exit_code == 143 and stop.value.checkpoint_dir is None

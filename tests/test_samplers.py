@@ -7,8 +7,6 @@ whose posterior is N(m, S) with S = (I + XᵀX/σ²)⁻¹, m = S Xᵀy / σ² (B
 
 from __future__ import annotations
 
-import os
-import signal
 
 import numpy as np
 import numpyro
@@ -16,8 +14,9 @@ import numpyro.distributions as dist
 import pytest
 
 import bnnpp
-from bnnpp.inference import TrainingInterrupted, runner
+from bnnpp.inference import TrainingInterrupted
 from bnnpp.posterior import arviz_compat
+from interrupting import interrupt_after
 
 SIGMA = 0.5
 
@@ -99,23 +98,6 @@ def test_sampler_options_are_checked_before_compiling(data):
     assert (opts.num_warmup, opts.num_samples, opts.num_chains) == (5, 6, 8)  # 8 chains on a CPU
 
 
-def _interrupt_after(monkeypatch, chunks: int):
-    """SIGINT to this process while the ``chunks``-th chunk's progress is shown."""
-    drive = runner._drive
-    seen = {"n": 0}
-
-    def patched(*args, **kwargs):
-        show = kwargs["postfix"]
-
-        def postfix(info):
-            seen["n"] += 1
-            if seen["n"] == chunks:
-                os.kill(os.getpid(), signal.SIGINT)
-            return show(info)
-
-        return drive(*args, **{**kwargs, "postfix": postfix})
-
-    monkeypatch.setattr(runner, "_drive", patched)
 
 
 @pytest.mark.slow  # three fits (whole, interrupted, resumed): about 25 s on 2 quiet cores
@@ -124,7 +106,7 @@ def test_chees_resume_is_bit_identical(data, tmp_path, monkeypatch):
     options = {"num_chains": 2, "num_warmup": 30, "num_samples": 20, "init_loc": "uniform", "chunk_size": 10}
     whole = bnnpp.fit(linreg, (x, y), method="chees", seed=4, progress=False, **options)
     with monkeypatch.context() as m:
-        _interrupt_after(m, 2)
+        interrupt_after(m, 2)
         with pytest.raises(TrainingInterrupted) as stop:
             bnnpp.fit(linreg, (x, y), method="chees", seed=4, progress=False, checkpoint_dir=tmp_path / "ck", **options)
     assert 0 < stop.value.step < whole.stats.steps_run
