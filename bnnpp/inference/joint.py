@@ -123,19 +123,23 @@ def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draw
     """
     names = tuple(loc)
 
-    def one(key):
-        k_u, k_m = jax.random.split(key)
-        keys = jax.random.split(k_u, len(names))
-        u = {n: loc[n] + scale[n] * jax.random.normal(k, jnp.shape(loc[n])) for n, k in zip(names, keys, strict=True)}
-        # a zero sd is a coordinate q holds fixed (e.g. advi/bbb's evidence-held scales): it stays at its
-        # mean and adds nothing to log q, so the weights are those of q given the held values
-        log_q = sum(
-            jnp.sum(jnp.where(scale[n] > 0, dist.Normal(loc[n], jnp.where(scale[n] > 0, scale[n], 1.0)).log_prob(u[n]), 0.0))
-            for n in names
-        )
-        lp, ll, _ = joint_terms(model, u, x, y, k_m)
-        return lp + ll - log_q
+    def weights(keys, loc, scale, x, y):
+        # q's parameters and the data are arguments, not constants baked into the program
+        def one(key):
+            k_u, k_m = jax.random.split(key)
+            ks = jax.random.split(k_u, len(names))
+            u = {n: loc[n] + scale[n] * jax.random.normal(k, jnp.shape(loc[n])) for n, k in zip(names, ks, strict=True)}
+            # a zero sd is a coordinate q holds fixed (e.g. advi/bbb's evidence-held scales): it stays at its
+            # mean and adds nothing to log q, so the weights are those of q given the held values
+            log_q = sum(
+                jnp.sum(jnp.where(scale[n] > 0, dist.Normal(loc[n], jnp.where(scale[n] > 0, scale[n], 1.0)).log_prob(u[n]), 0.0))
+                for n in names
+            )
+            lp, ll, _ = joint_terms(model, u, x, y, k_m)
+            return lp + ll - log_q
+
+        # vmapped in batches of 100 draws: bounded memory on large data sets
+        return jax.lax.map(one, keys, batch_size=100)
 
     keys = jax.random.split(jax.random.PRNGKey(seed), num_draws)
-    # vmapped in batches of 100 draws: bounded memory on large data sets
-    return np.asarray(jax.jit(lambda k: jax.lax.map(one, k, batch_size=100))(keys), dtype=np.float64)
+    return np.asarray(jax.jit(weights)(keys, loc, scale, x, y), dtype=np.float64)
