@@ -85,6 +85,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--final", action="store_true",
                     help="after training: the posterior predictive from 100 draws and the SNR / magnitude pruning table")
     ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--record-every", type=int, default=1,
+                    help="per-layer σ/|μ| statistics and the JSON rewrite every K epochs (the errors are scored every epoch)")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="stop training after this many seconds (the record says so) and still run --final")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "mnist_bbb_drift"))
     ap.add_argument("--summarize", nargs="+", metavar="JSON", help="a markdown table of these records (to --md or stdout); no training")
     ap.add_argument("--md", default=None, help="--summarize: write the table here")
@@ -127,11 +131,7 @@ def main(argv=None) -> dict:
     steps = args.epochs * m
     lr = optax.cosine_decay_schedule(args.lr, steps, alpha=0.01) if args.schedule == "cosine" else args.lr
     opt = optax.adam(lr, eps=args.adam_eps)
-    if args.rho_lr_factor != 1.0:
-        rho_lr = optax.cosine_decay_schedule(args.lr * args.rho_lr_factor, steps, alpha=0.01) if args.schedule == "cosine" \
-            else args.lr * args.rho_lr_factor
-        opt = optax.multi_transform({"loc": opt, "rho": optax.adam(rho_lr, eps=args.adam_eps)},
-                                    lambda params: {k: k for k in params})
+    opt = bbb.slow_rho(opt, args.rho_lr_factor)  # Adam on ρ at rho_lr_factor × the rate, same schedule
     opts = bbb.BBBOptions(
         epochs=args.epochs, batch_size=batch, optimizer=opt, estimator=args.estimator,
         kl_weighting=args.kl_weighting, init_scale=args.init_scale, num_samples=1,
@@ -155,6 +155,10 @@ def main(argv=None) -> dict:
 
     score = jax.jit(validation_error(model, len(xt)))
     vargs = validation_batches(xt, yt)
+    # the last 10,000 training images (Blundell et al.'s validation split): settings are
+    # chosen on this error, never on the test error
+    score_val = jax.jit(validation_error(model, len(data.x_val)))
+    vargs_val = validation_batches(data.x_val, data.y_val)
     state = algo.init(k_init, (x, y))
     record = {
         "benchmark": "mnist_bbb_drift",
@@ -172,20 +176,29 @@ def main(argv=None) -> dict:
     for e in range(args.epochs):
         state, nll, kl = epoch(state, e)
         loc = state.params["loc"]
-        err = float(score(loc, *vargs))
-        sigma = {k: softplus(v) for k, v in state.params["rho"].items()}
-        row = {"epoch": e + 1, "test_error_at_means": err, "nll": float(nll), "kl": float(kl),
-               "seconds": time.perf_counter() - t0, "layers": layer_stats(loc, sigma, spike)}
+        err, verr = float(score(loc, *vargs)), float(score_val(loc, *vargs_val))
+        row = {"epoch": e + 1, "test_error_at_means": err, "val_error_at_means": verr, "nll": float(nll), "kl": float(kl),
+               "seconds": time.perf_counter() - t0}
+        last = e + 1 == args.epochs or (args.time_limit is not None and row["seconds"] > args.time_limit)
+        if (e + 1) % args.record_every == 0 or e == 0 or last:
+            sigma = {k: softplus(v) for k, v in state.params["rho"].items()}
+            row["layers"] = layer_stats(loc, sigma, spike)
         record["curve"].append(row)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(record, f, indent=1)
-        os.replace(tmp, path)
+        if "layers" in row:
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(record, f, indent=1)
+            os.replace(tmp, path)
         if (e + 1) % 5 == 0 or e == 0:
-            spk = " units_off " + ",".join(f"{v['units_off']:.2f}" for k, v in row["layers"].items() if "units_off" in v)
-            spk += "" if spike is None else " in_spike " + ",".join(f"{v['in_spike']:.2f}" for k, v in row["layers"].items() if k.endswith(".w"))
-            print(f"{args.label} epoch {e + 1}: err {err:.2%} nll {float(nll):.1f} kl {float(kl):.4g}{spk} "
+            lay = row.get("layers", {})
+            spk = " units_off " + ",".join(f"{v['units_off']:.2f}" for k, v in lay.items() if "units_off" in v)
+            spk += "" if spike is None else " in_spike " + ",".join(f"{v['in_spike']:.2f}" for k, v in lay.items() if k.endswith(".w"))
+            print(f"{args.label} epoch {e + 1}: err {err:.2%} val {verr:.2%} nll {float(nll):.1f} kl {float(kl):.4g}{spk} "
                   f"({row['seconds']:.0f} s)", flush=True)
+        if last and e + 1 < args.epochs:
+            record["stopped_early"] = f"--time-limit {args.time_limit:g} s reached after epoch {e + 1} of {args.epochs}"
+            print(record["stopped_early"], flush=True)
+            break
     if args.final:
         record["final"] = final_evaluation(model, algo, state, x, y, xt, yt, jax.random.fold_in(root, 7), record)
         with open(path + ".tmp", "w") as f:
@@ -219,6 +232,24 @@ def summarize(paths: list[str], md: str | None, every: int | None = None) -> dic
             f"{tail:.2%} | {best['nll']:.0f} → {last['nll']:.0f} | {best['kl']:.4g} → {last['kl']:.4g} | "
             f"{lay(c[0], 'sigma_median')} → {lay(last, 'sigma_median')} | {lay(c[0], 'absmu_median')} → {lay(last, 'absmu_median')} | {off} |"
         )
+    lines += ["", "| record | error at the means, epoch 100 | highest after epoch 100 (rise) | last | epoch chosen on validation: val / test error "
+              "| predictive, 100 draws (NLL) | pruned by SNR: 50 / 75 / 95 / 98% |", "|---|---|---|---|---|---|---|"]
+    for p in paths:
+        r = json.load(open(p))
+        c = r["curve"]
+        e100 = c[99]["test_error_at_means"] if len(c) >= 100 else None
+        after = max(x["test_error_at_means"] for x in c[99:]) if len(c) >= 100 else None
+        rise = "" if e100 is None else f"{after:.2%} ({100 * (after - e100):+.2f} points)"
+        val = [x for x in c if "val_error_at_means" in x]
+        chosen = min(val, key=lambda x: x["val_error_at_means"]) if val else None
+        pick = "" if chosen is None else f"{chosen['epoch']}: {chosen['val_error_at_means']:.2%} / {chosen['test_error_at_means']:.2%}"
+        fin = r.get("final", {})
+        pred = f"{fin['test_error_100_draws']:.2%} ({fin['test_nll_100_draws']:.4f})" if fin else ""
+        prune = ""
+        if fin.get("pruning"):
+            rows = {round(float(x["fraction"]), 2): x for x in fin["pruning"] if x["rule"] == "snr"}
+            prune = " / ".join(f"{rows[f]['test_error']:.2%}" if f in rows else "–" for f in (0.5, 0.75, 0.95, 0.98))
+        lines.append(f"| {r['label']} | {'' if e100 is None else f'{e100:.2%}'} | {rise} | {c[-1]['test_error_at_means']:.2%} | {pick} | {pred} | {prune} |")
     if every:
         recs = [json.load(open(p)) for p in paths]
         longest = max(len(r["curve"]) for r in recs)
@@ -320,12 +351,14 @@ def plot(paths: list[str], png: str | None) -> dict:
     for r, ls in zip(recs, styles * 4, strict=False):
         ep = [c["epoch"] for c in r["curve"]]
         axes[0].plot(ep, [100 * c["test_error_at_means"] for c in r["curve"]], ls, label=r["label"])
+        rows = [c for c in r["curve"] if "layers" in c]  # --record-every K keeps the layer statistics every K epochs
+        lep = [c["epoch"] for c in rows]
         for j, nm in enumerate(names):
             col = f"C{j}"
-            axes[1].plot(ep, [c["layers"][nm]["sigma_median"] for c in r["curve"]], ls, color=col, label=f"{r['label']} {nm}")
-            axes[2].plot(ep, [c["layers"][nm]["absmu_median"] for c in r["curve"]], ls, color=col, label=f"{r['label']} {nm}")
-            if len(axes) > 3 and "in_spike" in r["curve"][0]["layers"][nm]:
-                axes[3].plot(ep, [c["layers"][nm]["in_spike"] for c in r["curve"]], ls, color=col, label=f"{r['label']} {nm}")
+            axes[1].plot(lep, [c["layers"][nm]["sigma_median"] for c in rows], ls, color=col, label=f"{r['label']} {nm}")
+            axes[2].plot(lep, [c["layers"][nm]["absmu_median"] for c in rows], ls, color=col, label=f"{r['label']} {nm}")
+            if len(axes) > 3 and "in_spike" in rows[0]["layers"][nm]:
+                axes[3].plot(lep, [c["layers"][nm]["in_spike"] for c in rows], ls, color=col, label=f"{r['label']} {nm}")
     axes[0].set(xlabel="epoch", ylabel="test error at the means (%)")
     axes[1].set(xlabel="epoch", ylabel="median σ", yscale="log")
     axes[2].set(xlabel="epoch", ylabel="median |μ|", yscale="log")

@@ -41,6 +41,7 @@ from typing import Any, ClassVar, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values
@@ -100,7 +101,7 @@ class BBBOptions(Options):
 
     refused: ClassVar[dict[str, str]] = {"temperature": "bbb does not take a temperature yet (its closed-form KL is computed outside the tempered log density): fit advi, nuts or sgld for a tempered posterior"}
 
-    exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("num_steps", "epochs"))
+    exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("optimizer", "rho_lr_factor"), ("num_steps", "epochs"))
 
     epochs: int = option(5000, "passes over the training data", check=positive_int)
     num_steps: int | None = option(None, "optimisation steps (replaces epochs)", check=optional(positive_int), type=int)
@@ -108,6 +109,10 @@ class BBBOptions(Options):
     learning_rate: float = option(1e-2, "Adam learning rate (the start of the schedule)", check=positive_float)
     schedule: str = schedule_option()
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate and schedule)", check=optimizer, flag=False)
+    rho_lr_factor: float = option(
+        1.0, "the σ's (ρ) step size as a share of the means' (below 1 keeps the σ's from drifting to the prior's wide "
+        "component over long minibatch runs; benchmarks/README.md, mnist_bbb)", check=positive_float,
+    )
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     kl: str = option("analytic", "closed-form KL where prior and q are Gaussian, or Monte-Carlo", choices=("analytic", "mc"))
     kl_weighting: str = option("uniform", "KL weight per minibatch: 1/M or 2^(M-i)/(2^M-1)", choices=("uniform", "blundell"))
@@ -223,6 +228,19 @@ def _softplus_inv(y: float) -> float:
 # --------------------------------------------------------------------------------------
 
 
+def slow_rho(opt: Any, factor: float) -> Any:
+    """``opt`` with the updates of bbb's ``params["rho"]`` scaled by ``factor`` (the means and a
+    learned prior keep ``opt``'s). For Adam, which is invariant to the gradient's scale, this is
+    Adam on ρ at ``factor`` × the learning rate on the same schedule. ``factor == 1`` returns
+    ``opt`` itself. Returns an optax ``GradientTransformation``."""
+    if factor == 1.0:
+        return opt
+    return optax.multi_transform(
+        {"rho": optax.chain(opt, optax.scale(factor)), "rest": opt},
+        lambda params: {k: "rho" if k == "rho" else "rest" for k in params},
+    )
+
+
 class BBBState(NamedTuple):
     """params: ``{"loc": {site: μ}, "rho": {site: ρ}}`` (σ = softplus(ρ)), plus ``"prior"``
     (``pi_logit``, ``log_sigma1``, ``log_sigma2``) with ``learn_prior``; opt_state: the
@@ -287,6 +305,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
     choice = resolve_hyperparameters(options.hyperparameters, layers)
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))
+    opt = slow_rho(opt, options.rho_lr_factor)
     num_batches = n // batch
     weights = jnp.asarray(num_batches * kl_weights(num_batches, options.kl_weighting), jnp.float32)
     lik_scale = n / batch
