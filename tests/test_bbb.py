@@ -137,6 +137,37 @@ def test_learn_prior_trains_the_scale_mixture(moons):
     assert "learned_prior" in post.meta_json()
 
 
+def test_slow_rho_scales_only_the_rho_updates():
+    """slow_rho(adam, f): ρ's Adam updates are f × the plain ones (Adam is scale-invariant in the
+    gradient, so this is Adam at f × the rate); the means' updates are unchanged."""
+    import optax
+
+    params = {"loc": {"w": jnp.array([0.5, -1.0])}, "rho": {"w": jnp.array([-3.0, -2.0])}}
+    grads = jax.tree_util.tree_map(lambda v: 0.3 * v + 0.1, params)
+    base = optax.adam(1e-2)
+    slow = bbb.slow_rho(base, 0.1)
+    assert bbb.slow_rho(base, 1.0) is base
+    u_base, _ = base.update(grads, base.init(params), params)
+    u_slow, _ = slow.update(grads, slow.init(params), params)
+    np.testing.assert_allclose(u_slow["loc"]["w"], u_base["loc"]["w"], rtol=1e-7)
+    np.testing.assert_allclose(u_slow["rho"]["w"], 0.1 * u_base["rho"]["w"], rtol=1e-6)
+    # Adam on ρ at a tenth of the rate gives the same step
+    np.testing.assert_allclose(u_slow["rho"]["w"], optax.adam(1e-3).update(grads["rho"], optax.adam(1e-3).init(params["rho"]))[0]["w"], rtol=1e-6)
+
+
+def test_rho_lr_factor_slows_the_sigmas(moons):
+    """A fit with rho_lr_factor=0.1 moves the σ's less far from σ₀ than the same fit at the full
+    rate (the means see the same optimiser in both)."""
+    model = bnnpp.models.mlp((5,), num_classes=2, prior=priors.normal(1.0))
+    kw = dict(method="bbb", progress=False, epochs=40, batch_size=100, num_samples=5, seed=0)
+    moved = {}
+    for f in (1.0, 0.1):
+        post = bnnpp.fit(model, moons, rho_lr_factor=f, **kw)
+        sd = post.approximation.scale["dense_0.w"]
+        moved[f] = float(np.mean(np.abs(np.log(np.asarray(sd) / 0.05))))
+    assert moved[0.1] < 0.5 * moved[1.0]
+
+
 @pytest.mark.parametrize(
     "options, match",
     [
@@ -149,6 +180,7 @@ def test_learn_prior_trains_the_scale_mixture(moons):
         ({"num_chains": 2}, "method 'bbb' does not take option"),
         ({"kl_warmup": 1.0}, r"kl_warmup must be a number in \[0, 1\)"),
         ({"hyperparameters": "mode"}, "hyperparameters must be one of variational, point, evidence, auto"),
+        ({"rho_lr_factor": 0.0}, "rho_lr_factor must be a positive number"),
     ],
 )
 def test_bad_options_fail_before_compiling(options, match, moons, compile_counter):

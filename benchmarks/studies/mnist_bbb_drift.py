@@ -232,14 +232,17 @@ def summarize(paths: list[str], md: str | None, every: int | None = None) -> dic
             f"{tail:.2%} | {best['nll']:.0f} → {last['nll']:.0f} | {best['kl']:.4g} → {last['kl']:.4g} | "
             f"{lay(c[0], 'sigma_median')} → {lay(last, 'sigma_median')} | {lay(c[0], 'absmu_median')} → {lay(last, 'absmu_median')} | {off} |"
         )
-    lines += ["", "| record | error at the means, epoch 100 | highest after epoch 100 (rise) | last | epoch chosen on validation: val / test error "
-              "| predictive, 100 draws (NLL) | pruned by SNR: 50 / 75 / 95 / 98% |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| record | error at the means, epoch 100 | highest after epoch 100 (rise) | 10-epoch mean: epochs 91–100 → highest after (rise) | last | epoch chosen on validation: val / test error "
+              "| predictive, 100 draws (NLL) | pruned by SNR: 50 / 75 / 95 / 98% |", "|---|---|---|---|---|---|---|---|"]
     for p in paths:
         r = json.load(open(p))
         c = r["curve"]
         e100 = c[99]["test_error_at_means"] if len(c) >= 100 else None
         after = max(x["test_error_at_means"] for x in c[99:]) if len(c) >= 100 else None
         rise = "" if e100 is None else f"{after:.2%} ({100 * (after - e100):+.2f} points)"
+        errs = [x["test_error_at_means"] for x in c]
+        means = [sum(errs[i - 9: i + 1]) / 10 for i in range(9, len(errs))]  # means[j]: epochs j+1 … j+10
+        smooth = "" if len(c) < 110 else f"{means[90]:.2%} → {max(means[91:]):.2%} ({100 * (max(means[91:]) - means[90]):+.2f} points)"
         val = [x for x in c if "val_error_at_means" in x]
         chosen = min(val, key=lambda x: x["val_error_at_means"]) if val else None
         pick = "" if chosen is None else f"{chosen['epoch']}: {chosen['val_error_at_means']:.2%} / {chosen['test_error_at_means']:.2%}"
@@ -249,7 +252,7 @@ def summarize(paths: list[str], md: str | None, every: int | None = None) -> dic
         if fin.get("pruning"):
             rows = {round(float(x["fraction"]), 2): x for x in fin["pruning"] if x["rule"] == "snr"}
             prune = " / ".join(f"{rows[f]['test_error']:.2%}" if f in rows else "–" for f in (0.5, 0.75, 0.95, 0.98))
-        lines.append(f"| {r['label']} | {'' if e100 is None else f'{e100:.2%}'} | {rise} | {c[-1]['test_error_at_means']:.2%} | {pick} | {pred} | {prune} |")
+        lines.append(f"| {r['label']} | {'' if e100 is None else f'{e100:.2%}'} | {rise} | {smooth} | {c[-1]['test_error_at_means']:.2%} | {pick} | {pred} | {prune} |")
     if every:
         recs = [json.load(open(p)) for p in paths]
         longest = max(len(r["curve"]) for r in recs)

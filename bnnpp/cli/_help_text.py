@@ -188,7 +188,7 @@ HELP = {'calibrate': 'usage: bnnpp calibrate [-h] --data FILE [--target TARGET] 
         '                 [--init-loc {glorot,uniform,map}] [--map-steps MAP_STEPS]\n'
         '                 [--init-radius INIT_RADIUS]\n'
         '                 [--hyperparameters {variational,evidence,auto,point,map}]\n'
-        '                 [--temperature TEMPERATURE] [--kl {analytic,mc}]\n'
+        '                 [--temperature TEMPERATURE] [--rho-lr-factor RHO_LR_FACTOR] [--kl {analytic,mc}]\n'
         '                 [--kl-weighting {uniform,blundell}] [--estimator {reparam,local,flipout}]\n'
         '                 [--learn-prior] [--kl-warmup KL_WARMUP] [--members MEMBERS]\n'
         '                 [--members-per-batch MEMBERS_PER_BATCH] [--layout {auto,vmap,in_turn}]\n'
@@ -350,6 +350,10 @@ HELP = {'calibrate': 'usage: bnnpp calibrate [-h] --data FILE [--target TARGET] 
         '                        posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T;\n'
         '                        Wenzel et al. 2020); 1: the posterior [advi=1.0, ensemble=1.0,\n'
         '                        laplace=1.0, map=1.0, multiswag=1.0, nuts=1.0, sgld=1.0, swag=1.0]\n'
+        '  --rho-lr-factor RHO_LR_FACTOR\n'
+        "                        the σ's (ρ) step size as a share of the means' (below 1 keeps the σ's from\n"
+        "                        drifting to the prior's wide component over long minibatch runs;\n"
+        '                        benchmarks/README.md, mnist_bbb) [bbb=1.0]\n'
         '  --kl {analytic,mc}    closed-form KL where prior and q are Gaussian, or Monte-Carlo\n'
         '                        [bbb=analytic]\n'
         '  --kl-weighting {uniform,blundell}\n'
