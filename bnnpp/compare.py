@@ -18,6 +18,7 @@ from bnnpp.inference import fit
 from bnnpp.inference.registry import get_method, registered
 from bnnpp.posterior import MeanFieldGaussian
 from bnnpp.posterior.io import UNRECORDED_OPTIONS
+from bnnpp.records import CompareResult
 from bnnpp.reports import compare_markdown
 
 __all__ = ["COMPARE_DEFAULTS", "QUICK_OPTIONS", "REFERENCE_OPTIONS", "check_methods", "compare_methods", "markdown"]
@@ -76,7 +77,7 @@ def compare_methods(
     num_ref: int = 20,
     reference: str | None = None,
     reference_options: dict | None = None,
-) -> tuple[dict, dict]:
+) -> tuple[CompareResult, dict]:
     """Fit ``model`` to ``dataset`` with each method (same data, same seed) and analyse.
 
     Args:
@@ -93,17 +94,17 @@ def compare_methods(
             posterior; every method's predictive agreement with it on the test inputs is
             added to its row (:func:`bnnpp.diagnostics.reference`): ``ref_agreement`` and
             ``ref_total_variation`` (classification) or ``ref_w2``, ``ref_sd_ratio`` and
-            ``ref_epistemic_sd_ratio`` (regression); ``results["reference"]`` holds the
+            ``ref_epistemic_sd_ratio`` (regression); ``results.reference`` holds the
             reference's R-hat check, options and seconds.
 
     Returns:
-        ``(results, posteriors)``: ``results["methods"][m]`` holds the test scores
+        ``(results, posteriors)``: ``results`` a :class:`~bnnpp.records.CompareResult` (``to_json()``
+        is ``compare.json``); ``results.methods[m]`` holds the test scores
         (classification: ``accuracy``, ``nll``, ``brier``, ``ece``, ``mean_entropy``,
         ``mean_mutual_information``; regression: ``rmse``, ``nll``, ``coverage_95``,
         ``mean_sd``, ``mean_epistemic_sd``, in the targets' original units when the dataset
-        standardised them, ``y_scale``), ``max_r_hat``,
-        ``min_ess_bulk``, ``divergences``, ``psis_khat`` (+ ``psis_reading``), ``elbo_converged``,
-        ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
+        standardised them, ``y_scale``), ``max_r_hat``, ``min_ess_bulk``, ``divergences``, ``psis_khat``
+        (+ ``psis_reading``), ``elbo_converged``, ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results.ranking`` is
         ArviZ's LOO comparison of the methods with several draws (a list of rows; a row's
         ``unreliable`` is True when some of its Pareto k̂ exceed 0.7, counted in
         ``khat_above_0.7``: the ranking is then unreliable, and a
@@ -125,14 +126,14 @@ def compare_methods(
         reference_options = {**long_chains, **(reference_options or {})}
         get_method(reference).check_options(reference_options)
     x_ref = np.asarray(dataset.x_test[:num_ref], np.float32)
-    results: dict = {"methods": {}, "ranking": [], "seed": seed, "data": dataset.name, "task": dataset.task}
+    results = CompareResult(methods={}, ranking=[], seed=seed, data=dataset.name, task=dataset.task)
     posteriors: dict = {}
     ref_post = ref_check = None
     if reference is not None:
         t0 = time.perf_counter()
         ref_post = fit(model, dataset, method=reference, seed=seed, progress=progress, **reference_options)
         ref_check = diagnostics.reference_check(ref_post, dataset.x_test, num_ref)
-        results["reference"] = {**ref_check, "options": reference_options, "seconds": time.perf_counter() - t0}
+        results.reference = {**ref_check, "options": reference_options, "seconds": time.perf_counter() - t0}
     for m in methods:
         t0 = time.perf_counter()
         post = fit(model, dataset, method=m, seed=seed, progress=progress, **per_method[m])
@@ -141,8 +142,8 @@ def compare_methods(
         row = _method_row(post, dataset, ref_post, ref_check, x_ref, seed)
         row["seconds"] = seconds
         row["options"] = {k: v for k, v in post.stats.options.items() if k not in UNRECORDED_OPTIONS}
-        results["methods"][m] = row
-    results["ranking"] = _ranking(methods, posteriors)
+        results.methods[m] = row
+    results.ranking = _ranking(methods, posteriors)
     return results, posteriors
 
 

@@ -164,13 +164,13 @@ def run(args) -> int:
         model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet,
         reference=args.reference, reference_options=reference_options,
     )
-    results["model"] = model.spec()
+    results.model = model.spec()
     if record is not None:  # a user's file: its path and SHA-256, to know which bytes were compared
-        results["data_file"] = record
-    results["quick"] = args.quick
+        results.data_file = record
+    results.quick = args.quick
     runs.write_compare_run(args.out, results, posteriors, dataset, started=t0)
     print(reports.compare_markdown(results))
-    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results['figures'])} figures in {time.perf_counter() - t0:.0f} s")
+    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results.figures)} figures in {time.perf_counter() - t0:.0f} s")
     return 0
 
 

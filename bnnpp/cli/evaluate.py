@@ -87,19 +87,19 @@ def run(args) -> int:
     except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
         raise CLIError(f"could not write the evaluation into {args.dir} ({e.strerror or e}); nothing half-written was left: "
                        "free some space or make it writable") from None
-    t = report["test"]
+    t = report.test
     print(
-        f"{report['data']} / {report['method']}: test error {t['error']:.2%}, NLL {t['nll']:.4f}, ECE {t['ece']:.4f}, "
-        f"rejected {t['rejected']:.1%} at tau {report['tau']:g} ({report['num_samples']} draws)"
+        f"{report.data} / {report.method}: test error {t['error']:.2%}, NLL {t['nll']:.4f}, ECE {t['ece']:.4f}, "
+        f"rejected {t['rejected']:.1%} at tau {report.tau:g} ({report.num_samples} draws)"
     )
-    for name, o in report["ood"].items():
+    for name, o in report.ood.items():
         print(
             f"OOD {name}: rejected {o['rejected']:.1%}, AUROC entropy {o['auroc_entropy']:.3f}, "
             f"mutual information {o['auroc_mutual_information']:.3f}"
         )
-    for s in report["skipped"]:
+    for s in report.skipped:
         print(f"skipped {s}")
-    print(f"wrote {os.path.join(args.dir, 'evaluation.json')}, evaluation.md, evaluation.npz, {', '.join(report['figures'])}")
+    print(f"wrote {os.path.join(args.dir, 'evaluation.json')}, evaluation.md, evaluation.npz, {', '.join(report.figures)}")
     return 0
 
 

@@ -41,6 +41,7 @@ from bnnpp.data import IMAGE_SETS, NORMALIZATIONS, SYNTHETIC
 from bnnpp.inference import get_method, registered
 from bnnpp.inference.checkpoints import TrainingInterrupted
 from bnnpp.inference.checkpoints import remove as remove_checkpoints
+from bnnpp.records import FitReport
 
 MODELS = ("mlp", "cnn", "lenet5")
 EXIT_NAN_STOP = 3
@@ -158,8 +159,10 @@ def resolved_config(args, options: dict) -> str:
     return config.dumps(out, comment)
 
 
-def fit_and_report(args) -> dict:
-    """Run ``bnnpp fit`` from parsed arguments; returns the metrics dict also written to disk.
+def fit_and_report(args) -> FitReport | dict:
+    """Run ``bnnpp fit`` from parsed arguments; returns the :class:`~bnnpp.records.FitReport`
+    written to disk as ``metrics.json`` (``{}`` on a process of a ``--distributed`` run that
+    does not write).
     The run folder is locked for the whole command: a second ``bnnpp fit`` to the same
     ``--out`` fails at once."""
     try:
@@ -172,7 +175,7 @@ def fit_and_report(args) -> dict:
         raise CLIError(str(e)) from None
 
 
-def _fit_and_write(args, dataset, model, options, record) -> dict:
+def _fit_and_write(args, dataset, model, options, record) -> FitReport | dict:
     if not args.no_cache:
         cache = os.environ.get("BNNPP_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "bnnpp", "jax"))
         jax.config.update("jax_compilation_cache_dir", cache)
@@ -263,22 +266,22 @@ def run(args) -> int:
         return 130
     if not distributed.is_writer():
         return 0
-    test = report["test"]
+    test = report.test
     headline = (
         f"test accuracy {test['accuracy']:.3f}, NLL {test['nll']:.3f}, ECE {test['ece']:.3f}"
         if "accuracy" in test
         else f"test RMSE {test['rmse']:.3f}, NLL {test['nll']:.3f}, 95% coverage {test['coverage_95']:.2f}"
     )
-    s = report["seconds"]
-    stopped = report.get("stopped_at")
+    s = report.seconds
+    stopped = report.stopped_at
     if stopped is not None:
         headline += f"; STOPPED EARLY: NaN/inf at step {stopped}, parameters from step {stopped - 1} kept"
-    print(f"{report['data']} / {report['method']}: {headline}")
+    print(f"{report.record['data']} / {report.method}: {headline}")
     print(
         f"seconds: import {s['import']:.1f}, compile {s['compile']:.1f}, fit {s['fit']:.1f} (compile included), "
         f"predict {s['predict']:.1f}, write {s['write']:.1f}, command {time.perf_counter() - t0 + s['import']:.1f}"
     )
-    print(f"wrote {os.path.join(args.out, report['files'][0])}, {', '.join(report['files'][1:])}")
+    print(f"wrote {os.path.join(args.out, report.files[0])}, {', '.join(report.files[1:])}")
     if stopped is not None and not args.allow_nan_stop:
         print(f"bnnpp fit: training stopped at step {stopped} on a NaN/inf (exit 3; --allow-nan-stop exits 0): "
               "lower the learning rate or use a tighter prior", file=sys.stderr)

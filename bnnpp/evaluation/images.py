@@ -3,6 +3,7 @@ folder it writes (:func:`write_report`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -14,6 +15,7 @@ from bnnpp import files, metrics, reports
 from bnnpp.evaluation.predict import _uncertainty_scores, check_count, check_tau, predict_probs
 from bnnpp.evaluation.selective import classification_measures, selective_curves, selective_prediction
 from bnnpp.posterior import Posterior
+from bnnpp.records import EvaluationReport
 
 
 def evaluate(
@@ -28,7 +30,7 @@ def evaluate(
     batch_size: int | None = None,
     num_images: int = 16,
     figures: bool = True,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
+) -> tuple[EvaluationReport, dict[str, Any], dict[str, np.ndarray]]:
     """Test error, calibration, per-image uncertainty and OOD detection of a classifier.
 
     Args:
@@ -45,7 +47,8 @@ def evaluate(
         figures: build the figures (False skips matplotlib).
 
     Returns:
-        ``(report, figures, per_image)``: the JSON-safe report (``test``: error, accuracy, NLL,
+        ``(report, figures, per_image)``: the :class:`~bnnpp.records.EvaluationReport`, whose
+        JSON (:meth:`~bnnpp.records.EvaluationReport.to_json`) holds ``test`` (error, accuracy, NLL,
         Brier, ECE, rejected share, mean uncertainties, the sure-but-wrong and
         lowest-confidence image indices; ``ood``: per set its size, rejected share, mean
         entropy and mutual information, and AUROC of entropy and of mutual information
@@ -75,21 +78,21 @@ def evaluate(
     ood_report, ood_scores = _ood_report(posterior, ood, s, draws, seed, batch_size, tau)
     errors = (predicted != y_test).astype(np.float64)
     measures = classification_measures(mean, s)
-    report = {
-        "num_samples": int(draws),
-        "tau": tau,
-        "test": test,
-        "selective": selective_prediction(errors, measures),
-        "ood": ood_report,
-        "seconds": {"predict_and_score": time.perf_counter() - t0},
-    }
+    report = EvaluationReport(
+        num_samples=int(draws),
+        tau=tau,
+        test=test,
+        selective=selective_prediction(errors, measures),
+        ood=ood_report,
+        seconds={"predict_and_score": time.perf_counter() - t0},
+    )
     per_image = {k: v for k, v in s.items()} | {"y": y_test}
     figs = _figures(x_test, y_test, s, ood_scores, tau, test) if figures else {}
     if figures:
         from bnnpp import plots
 
         figs["selective.png"] = plots.selective_figure(selective_curves(errors, measures), "accuracy")
-    report["figures"] = sorted(figs)
+    report.figures = sorted(figs)
     return report, figs, per_image
 
 
@@ -168,9 +171,10 @@ def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     return figs
 
 
-def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_image: dict | None = None, *, name: str = "evaluation",
-                 markdown=reports.evaluation_markdown) -> list[str]:
-    """Write ``<name>.json``, ``<name>.md`` (``markdown(report)``), the figures (PNG) and
+def write_report(out_dir: str | os.PathLike, report: EvaluationReport | dict, figures: dict, per_image: dict | None = None, *,
+                 name: str = "evaluation", markdown=reports.evaluation_markdown) -> list[str]:
+    """Write ``<name>.json`` (``report``'s JSON, its ``figures`` set to the names written),
+    ``<name>.md`` (``markdown(report)``), the figures (PNG) and
     ``<name>.npz`` (the per-image arrays) into ``out_dir``: everything goes to a temporary
     folder first and is then moved into place, so a failure leaves no partial output.
 
@@ -180,7 +184,11 @@ def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_im
     out_dir = os.fspath(out_dir)
     if not os.path.isdir(out_dir):
         raise ValueError(f"{out_dir} is not a folder")
-    report = dict(report, figures=sorted(figures))
+    if isinstance(report, EvaluationReport):
+        report = dataclasses.replace(report, figures=sorted(figures))
+        payload = report.to_json()
+    else:
+        report = payload = dict(report, figures=sorted(figures))
     names = [*figures, *([f"{name}.npz"] if per_image is not None else []), f"{name}.json", f"{name}.md"]
     with files.publish_folder(out_dir, prefix=f".{name}-") as tmp:
         for fname, fig in figures.items():
@@ -188,7 +196,7 @@ def write_report(out_dir: str | os.PathLike, report: dict, figures: dict, per_im
         if per_image is not None:
             np.savez_compressed(os.path.join(tmp, f"{name}.npz"), **per_image)
         with open(os.path.join(tmp, f"{name}.json"), "w") as f:
-            json.dump(report, f, indent=2)
+            json.dump(payload, f, indent=2)
         with open(os.path.join(tmp, f"{name}.md"), "w") as f:
             f.write(markdown(report))
     return names

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -13,6 +14,7 @@ import numpy as np
 from bnnpp import data, evaluation, reports
 from bnnpp.data import IMAGE_SETS
 from bnnpp.inference import Prediction, load
+from bnnpp.records import EvaluationReport
 from bnnpp.runs.fit_run import block_rows, class_names, figure_rows, original_test_features, regression_test_checks
 from bnnpp.runs.reading import check_run_dir, dataset_from_record, fashion_like, open_run
 
@@ -29,7 +31,7 @@ def evaluate_run(
     ood: Sequence[str] = OOD_SETS,
     seed: int = 0,
     batch_size: int | None = None,
-) -> dict:
+) -> EvaluationReport:
     """Evaluate an image run of ``bnnpp fit`` and write ``evaluation.json``, ``evaluation.md``,
     ``evaluation.npz`` (per-image mean probabilities, variance, expected error rate, entropy,
     mutual information, labels) and the figures into it (see
@@ -46,8 +48,9 @@ def evaluate_run(
         seed, batch_size: see :func:`bnnpp.evaluation.evaluate`.
 
     Returns:
-        The report written to ``evaluation.json`` (see :func:`bnnpp.evaluation.evaluate`),
-        plus ``run_dir``, ``data``, ``method``, ``skipped`` and ``seconds``.
+        The :class:`~bnnpp.records.EvaluationReport` written to ``evaluation.json`` (see
+        :func:`bnnpp.evaluation.evaluate`) with ``run_dir``, ``data``, ``method``, ``skipped``
+        and ``seconds["load"]`` set.
     """
     evaluation.check_tau(tau)
     evaluation.check_count(num_samples, "num_samples")
@@ -75,8 +78,9 @@ def evaluate_run(
     result, figs, per_image = evaluation.evaluate(
         posterior, dataset.x_test, dataset.y_test, ood=ood_sets, num_samples=num_samples, tau=tau, seed=seed, batch_size=batch_size
     )
-    result = {"run_dir": os.fspath(run_dir), "data": dataset.name, "method": posterior.info.get("method"), **result, "skipped": skipped}
-    result["seconds"]["load"] = load_s
+    result = dataclasses.replace(result, run_dir=os.fspath(run_dir), data=dataset.name, method=posterior.info.get("method"),
+                                 skipped=skipped)
+    result.seconds["load"] = load_s
     evaluation.write_report(run_dir, result, figs, per_image)
     return result
 

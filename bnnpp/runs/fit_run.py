@@ -15,6 +15,7 @@ import numpy as np
 
 from bnnpp import data, evaluation, files, metrics
 from bnnpp.inference import Prediction
+from bnnpp.records import ABSENT, FitReport
 
 
 def block_rows(posterior, x: np.ndarray, max_values: int = 1 << 22) -> int:
@@ -191,8 +192,9 @@ def training_curves(posterior) -> dict | None:
     return out
 
 
-def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> dict:
-    """The ``metrics.json`` dict of a fit run.
+def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> FitReport:
+    """The ``metrics.json`` record of a fit run (its :meth:`~bnnpp.records.FitReport.to_json` is
+    the dict written).
 
     Args:
         posterior: the fitted posterior.
@@ -205,7 +207,7 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
             ``compile``, ``fit``, ``predict``).
 
     Returns:
-        The record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
+        A :class:`~bnnpp.records.FitReport`; its JSON holds the record's keys, then ``method``, ``model``, ``options``, ``seed``, ``steps_run``,
         ``stopped_at``, ``test``, ``fit_info``, ``health`` (the fit's
         :class:`~bnnpp.inference.health.FitHealthWarning` lines, empty when it looks done), ``val_error`` (when the fit tracked it),
         ``curves`` (a minibatch fit: :func:`training_curves`),
@@ -214,23 +216,24 @@ def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
     info = posterior.info
-    return {
-        **record,
-        "method": info["method"],
-        "model": (posterior.model if hasattr(posterior.model, "spec") else model).spec(),
-        "options": {k: v for k, v in info["options"].items() if k not in ("optimizer", "validation_data")},
-        "seed": seed,
-        "steps_run": info.get("steps_run"),
-        "stopped_at": info.get("stopped_at"),
-        "test": test,
-        "fit_info": {k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters", "psis_khat") if k in info},
-        "health": list(info.get("health", [])),  # the fit's FitHealthWarning lines: not converged, PSIS k̂ > 0.7
-        **({"val_error": _last(info.get("val_error"))} if info.get("val_error") is not None else {}),
-        **({"curves": curves} if (curves := training_curves(posterior)) else {}),
-        **({"collapse_warning": info["collapse_warning"]} if info.get("collapse_warning") else {}),
-        **({"placement": info["placement"]} if "placement" in info else {}),  # devices, mesh, per-device batch, step time
-        "seconds": dict(seconds),
-    }
+    curves = training_curves(posterior)
+    return FitReport(
+        record=dict(record),
+        method=info["method"],
+        model=(posterior.model if hasattr(posterior.model, "spec") else model).spec(),
+        options={k: v for k, v in info["options"].items() if k not in ("optimizer", "validation_data")},
+        seed=seed,
+        steps_run=info.get("steps_run"),
+        stopped_at=info.get("stopped_at"),
+        test=test,
+        fit_info={k: info[k] for k in ("divergences", "num_batches", "learned_prior", "num_parameters", "psis_khat") if k in info},
+        health=list(info.get("health", [])),  # the fit's FitHealthWarning lines: not converged, PSIS k̂ > 0.7
+        val_error=_last(info.get("val_error")) if info.get("val_error") is not None else ABSENT,
+        curves=curves if curves else ABSENT,
+        collapse_warning=info["collapse_warning"] if info.get("collapse_warning") else ABSENT,
+        placement=info["placement"] if "placement" in info else ABSENT,  # devices, mesh, per-device batch, step time
+        seconds=dict(seconds),
+    )
 
 
 WRITER_MODULES = ("arviz", "xarray", "h5netcdf")
@@ -256,8 +259,8 @@ def preload_writers() -> threading.Thread:
     return thread
 
 
-def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: dict,
-                  texts: dict[str, str] | None = None) -> dict:
+def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: FitReport | dict,
+                  texts: dict[str, str] | None = None) -> FitReport:
     """Write a fit run as the folder ``out_dir``: ``posterior.nc``, ``metrics.json``
     (``report``), the :func:`figure` when there is one, and ``texts`` (file name → contents,
     e.g. ``bnnpp fit``'s ``config.toml``). The folder is written beside the
@@ -267,10 +270,13 @@ def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, 
     :func:`bnnpp.files.run_folder_lock` around the command that calls this.
 
     Returns:
-        ``report``, updated in place with ``files`` (the names written, ``posterior.nc``
-        first), ``seconds["write"]`` (wall) and ``seconds["write_cpu"]`` (CPU time of the
-        process over the write, all threads).
+        ``report`` (a :class:`~bnnpp.records.FitReport`; a ``metrics.json`` dict is read into
+        one), updated in place with ``files`` (the names written, ``posterior.nc`` first),
+        ``seconds["write"]`` (wall) and ``seconds["write_cpu"]`` (CPU time of the process over
+        the write, all threads).
     """
+    if not isinstance(report, FitReport):
+        report = FitReport.from_json(report)
     arrays = sum(np.asarray(v).nbytes for v in posterior.samples.values())
     if posterior.include_data(None):
         arrays += 3 * posterior.x.nbytes + 4 * posterior.y.nbytes * posterior.num_chains * posterior.num_draws
@@ -289,9 +295,9 @@ def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, 
             with open(os.path.join(tmp, name), "w") as f:
                 f.write(text)
             written.append(name)
-        report["seconds"]["write"] = time.perf_counter() - t0
-        report["seconds"]["write_cpu"] = time.process_time() - c0  # all threads: stable on a busy machine
-        report["files"] = written
+        report.seconds["write"] = time.perf_counter() - t0
+        report.seconds["write_cpu"] = time.process_time() - c0  # all threads: stable on a busy machine
+        report.files = written
         with open(os.path.join(tmp, "metrics.json"), "w") as f:
-            json.dump(report, f, indent=2, default=str)
+            json.dump(report.to_json(), f, indent=2, default=str)
     return report

@@ -9,6 +9,7 @@ import time
 import numpy as np
 
 from bnnpp import data, files, reports
+from bnnpp.records import CompareResult
 from bnnpp.runs.fit_run import class_names, figure_rows, original_test_features, regression_test_checks
 
 
@@ -47,7 +48,7 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
             figs["decision_maps.png"] = plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train,
                                                             dataset.y_train, class_names=class_names(dataset))
         figs["reliability.png"] = plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()})
-    if results is not None and results.get("reference"):
+    if results is not None and results.get("reference"):  # a CompareResult or its dict
         figs["reference.png"] = plots.reference_agreement(results)
     with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
     if with_scales:
@@ -61,14 +62,16 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
 
 
 def write_compare_run(
-    out_dir: str | os.PathLike, results: dict, posteriors: dict, dataset: data.Dataset, *, started: float | None = None
-) -> dict:
+    out_dir: str | os.PathLike, results: CompareResult | dict, posteriors: dict, dataset: data.Dataset, *,
+    started: float | None = None,
+) -> CompareResult:
     """Write ``bnnpp compare``'s folder: the :func:`write_compare_figures`, ``compare.json``
     (``results``) and ``compare.md`` (:func:`bnnpp.reports.compare_markdown`).
 
     Args:
         out_dir: the output folder (created; files of the same names are replaced).
-        results: :func:`bnnpp.compare.compare_methods`'s results.
+        results: :func:`bnnpp.compare.compare_methods`'s results (a ``compare.json`` dict is
+            read into a :class:`~bnnpp.records.CompareResult`).
         posteriors: method → :class:`~bnnpp.Posterior`.
         dataset: the data they were fitted to.
         started: ``time.perf_counter()`` when the command started: ``seconds_total`` counts
@@ -77,12 +80,14 @@ def write_compare_run(
     Returns:
         ``results``, updated in place with ``figures`` (names) and ``seconds_total``.
     """
+    if not isinstance(results, CompareResult):
+        results = CompareResult.from_json(results)
     started = time.perf_counter() if started is None else started
     with files.publish_folder(out_dir) as tmp:
-        results["figures"] = write_compare_figures(tmp, posteriors, dataset, results)
-        results["seconds_total"] = time.perf_counter() - started
+        results.figures = write_compare_figures(tmp, posteriors, dataset, results)
+        results.seconds_total = time.perf_counter() - started
         with open(os.path.join(tmp, "compare.json"), "w") as f:
-            json.dump(results, f, indent=2, default=str)
+            json.dump(results.to_json(), f, indent=2, default=str)
         with open(os.path.join(tmp, "compare.md"), "w") as f:
             f.write(reports.compare_markdown(results))
     return results
