@@ -77,7 +77,7 @@ def compare_methods(
     num_ref: int = 20,
     reference: str | None = None,
     reference_options: dict | None = None,
-) -> tuple[CompareResult, dict]:
+) -> tuple[dict, dict]:
     """Fit ``model`` to ``dataset`` with each method (same data, same seed) and analyse.
 
     Args:
@@ -94,17 +94,17 @@ def compare_methods(
             posterior; every method's predictive agreement with it on the test inputs is
             added to its row (:func:`bnnpp.diagnostics.reference`): ``ref_agreement`` and
             ``ref_total_variation`` (classification) or ``ref_w2``, ``ref_sd_ratio`` and
-            ``ref_epistemic_sd_ratio`` (regression); ``results.reference`` holds the
+            ``ref_epistemic_sd_ratio`` (regression); ``results["reference"]`` holds the
             reference's R-hat check, options and seconds.
 
     Returns:
-        ``(results, posteriors)``: ``results`` a :class:`~bnnpp.records.CompareResult` (``to_json()``
-        is ``compare.json``); ``results.methods[m]`` holds the test scores
+        ``(results, posteriors)``: ``results`` the dict of a :class:`~bnnpp.records.CompareResult`
+        (``compare.json``'s entries); ``results["methods"][m]`` holds the test scores
         (classification: ``accuracy``, ``nll``, ``brier``, ``ece``, ``mean_entropy``,
         ``mean_mutual_information``; regression: ``rmse``, ``nll``, ``coverage_95``,
         ``mean_sd``, ``mean_epistemic_sd``, in the targets' original units when the dataset
         standardised them, ``y_scale``), ``max_r_hat``, ``min_ess_bulk``, ``divergences``, ``psis_khat``
-        (+ ``psis_reading``), ``elbo_converged``, ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results.ranking`` is
+        (+ ``psis_reading``), ``elbo_converged``, ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
         ArviZ's LOO comparison of the methods with several draws (a list of rows; a row's
         ``unreliable`` is True when some of its Pareto k̂ exceed 0.7, counted in
         ``khat_above_0.7``: the ranking is then unreliable, and a
@@ -144,7 +144,7 @@ def compare_methods(
         row["options"] = {k: v for k, v in post.stats.options.items() if k not in UNRECORDED_OPTIONS}
         results.methods[m] = row
     results.ranking = _ranking(methods, posteriors)
-    return results, posteriors
+    return results.to_json(), posteriors
 
 
 def _method_row(post, dataset, ref_post, ref_check, x_ref: np.ndarray, seed: int) -> dict:

@@ -8,6 +8,12 @@ method's scores, the test metrics) stay dicts keyed by metric name. For code wri
 the dicts, a record also answers ``record["key"]``, ``record.get("key")``, ``"key" in record``
 and ``{**record}`` from :meth:`to_json` (read-only: set attributes to change one).
 
+The public functions that returned these dicts still do (:func:`bnnpp.compare.compare_methods`,
+:func:`bnnpp.evaluation.evaluate`, :func:`bnnpp.runs.fit_report`, :func:`bnnpp.runs.evaluate_run`:
+callers ``json.dump`` them); :func:`bnnpp.runs.fit_record` and
+:func:`bnnpp.evaluation.evaluation_report` give the records, which the run writers, the
+Markdown of :mod:`bnnpp.reports` and the CLI read by attribute.
+
 This module imports nothing from bnnpp, so any module (:mod:`bnnpp.reports` included) may use it.
 """
 

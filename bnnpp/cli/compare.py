@@ -15,6 +15,7 @@ from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.inference import get_method, registered
+from bnnpp.records import CompareResult
 
 CLASSIFICATION_SETS = ("moons", "circles")
 COMPARE_SETS = (*CLASSIFICATION_SETS, "sinusoid")
@@ -164,6 +165,7 @@ def run(args) -> int:
         model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet,
         reference=args.reference, reference_options=reference_options,
     )
+    results = CompareResult.from_json(results)
     results.model = model.spec()
     if record is not None:  # a user's file: its path and SHA-256, to know which bytes were compared
         results.data_file = record

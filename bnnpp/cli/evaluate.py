@@ -13,6 +13,7 @@ from bnnpp import runs
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS
+from bnnpp.records import EvaluationReport
 from bnnpp.runs import OOD_SETS
 
 __all__ = ["OOD_SETS", "add_parser", "run"]
@@ -87,6 +88,7 @@ def run(args) -> int:
     except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
         raise CLIError(f"could not write the evaluation into {args.dir} ({e.strerror or e}); nothing half-written was left: "
                        "free some space or make it writable") from None
+    report = EvaluationReport.from_json(report)
     t = report.test
     print(
         f"{report.data} / {report.method}: test error {t['error']:.2%}, NLL {t['nll']:.4f}, ECE {t['ece']:.4f}, "

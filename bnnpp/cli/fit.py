@@ -223,7 +223,7 @@ def _fit_and_write(args, dataset, model, options, record) -> FitReport | dict:
         "fit": fit_seconds,
         "predict": time.perf_counter() - t0,
     }
-    report = runs.fit_report(post, model, record, seed=args.seed, test=test, seconds=seconds)
+    report = runs.fit_record(post, model, record, seed=args.seed, test=test, seconds=seconds)
     texts = {"config.toml": resolved_config(args, post.info["options"])}
     try:
         written = runs.write_fit_run(args.out, post, dataset, report, texts)

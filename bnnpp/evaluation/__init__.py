@@ -13,7 +13,7 @@ uniform-noise images and from Fashion-MNIST.
 
 from __future__ import annotations
 
-from bnnpp.evaluation.images import evaluate, write_report
+from bnnpp.evaluation.images import evaluate, evaluation_report, write_report
 from bnnpp.evaluation.predict import MAX_VALUES_PER_CALL as MAX_VALUES_PER_CALL
 from bnnpp.evaluation.predict import _uncertainty_scores as _uncertainty_scores
 from bnnpp.evaluation.predict import check_count, check_tau, predict_probs, uniform_noise
@@ -35,6 +35,7 @@ __all__ = [
     "check_tau",
     "central_interval_coverage",
     "evaluate",
+    "evaluation_report",
     "in_original_units",
     "predict_probs",
     "predictive_cdf",

@@ -18,7 +18,7 @@ from bnnpp.posterior import Posterior
 from bnnpp.records import EvaluationReport
 
 
-def evaluate(
+def evaluation_report(
     posterior: Posterior,
     x_test: np.ndarray,
     y_test: np.ndarray,
@@ -47,8 +47,8 @@ def evaluate(
         figures: build the figures (False skips matplotlib).
 
     Returns:
-        ``(report, figures, per_image)``: the :class:`~bnnpp.records.EvaluationReport`, whose
-        JSON (:meth:`~bnnpp.records.EvaluationReport.to_json`) holds ``test`` (error, accuracy, NLL,
+        ``(report, figures, per_image)``: the :class:`~bnnpp.records.EvaluationReport` (what
+        :func:`evaluate` returns as a dict), whose JSON holds ``test`` (error, accuracy, NLL,
         Brier, ECE, rejected share, mean uncertainties, the sure-but-wrong and
         lowest-confidence image indices; ``ood``: per set its size, rejected share, mean
         entropy and mutual information, and AUROC of entropy and of mutual information
@@ -95,6 +95,31 @@ def evaluate(
     report.figures = sorted(figs)
     return report, figs, per_image
 
+
+
+def evaluate(
+    posterior: Posterior,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    *,
+    ood: dict[str, np.ndarray] | None = None,
+    num_samples: int = 100,
+    tau: float = 0.2,
+    seed: int = 0,
+    batch_size: int | None = None,
+    num_images: int = 16,
+    figures: bool = True,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, np.ndarray]]:
+    """Test error, calibration, per-image uncertainty and OOD detection of a classifier:
+    :func:`evaluation_report` (same arguments) with the report as its JSON-safe dict.
+
+    Returns:
+        ``(report, figures, per_image)``: the report as ``evaluation.json`` holds it
+        (:meth:`~bnnpp.records.EvaluationReport.to_json`), file name → Figure, per-image arrays.
+    """
+    report, figs, per_image = evaluation_report(posterior, x_test, y_test, ood=ood, num_samples=num_samples, tau=tau, seed=seed,
+                                                batch_size=batch_size, num_images=num_images, figures=figures)
+    return report.to_json(), figs, per_image
 
 def _test_report(s: dict[str, np.ndarray], predicted: np.ndarray, y_test: np.ndarray, tau: float, num_images: int) -> dict[str, Any]:
     """:func:`evaluate`'s ``test`` entry from the test set's :func:`_uncertainty_scores` ``s`` and

@@ -14,7 +14,6 @@ import numpy as np
 from bnnpp import data, evaluation, reports
 from bnnpp.data import IMAGE_SETS
 from bnnpp.inference import Prediction, load
-from bnnpp.records import EvaluationReport
 from bnnpp.runs.fit_run import block_rows, class_names, figure_rows, original_test_features, regression_test_checks
 from bnnpp.runs.reading import check_run_dir, dataset_from_record, fashion_like, open_run
 
@@ -31,7 +30,7 @@ def evaluate_run(
     ood: Sequence[str] = OOD_SETS,
     seed: int = 0,
     batch_size: int | None = None,
-) -> EvaluationReport:
+) -> dict:
     """Evaluate an image run of ``bnnpp fit`` and write ``evaluation.json``, ``evaluation.md``,
     ``evaluation.npz`` (per-image mean probabilities, variance, expected error rate, entropy,
     mutual information, labels) and the figures into it (see
@@ -48,9 +47,9 @@ def evaluate_run(
         seed, batch_size: see :func:`bnnpp.evaluation.evaluate`.
 
     Returns:
-        The :class:`~bnnpp.records.EvaluationReport` written to ``evaluation.json`` (see
-        :func:`bnnpp.evaluation.evaluate`) with ``run_dir``, ``data``, ``method``, ``skipped``
-        and ``seconds["load"]`` set.
+        The report written to ``evaluation.json`` (the dict of an
+        :class:`~bnnpp.records.EvaluationReport`: :func:`bnnpp.evaluation.evaluate`'s, with
+        ``run_dir``, ``data``, ``method``, ``skipped`` and ``seconds["load"]``).
     """
     evaluation.check_tau(tau)
     evaluation.check_count(num_samples, "num_samples")
@@ -75,14 +74,14 @@ def evaluate_run(
             except ValueError as e:
                 skipped.append(f"fashion_mnist: not found ({e})")
     load_s = time.perf_counter() - t0
-    result, figs, per_image = evaluation.evaluate(
+    result, figs, per_image = evaluation.evaluation_report(
         posterior, dataset.x_test, dataset.y_test, ood=ood_sets, num_samples=num_samples, tau=tau, seed=seed, batch_size=batch_size
     )
     result = dataclasses.replace(result, run_dir=os.fspath(run_dir), data=dataset.name, method=posterior.info.get("method"),
                                  skipped=skipped)
     result.seconds["load"] = load_s
     evaluation.write_report(run_dir, result, figs, per_image)
-    return result
+    return result.to_json()
 
 
 def evaluate_table_run(

@@ -192,7 +192,13 @@ def training_curves(posterior) -> dict | None:
     return out
 
 
-def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> FitReport:
+def fit_report(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> dict:
+    """The ``metrics.json`` dict of a fit run: :func:`fit_record`'s
+    :meth:`~bnnpp.records.FitReport.to_json` (same arguments)."""
+    return fit_record(posterior, model, record, seed=seed, test=test, seconds=seconds).to_json()
+
+
+def fit_record(posterior, model, record: dict, *, seed: int, test: dict, seconds: dict) -> FitReport:
     """The ``metrics.json`` record of a fit run (its :meth:`~bnnpp.records.FitReport.to_json` is
     the dict written).
 
@@ -260,7 +266,7 @@ def preload_writers() -> threading.Thread:
 
 
 def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: FitReport | dict,
-                  texts: dict[str, str] | None = None) -> FitReport:
+                  texts: dict[str, str] | None = None) -> FitReport | dict:
     """Write a fit run as the folder ``out_dir``: ``posterior.nc``, ``metrics.json``
     (``report``), the :func:`figure` when there is one, and ``texts`` (file name → contents,
     e.g. ``bnnpp fit``'s ``config.toml``). The folder is written beside the
@@ -270,11 +276,12 @@ def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, 
     :func:`bnnpp.files.run_folder_lock` around the command that calls this.
 
     Returns:
-        ``report`` (a :class:`~bnnpp.records.FitReport`; a ``metrics.json`` dict is read into
-        one), updated in place with ``files`` (the names written, ``posterior.nc`` first),
+        ``report`` (a :class:`~bnnpp.records.FitReport` or a ``metrics.json`` dict, as given),
+        updated in place with ``files`` (the names written, ``posterior.nc`` first),
         ``seconds["write"]`` (wall) and ``seconds["write_cpu"]`` (CPU time of the process over
         the write, all threads).
     """
+    given = report
     if not isinstance(report, FitReport):
         report = FitReport.from_json(report)
     arrays = sum(np.asarray(v).nbytes for v in posterior.samples.values())
@@ -300,4 +307,7 @@ def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, 
         report.files = written
         with open(os.path.join(tmp, "metrics.json"), "w") as f:
             json.dump(report.to_json(), f, indent=2, default=str)
+    if isinstance(given, dict):
+        given.update(report.to_json())
+        return given
     return report

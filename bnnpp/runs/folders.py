@@ -64,7 +64,7 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
 def write_compare_run(
     out_dir: str | os.PathLike, results: CompareResult | dict, posteriors: dict, dataset: data.Dataset, *,
     started: float | None = None,
-) -> CompareResult:
+) -> CompareResult | dict:
     """Write ``bnnpp compare``'s folder: the :func:`write_compare_figures`, ``compare.json``
     (``results``) and ``compare.md`` (:func:`bnnpp.reports.compare_markdown`).
 
@@ -78,8 +78,10 @@ def write_compare_run(
             from it to when the figures are done (default: from this call).
 
     Returns:
-        ``results``, updated in place with ``figures`` (names) and ``seconds_total``.
+        ``results`` (a record or a dict, as given), updated in place with ``figures`` (names)
+        and ``seconds_total``.
     """
+    given = results
     if not isinstance(results, CompareResult):
         results = CompareResult.from_json(results)
     started = time.perf_counter() if started is None else started
@@ -90,6 +92,9 @@ def write_compare_run(
             json.dump(results.to_json(), f, indent=2, default=str)
         with open(os.path.join(tmp, "compare.md"), "w") as f:
             f.write(reports.compare_markdown(results))
+    if isinstance(given, dict):
+        given.update(results.to_json())
+        return given
     return results
 
 
