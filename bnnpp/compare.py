@@ -18,6 +18,7 @@ from bnnpp.inference import fit
 from bnnpp.inference.registry import get_method, registered
 from bnnpp.posterior import MeanFieldGaussian
 from bnnpp.posterior.io import UNRECORDED_OPTIONS
+from bnnpp.records import CompareResult
 from bnnpp.reports import compare_markdown
 
 __all__ = ["COMPARE_DEFAULTS", "QUICK_OPTIONS", "REFERENCE_OPTIONS", "check_methods", "compare_methods", "markdown"]
@@ -97,13 +98,13 @@ def compare_methods(
             reference's R-hat check, options and seconds.
 
     Returns:
-        ``(results, posteriors)``: ``results["methods"][m]`` holds the test scores
+        ``(results, posteriors)``: ``results`` the dict of a :class:`~bnnpp.records.CompareResult`
+        (``compare.json``'s entries); ``results["methods"][m]`` holds the test scores
         (classification: ``accuracy``, ``nll``, ``brier``, ``ece``, ``mean_entropy``,
         ``mean_mutual_information``; regression: ``rmse``, ``nll``, ``coverage_95``,
         ``mean_sd``, ``mean_epistemic_sd``, in the targets' original units when the dataset
-        standardised them, ``y_scale``), ``max_r_hat``,
-        ``min_ess_bulk``, ``divergences``, ``psis_khat`` (+ ``psis_reading``), ``elbo_converged``,
-        ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
+        standardised them, ``y_scale``), ``max_r_hat``, ``min_ess_bulk``, ``divergences``, ``psis_khat``
+        (+ ``psis_reading``), ``elbo_converged``, ``loo_elpd``, ``loo_se``, ``seconds`` and ``options``; ``results["ranking"]`` is
         ArviZ's LOO comparison of the methods with several draws (a list of rows; a row's
         ``unreliable`` is True when some of its Pareto k̂ exceed 0.7, counted in
         ``khat_above_0.7``: the ranking is then unreliable, and a
@@ -125,46 +126,62 @@ def compare_methods(
         reference_options = {**long_chains, **(reference_options or {})}
         get_method(reference).check_options(reference_options)
     x_ref = np.asarray(dataset.x_test[:num_ref], np.float32)
-    results: dict = {"methods": {}, "ranking": [], "seed": seed, "data": dataset.name, "task": dataset.task}
+    results = CompareResult(methods={}, ranking=[], seed=seed, data=dataset.name, task=dataset.task)
     posteriors: dict = {}
     ref_post = ref_check = None
     if reference is not None:
         t0 = time.perf_counter()
         ref_post = fit(model, dataset, method=reference, seed=seed, progress=progress, **reference_options)
         ref_check = diagnostics.reference_check(ref_post, dataset.x_test, num_ref)
-        results["reference"] = {**ref_check, "options": reference_options, "seconds": time.perf_counter() - t0}
+        results.reference = {**ref_check, "options": reference_options, "seconds": time.perf_counter() - t0}
     for m in methods:
         t0 = time.perf_counter()
         post = fit(model, dataset, method=m, seed=seed, progress=progress, **per_method[m])
         seconds = time.perf_counter() - t0
         posteriors[m] = post
-        pred = post.predict(dataset.x_test)
-        row = pred.scores(dataset.y_test)
-        if dataset.task == "regression":  # a user's file standardised its targets: scores in their units
-            row = _in_target_units(row, float(dataset.y_scale))
-        if ref_post is not None:
-            with warnings.catch_warnings():  # the reference's R-hat is reported once, in results["reference"]
-                warnings.simplefilter("ignore", UserWarning)
-                agreement = diagnostics.reference(post, ref_post, dataset.x_test, check=ref_check)
-            keys = ("agreement", "total_variation") if dataset.task == "classification" else ("w2", "sd_ratio", "epistemic_sd_ratio")
-            row.update({f"ref_{k}": agreement[k] for k in keys})
-        s = diagnostics.summary(post, x_ref=x_ref)
-        row.update({"max_r_hat": s["max_r_hat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"]})
-        row["psis_khat"] = row["psis_reading"] = row["elbo_converged"] = None
-        if isinstance(post.approximation, MeanFieldGaussian):
-            k = diagnostics.psis_khat(post, num_draws=1000, seed=seed)
-            row["psis_khat"], row["psis_reading"] = k["khat"], k["reading"]
-            row["elbo_converged"] = diagnostics.elbo_convergence(post)["converged"]
-        row["loo_elpd"] = row["loo_se"] = None
-        if post.num_chains * post.num_draws > 1:
-            with warnings.catch_warnings():  # ArviZ warns on high Pareto k; the k̂ is in the row
-                warnings.simplefilter("ignore")
-                loo = diagnostics.loo(post)
-            row["loo_elpd"], row["loo_se"] = loo["elpd"], loo["se"]
-            row["loo_max_khat"] = loo["max_khat"]
+        row = _method_row(post, dataset, ref_post, ref_check, x_ref, seed)
         row["seconds"] = seconds
         row["options"] = {k: v for k, v in post.stats.options.items() if k not in UNRECORDED_OPTIONS}
-        results["methods"][m] = row
+        results.methods[m] = row
+    results.ranking = _ranking(methods, posteriors)
+    return results.to_json(), posteriors
+
+
+def _method_row(post, dataset, ref_post, ref_check, x_ref: np.ndarray, seed: int) -> dict:
+    """One method's row of :func:`compare_methods`: its test scores, agreement with the
+    reference posterior (when there is one), R-hat / ESS / divergences, PSIS k̂ and ELBO
+    convergence (mean-field Gaussians) and PSIS-LOO (several draws)."""
+    pred = post.predict(dataset.x_test)
+    row = pred.scores(dataset.y_test)
+    if dataset.task == "regression":  # a user's file standardised its targets: scores in their units
+        row = _in_target_units(row, float(dataset.y_scale))
+    if ref_post is not None:
+        with warnings.catch_warnings():  # the reference's R-hat is reported once, in results["reference"]
+            warnings.simplefilter("ignore", UserWarning)
+            agreement = diagnostics.reference(post, ref_post, dataset.x_test, check=ref_check)
+        keys = ("agreement", "total_variation") if dataset.task == "classification" else ("w2", "sd_ratio", "epistemic_sd_ratio")
+        row.update({f"ref_{k}": agreement[k] for k in keys})
+    s = diagnostics.summary(post, x_ref=x_ref)
+    row.update({"max_r_hat": s["max_r_hat"], "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"]})
+    row["psis_khat"] = row["psis_reading"] = row["elbo_converged"] = None
+    if isinstance(post.approximation, MeanFieldGaussian):
+        k = diagnostics.psis_khat(post, num_draws=1000, seed=seed)
+        row["psis_khat"], row["psis_reading"] = k["khat"], k["reading"]
+        row["elbo_converged"] = diagnostics.elbo_convergence(post)["converged"]
+    row["loo_elpd"] = row["loo_se"] = None
+    if post.num_chains * post.num_draws > 1:
+        with warnings.catch_warnings():  # ArviZ warns on high Pareto k; the k̂ is in the row
+            warnings.simplefilter("ignore")
+            loo = diagnostics.loo(post)
+        row["loo_elpd"], row["loo_se"] = loo["elpd"], loo["se"]
+        row["loo_max_khat"] = loo["max_khat"]
+    return row
+
+
+def _ranking(methods: Sequence[str], posteriors: dict) -> list[dict]:
+    """ArviZ's LOO comparison of the methods with several draws, one dict per method (empty
+    with fewer than two); warns once when Pareto k̂ make it unreliable."""
+    rows: list[dict] = []
     ranked = [m for m in methods if posteriors[m].num_chains * posteriors[m].num_draws > 1]
     if len(ranked) >= 2:
         with warnings.catch_warnings():
@@ -174,15 +191,15 @@ def compare_methods(
         if unreliable:  # said once, here, where the ArviZ warnings above were silenced
             warnings.warn(
                 f"compare: the LOO ranking is unreliable: Pareto k̂ > 0.7 for some observations of {', '.join(unreliable)}; "
-                "compare those methods on the test scores instead", diagnostics.UnreliableComparisonWarning, stacklevel=2,
+                "compare those methods on the test scores instead", diagnostics.UnreliableComparisonWarning, stacklevel=3,
             )
         for name, r in table.iterrows():
-            results["ranking"].append({
+            rows.append({
                 "method": str(name), "rank": int(r["rank"]), "elpd_loo": float(r["elpd_loo"]),
                 "elpd_diff": float(r["elpd_diff"]), "dse": float(r["dse"]), "weight": float(r["weight"]),
                 "p_loo": float(r["p_loo"]), "khat_above_0.7": int(r["khat_above_0.7"]), "unreliable": bool(r["unreliable"]),
             })
-    return results, posteriors
+    return rows
 
 
 def _in_target_units(row: dict, scale: float) -> dict:

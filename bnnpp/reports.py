@@ -2,13 +2,16 @@
 ``evaluation.md`` and ``prune.md`` (with the published pruning tables beside ours).
 
 Each function takes the JSON-safe dict (or rows) that is also written as ``.json`` and returns
-the Markdown text, ending in a newline. This module imports nothing from bnnpp, so any module
-may use it.
+the Markdown text, ending in a newline: the comparison and the image evaluation as their typed
+records (:mod:`bnnpp.records`; their dicts are read into one). This module imports only
+:mod:`bnnpp.records`, so any module may use it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from bnnpp.records import ABSENT, CompareResult, EvaluationReport
 
 __all__ = [
     "PUBLISHED_PRUNING",
@@ -32,11 +35,13 @@ def _fmt(v, spec: str = ".3f") -> str:
     return format(v, spec)
 
 
-def compare_markdown(results: dict) -> str:
+def compare_markdown(results: CompareResult | dict) -> str:
     """``compare.md``: the metrics table, the agreement with the reference posterior (when
     there is one) and the LOO ranking of :func:`bnnpp.compare.compare_methods`'s results."""
-    regression = results.get("task") == "regression"
-    lines = [f"# bnnpp compare: {results['data']}, seed {results['seed']}", ""]
+    if not isinstance(results, CompareResult):
+        results = CompareResult.from_json(results)
+    regression = results.task == "regression"
+    lines = [f"# bnnpp compare: {results.data}, seed {results.seed}", ""]
     if regression:
         lines += [
             "| method | RMSE | NLL | 95% coverage | mean sd | mean epistemic sd | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
@@ -47,7 +52,7 @@ def compare_markdown(results: dict) -> str:
             "| method | accuracy | NLL | Brier | ECE | mean entropy | mean MI | max R-hat | min ESS | PSIS k̂ | LOO elpd ± se | seconds |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-    for m, r in results["methods"].items():
+    for m, r in results.methods.items():
         loo = "—" if r["loo_elpd"] is None else f"{r['loo_elpd']:.1f} ± {r['loo_se']:.1f}"
         scores = (
             f"{_fmt(r['rmse'])} | {_fmt(r['nll'])} | {_fmt(r['coverage_95'])} | {_fmt(r['mean_sd'])} | {_fmt(r['mean_epistemic_sd'])}"
@@ -68,19 +73,19 @@ def compare_markdown(results: dict) -> str:
             "trustworthy. LOO elpd from PSIS-LOO on the training data (higher is better)."
         ),
     ]
-    if results.get("reference"):
+    if results.reference:
         lines += reference_markdown(results)
-    if results["ranking"]:
+    if results.ranking:
         lines += ["", "## az.compare (PSIS-LOO)", "",
                   "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo | LOO reliable |", "|---|---|---|---|---|---|---|---|"]
-        for r in results["ranking"]:
+        for r in results.ranking:
             reliable = "—" if "unreliable" not in r else (
                 f"**no**: k̂ > 0.7 for {r['khat_above_0.7']}" if r["unreliable"] else "yes")
             lines.append(
                 f"| {r['rank']} | {r['method']} | {r['elpd_loo']:.1f} | {r['elpd_diff']:.1f} | {r['dse']:.1f} | "
                 f"{r['weight']:.2f} | {r['p_loo']:.1f} | {reliable} |"
             )
-        unreliable = [r["method"] for r in results["ranking"] if r.get("unreliable")]
+        unreliable = [r["method"] for r in results.ranking if r.get("unreliable")]
         if unreliable:
             lines += ["", (f"**This ranking is unreliable**: {', '.join(unreliable)} "
                            f"{'has' if len(unreliable) == 1 else 'have'} observations with Pareto k̂ > 0.7, whose "
@@ -89,9 +94,11 @@ def compare_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def reference_markdown(results: dict) -> list[str]:
+def reference_markdown(results: CompareResult | dict) -> list[str]:
     """The "agreement with the reference posterior" section of ``compare.md`` (lines)."""
-    ref = results["reference"]
+    if not isinstance(results, CompareResult):
+        results = CompareResult.from_json(results)
+    ref = results.reference
     opts = ", ".join(f"{k}={v}" for k, v in ref.get("options", {}).items())
     verdict = "converged" if ref["converged"] else "NOT converged (R-hat ≥ 1.01): read the agreement with care"
     lines = [
@@ -102,16 +109,16 @@ def reference_markdown(results: dict) -> list[str]:
         f"min ESS {_fmt(ref['min_ess_bulk'], '.0f')}, divergences {_fmt(ref['divergences'], 'd')} — {verdict}."),
         "",
     ]
-    if results.get("task") == "regression":
+    if results.task == "regression":
         lines += ["| method | W2 to reference | sd ratio | epistemic sd ratio |", "|---|---|---|---|"]
-        for m, r in results["methods"].items():
+        for m, r in results.methods.items():
             lines.append(f"| {m} | {_fmt(r.get('ref_w2'))} | {_fmt(r.get('ref_sd_ratio'))} | {_fmt(r.get('ref_epistemic_sd_ratio'))} |")
         lines += ["", ("W2: the 2-Wasserstein distance between the predictive marginals at each test input (target units), "
                   "mean over inputs. sd ratios: geometric mean over inputs of sd / the reference's; 1 is right, below 1 "
                   "overconfident (Izmailov et al. 2021 measure approximations against HMC this way).")]
     else:
         lines += ["| method | top-1 agreement | total variation |", "|---|---|---|"]
-        for m, r in results["methods"].items():
+        for m, r in results.methods.items():
             lines.append(f"| {m} | {_fmt(r.get('ref_agreement'))} | {_fmt(r.get('ref_total_variation'))} |")
         lines += ["", ("Top-1 agreement: share of test inputs where the method's and the reference's predictive "
                   "distributions pick the same class; total variation: ½ Σ|p − p_ref| of the predictive probabilities, "
@@ -147,29 +154,31 @@ def sweep_markdown(table: list[dict], meta: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def evaluation_markdown(report: dict) -> str:
+def evaluation_markdown(report: EvaluationReport | dict) -> str:
     """``evaluation.md``: the test-set and out-of-distribution tables and the listed images of
     a report of :func:`bnnpp.evaluation.evaluate` (with ``run_dir``, ``data`` and ``skipped``
     when :func:`bnnpp.runs.evaluate_run` made it)."""
-    t = report["test"]
+    if not isinstance(report, EvaluationReport):
+        report = EvaluationReport.from_json(report)
+    t = report.test
     lines = [
-        f"# Evaluation of {report.get('run_dir', 'a posterior')}",
+        f"# Evaluation of {'a posterior' if report.run_dir is ABSENT else report.run_dir}",
         "",
-        f"{report['num_samples']} posterior draws per prediction; reject when max class probability < τ = {report['tau']:g}.",
+        f"{report.num_samples} posterior draws per prediction; reject when max class probability < τ = {report.tau:g}.",
         "",
         "| test set | n | error | NLL | Brier | ECE | rejected | mean entropy | mean MI |",
         "|---|---|---|---|---|---|---|---|---|",
-        (f"| {report.get('data', 'test')} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
+        (f"| {'test' if report.data is ABSENT else report.data} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
         f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"),
         "",
     ]
-    lines += selective_markdown(report.get("selective"), "accuracy")
-    if report["ood"]:
+    lines += selective_markdown(report.selective, "accuracy")
+    if report.ood:
         lines += [
             "| out of distribution | n | rejected | mean entropy | mean MI | AUROC entropy | AUROC MI |",
             "|---|---|---|---|---|---|---|",
         ]
-        for name, o in report["ood"].items():
+        for name, o in report.ood.items():
             lines.append(
                 f"| {name} | {o['n']} | {o['rejected']:.2%} | {o['mean_entropy']:.4f} | {o['mean_mutual_information']:.4f} | "
                 f"{o['auroc_entropy']:.4f} | {o['auroc_mutual_information']:.4f} |"
@@ -179,9 +188,9 @@ def evaluation_markdown(report: dict) -> str:
         lines += [f"{label} (test index: label → predicted, expected error rate):", ""]
         lines += [f"- {e['index']}: {e['label']} → {e['predicted']}, {e['expected_error_rate']:.4f}" for e in t[key]] or ["- none"]
         lines.append("")
-    if report.get("skipped"):
-        lines += [f"Skipped: {'; '.join(report['skipped'])}", ""]
-    lines.append(f"Figures: {', '.join(report.get('figures', []))}")
+    if report.skipped:
+        lines += [f"Skipped: {'; '.join(report.skipped)}", ""]
+    lines.append(f"Figures: {', '.join(report.figures)}")
     return "\n".join(lines) + "\n"
 
 

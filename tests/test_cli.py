@@ -92,10 +92,10 @@ def test_help_lists_every_option(capsys):
     # object (Python API only)
     options = {opt for _, opt, _ in METHOD_FLAGS}
     import bnnpp
-    from bnnpp.inference import get_backend
+    from bnnpp.inference import get_method
 
     for m in bnnpp.registered():
-        missing = set(get_backend(m).defaults) - options - {"optimizer", "chunk_size", "validation_data"}
+        missing = set(get_method(m).defaults) - options - {"optimizer", "chunk_size", "validation_data"}
         assert not missing, (m, missing)
     for dest, _, _ in METHOD_FLAGS:
         assert _flag(dest) in text

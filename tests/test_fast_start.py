@@ -43,7 +43,7 @@ def test_start_up_loads_nothing_heavy(code):
 
 
 def test_command_help_snapshot_has_the_live_flags():
-    """``bnnpp COMMAND --help`` prints a snapshot (bnnpp/cli/_help_text.py); it must name the
+    """``bnnpp COMMAND --help`` prints a snapshot (bnnpp/cli/_help_text/); it must name the
     flags and choices the live parser has. Regenerate it with ``python -m bnnpp.cli._help_snapshot``."""
     import re
 

@@ -14,7 +14,8 @@ from bnnpp import priors, reports, runs
 from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
-from bnnpp.inference import get_backend, registered
+from bnnpp.inference import get_method, registered
+from bnnpp.records import CompareResult
 
 CLASSIFICATION_SETS = ("moons", "circles")
 COMPARE_SETS = (*CLASSIFICATION_SETS, "sinusoid")
@@ -132,12 +133,12 @@ def _build(args):
     for method, option, value in args.sets:
         if method not in methods:
             raise ValueError(f"--set {method}.{option}: {method} is not in --methods ({', '.join(methods)})")
-        if option not in get_backend(method).defaults:
-            raise ValueError(f"--set {method}.{option}: {method} takes {', '.join(sorted(get_backend(method).defaults))}")
+        if option not in get_method(method).defaults:
+            raise ValueError(f"--set {method}.{option}: {method} takes {', '.join(sorted(get_method(method).defaults))}")
         options.setdefault(method, {})[option] = value
     reference_options = dict(args.reference_sets)
     if args.reference is not None:
-        known = get_backend(args.reference).defaults
+        known = get_method(args.reference).defaults
         unknown = [o for o in reference_options if o not in known]
         if unknown:
             raise ValueError(f"--set-reference {unknown[0]}: {args.reference} takes {', '.join(sorted(known))}")
@@ -153,24 +154,25 @@ def run(args) -> int:
         dataset, model, methods, options, reference_options, record = _build(args)
         base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
         for m in methods:  # reject bad --set values before the first fit compiles
-            get_backend(m).check_options({**base.get(m, {}), **options.get(m, {})})
+            get_method(m).check_options({**base.get(m, {}), **options.get(m, {})})
         if args.reference == "nuts":
-            get_backend("nuts").check_options({**REFERENCE_OPTIONS["quick" if args.quick else "full"], **reference_options})
+            get_method("nuts").check_options({**REFERENCE_OPTIONS["quick" if args.quick else "full"], **reference_options})
         elif args.reference is not None:
-            get_backend(args.reference).check_options(reference_options)
+            get_method(args.reference).check_options(reference_options)
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
     results, posteriors = compare_methods(
         model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet,
         reference=args.reference, reference_options=reference_options,
     )
-    results["model"] = model.spec()
+    results = CompareResult.from_json(results)
+    results.model = model.spec()
     if record is not None:  # a user's file: its path and SHA-256, to know which bytes were compared
-        results["data_file"] = record
-    results["quick"] = args.quick
+        results.data_file = record
+    results.quick = args.quick
     runs.write_compare_run(args.out, results, posteriors, dataset, started=t0)
     print(reports.compare_markdown(results))
-    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results['figures'])} figures in {time.perf_counter() - t0:.0f} s")
+    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results.figures)} figures in {time.perf_counter() - t0:.0f} s")
     return 0
 
 

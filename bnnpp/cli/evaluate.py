@@ -13,6 +13,7 @@ from bnnpp import runs
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS
+from bnnpp.records import EvaluationReport
 from bnnpp.runs import OOD_SETS
 
 __all__ = ["OOD_SETS", "add_parser", "run"]
@@ -87,19 +88,20 @@ def run(args) -> int:
     except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
         raise CLIError(f"could not write the evaluation into {args.dir} ({e.strerror or e}); nothing half-written was left: "
                        "free some space or make it writable") from None
-    t = report["test"]
+    report = EvaluationReport.from_json(report)
+    t = report.test
     print(
-        f"{report['data']} / {report['method']}: test error {t['error']:.2%}, NLL {t['nll']:.4f}, ECE {t['ece']:.4f}, "
-        f"rejected {t['rejected']:.1%} at tau {report['tau']:g} ({report['num_samples']} draws)"
+        f"{report.data} / {report.method}: test error {t['error']:.2%}, NLL {t['nll']:.4f}, ECE {t['ece']:.4f}, "
+        f"rejected {t['rejected']:.1%} at tau {report.tau:g} ({report.num_samples} draws)"
     )
-    for name, o in report["ood"].items():
+    for name, o in report.ood.items():
         print(
             f"OOD {name}: rejected {o['rejected']:.1%}, AUROC entropy {o['auroc_entropy']:.3f}, "
             f"mutual information {o['auroc_mutual_information']:.3f}"
         )
-    for s in report["skipped"]:
+    for s in report.skipped:
         print(f"skipped {s}")
-    print(f"wrote {os.path.join(args.dir, 'evaluation.json')}, evaluation.md, evaluation.npz, {', '.join(report['figures'])}")
+    print(f"wrote {os.path.join(args.dir, 'evaluation.json')}, evaluation.md, evaluation.npz, {', '.join(report.figures)}")
     return 0
 
 

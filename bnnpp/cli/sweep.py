@@ -14,7 +14,7 @@ from bnnpp import reports, runs, sweep
 from bnnpp.cli._data import add_file_flags, check_builtin, file_record, is_file_data
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
-from bnnpp.inference import get_backend, registered
+from bnnpp.inference import get_method, registered
 
 SWEEP_SETS = ("moons", "circles")
 """The built-in sets ``bnnpp sweep`` takes (it scores classifiers)."""
@@ -74,7 +74,7 @@ def _build(args):
     if records and args.data_noise is not None:
         raise ValueError(f"--data-noise applies to the built-in sets, not to your file {records[0]['data']}")
     configs = sweep.grid(args.priors, args.hyperpriors, args.fixed_scales)
-    backend = get_backend(args.method)
+    backend = get_method(args.method)
     options = {}
     if args.num_steps is not None:  # every method's length (see bnnpp.inference.options)
         options["num_steps"] = args.num_steps

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -190,7 +191,11 @@ def get_method(name: str) -> Method:
     return _REGISTRY[name]
 
 
-get_backend = get_method
+def get_backend(name: str) -> Method:
+    """Deprecated (bnnpp 0.1's name of :func:`get_method`): warns with a DeprecationWarning and
+    returns ``get_method(name)``; nothing in bnnpp calls it. Removed in the next release."""
+    warnings.warn("bnnpp.inference.get_backend is deprecated: use bnnpp.inference.get_method", DeprecationWarning, stacklevel=2)
+    return get_method(name)
 
 
 @dataclass(frozen=True)
