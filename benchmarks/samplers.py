@@ -163,6 +163,7 @@ def main(argv=None) -> dict:
 
     replaced = json.loads(args.options)
     from bnnpp import diagnostics
+    from bnnpp.diagnostics._common import _quiet_arviz
 
     result = {"machine": machine(), "load": f"load average at start {os.getloadavg()[0]:.1f} (5 engineers share 2 cores)",
               "command": "python " + " ".join(["benchmarks/samplers.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -178,7 +179,7 @@ def main(argv=None) -> dict:
             if "nuts" in posts:  # the reference: every other method of this problem against it
                 for r in result["rows"]:
                     if r["problem"] == name and r["method"] != "nuts" and "vs_reference" not in r:
-                        with diagnostics._quiet_arviz():
+                        with _quiet_arviz():
                             ref = diagnostics.reference(posts[r["method"]], posts["nuts"], np.asarray(xt, np.float32))
                         r["vs_reference"] = {k: v for k, v in ref.items() if k != "per_point"}
             print({k: row.get(k) for k in ("wall_seconds", "max_r_hat", "min_ess_bulk", "seconds_to_target", "test_nll")}, flush=True)

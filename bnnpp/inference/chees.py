@@ -20,8 +20,8 @@ The ``num_samples`` kept steps use the warm-up's moving averages of ε and T (an
 mass matrix). Starts: ``init_loc="uniform"`` (default) starts every chain uniformly in
 (−``init_radius``, ``init_radius``), as NUTS does; ``"pathfinder"`` draws the chains' starts
 from a few Pathfinder paths' Gaussians (:func:`bnnpp.inference.pathfinder.starts`). It is
-not the default because its compiled start stopped making progress (blocked, no CPU) on
-the 50-unit sinusoid network (benchmarks/README.md, samplers); on the moons network it ran.
+not the default: its L-BFGS program more than doubled the compile time on the moons
+network, and the chains converge from uniform starts (benchmarks/README.md, samplers).
 Statistics and extras: :mod:`bnnpp.inference.manychain`.
 
 Two defaults depart from BlackJAX's ChEES, both for the posteriors of networks with
