@@ -32,9 +32,9 @@ hierarchical scales (measured in benchmarks/README.md, samplers):
   which removes the funnel between a layer's weights and its scale;
 * the trajectory length a transition uses is at least ``min_trajectory_length`` (π/2, a
   quarter period of a unit-variance direction in the whitened coordinates, the rule
-  BlackJAX's own length floor applies to the slowest direction). On the moons network the
-  criterion tuned T to about a fifth of that with 8 chains, centred or not, and the chains
-  did not mix (R-hat 1.6–1.8). The criterion measures the chains' spread about their common
+  BlackJAX's own length floor applies to the slowest direction). On a network's posterior
+  the criterion can tune T several times shorter than that, centred or not, and the chains
+  then do not mix (benchmarks/README.md, samplers). The criterion measures the chains' spread about their common
   mean, so it assumes one mode, and a network's chains sit in different modes (its
   hidden-unit permutations); which of that and the few chains' noisy gradient shortens T was
   not isolated. The floor acts on the trajectory used, not on the criterion's state.

@@ -4,8 +4,8 @@ from BlackJAX's ``vi.pathfinder``, and the starting points of the many-chain sam
 One path: L-BFGS maximises the log joint on the unconstrained space from a random start;
 at every iterate the L-BFGS inverse-Hessian factors define a Gaussian (Zhang et al.,
 Algorithm 1), each is scored by a Monte-Carlo ELBO from ``num_elbo_draws`` draws, and the
-path keeps the Gaussian with the highest ELBO (Algorithm 3). ``num_paths`` paths run side
-by side from independent starts (uniform in ``(-init_radius, init_radius)``, NumPyro's
+path keeps the Gaussian with the highest ELBO (Algorithm 3). ``num_paths`` paths run one
+after another (:func:`approximate` says why) from independent starts (uniform in ``(-init_radius, init_radius)``, NumPyro's
 ``init_to_uniform``); each is one chain of the posterior, so R-hat across paths says
 whether they found the same mode. The paths are not importance-resampled into one
 approximation (multi-path Pathfinder's Algorithm 2): a network's modes are its hidden-unit
@@ -94,11 +94,10 @@ def approximate(key, logdensity: Callable, u0: dict, num_elbo_draws: int, *, max
     ``vi.pathfinder.approximate`` with its Gaussians scored one L-BFGS iterate after another
     (``lax.map``) instead of all at once (``vmap``).
 
-    BlackJAX's vmap batches each iterate's matrix inverse and QR into two batched LAPACK
-    calls that XLA's CPU runtime may run at the same time; with the 50-unit sinusoid net
-    the two calls' ``jax::ParallelBatchMap`` both waited for ever on their batches while the
-    thread pool's workers sat idle (``gdb`` stacks, benchmarks/README.md, samplers). Scored
-    one at a time, every LAPACK call has a batch of one.
+    Vmapped, each iterate's matrix inverse and QR become two batched LAPACK calls that
+    XLA's CPU runtime can run at the same time, and two such calls can wait on each other
+    for ever inside jaxlib's ``jax::ParallelBatchMap`` (benchmarks/README.md, samplers).
+    Scored one at a time, every LAPACK call has a batch of one.
 
     Returns:
         The ``PathfinderState`` of the iterate with the highest ELBO (ELBO −inf where no
