@@ -146,7 +146,6 @@ def markdown(result: dict) -> str:
 
 def main(argv=None) -> dict:
     import jax
-
     from _common import machine, write_results
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

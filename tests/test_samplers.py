@@ -7,17 +7,16 @@ whose posterior is N(m, S) with S = (I + XᵀX/σ²)⁻¹, m = S Xᵀy / σ² (B
 
 from __future__ import annotations
 
-
 import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from interrupting import interrupt_after
 
 import bnnpp
 from bnnpp.inference import TrainingInterrupted
 from bnnpp.posterior import arviz_compat
-from interrupting import interrupt_after
 
 SIGMA = 0.5
 
