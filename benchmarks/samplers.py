@@ -97,6 +97,8 @@ def convergence(post, x_ref) -> dict:
 
 
 def run(name: str, method: str, options: dict, seed: int) -> tuple[dict, object]:
+    import jax
+
     import bnnpp
     import bnnpp.inference.chees
     import bnnpp.inference.mclmc
@@ -111,6 +113,8 @@ def run(name: str, method: str, options: dict, seed: int) -> tuple[dict, object]
            "wall_seconds": wall, "compile_seconds": post.stats.compile_seconds, "run_seconds": post.stats.run_seconds,
            "num_chains": post.num_chains, "num_draws": post.num_draws, "divergences": post.stats.extras.get("divergences"),
            "step_size": float(np.mean(post.stats.sample_stats["step_size"])),
+           "draws_per_second": post.num_chains * post.num_draws / post.stats.run_seconds,  # kept draws over the sampling time (warm-up included, compile not)
+           "device": jax.default_backend(),
            "mean_n_steps": float(np.mean(post.stats.sample_stats["n_steps"]))}  # over every kept transition
     row.update(convergence(post, np.asarray(data[0][:20], np.float32)))
     pred = post.predict(xt)
@@ -127,8 +131,8 @@ def run(name: str, method: str, options: dict, seed: int) -> tuple[dict, object]
 def markdown(result: dict) -> str:
     out = [f"# Many-chain samplers vs NUTS (benchmarks/samplers.py)\n\nMachine: {result['machine']}; load: {result['load']}\n",
            f"Command: `{result['command']}`\n",
-           "| problem | method | chains × draws | wall s (compile) | max R-hat | min ESS | draws to R-hat ≤ 1.01 & ESS ≥ 400 | est. s to target | ESS/s | steps/transition | divergences | test NLL | agreement / TV vs NUTS | W2 / sd ratio vs NUTS |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| problem | method | chains × draws | wall s (compile) | max R-hat | min ESS | draws to R-hat ≤ 1.01 & ESS ≥ 400 | est. s to target | ESS/s | draws/s | steps/transition | divergences | test NLL | agreement / TV vs NUTS | W2 / sd ratio vs NUTS |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v, p=3: "—" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))
     for r in result["rows"]:
         ref = r.get("vs_reference") or {}
@@ -136,13 +140,12 @@ def markdown(result: dict) -> str:
         reg = f"{f(ref.get('w2'))} / {f(ref.get('sd_ratio'))}" if "w2" in ref else "—"
         out.append(f"| {r['problem']} | {r['method']} | {r['num_chains']} × {r['num_draws']} | {r['wall_seconds']:.0f} ({r['compile_seconds']:.0f}) | "
                    f"{f(r['max_r_hat'])} | {f(r['min_ess_bulk'], 0)} | {f(r['draws_to_target'])} | {f(r['seconds_to_target'], 0)} | "
-                   f"{f(r['ess_per_second'], 2)} | {f(r['mean_n_steps'], 1)} | {f(r['divergences'])} | {f(r['test_nll'])} | {cls} | {reg} |")
+                   f"{f(r['ess_per_second'], 2)} | {f(r.get('draws_per_second'), 1)} | {f(r['mean_n_steps'], 1)} | {f(r['divergences'])} | {f(r['test_nll'])} | {cls} | {reg} |")
     return "\n".join(out) + "\n"
 
 
 def main(argv=None) -> dict:
     import jax
-
     from _common import machine, write_results
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -151,10 +154,15 @@ def main(argv=None) -> dict:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny runs (smoke test)")
     p.add_argument("--name", default="samplers", help="result file name (results/NAME.json/.md)")
+    p.add_argument("--options", default="{}", help='JSON: method → options replacing the problem\'s, e.g. \'{"nuts": {"num_samples": 200}}\'')
     args = p.parse_args(argv)
     problems = [s for s in args.problems.split(",") if s]
     methods = [s for s in args.methods.split(",") if s]
+    import json
+
+    replaced = json.loads(args.options)
     from bnnpp import diagnostics
+    from bnnpp.diagnostics._common import _quiet_arviz
 
     result = {"machine": machine(), "load": f"load average at start {os.getloadavg()[0]:.1f} (5 engineers share 2 cores)",
               "command": "python " + " ".join(["benchmarks/samplers.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -163,14 +171,14 @@ def main(argv=None) -> dict:
         posts: dict = {}
         _, _, xt, _, _ = problem(name)
         for method in methods:
-            options = QUICK[method] if args.quick else OPTIONS[name][method]
+            options = replaced.get(method, QUICK[method] if args.quick else OPTIONS[name][method])
             print(f"{name} {method} {options} ...", flush=True)
             row, posts[method] = run(name, method, options, args.seed)
             result["rows"].append(row)
             if "nuts" in posts:  # the reference: every other method of this problem against it
                 for r in result["rows"]:
                     if r["problem"] == name and r["method"] != "nuts" and "vs_reference" not in r:
-                        with diagnostics._quiet_arviz():
+                        with _quiet_arviz():
                             ref = diagnostics.reference(posts[r["method"]], posts["nuts"], np.asarray(xt, np.float32))
                         r["vs_reference"] = {k: v for k, v in ref.items() if k != "per_point"}
             print({k: row.get(k) for k in ("wall_seconds", "max_r_hat", "min_ess_bulk", "seconds_to_target", "test_nll")}, flush=True)

@@ -7,16 +7,16 @@ whose posterior is N(m, S) with S = (I + XᵀX/σ²)⁻¹, m = S Xᵀy / σ² (B
 
 from __future__ import annotations
 
-
+import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from interrupting import interrupt_after
 
 import bnnpp
 from bnnpp.inference import TrainingInterrupted
 from bnnpp.posterior import arviz_compat
-from interrupting import interrupt_after
 
 SIGMA = 0.5
 
@@ -59,6 +59,7 @@ def test_sampler_matches_the_conjugate_posterior(method, data):
     x, y, mean, sd = data
     post = bnnpp.fit(linreg, (x, y), method=method, seed=1, progress=False, num_chains=4, num_warmup=200,
                      num_samples=300, init_loc="uniform")
+    assert set(post.samples) == {"w"}  # the model's own site, not the non-centred one
     w = post.samples["w"].astype(np.float64)  # (4, 300, 2)
     rhat, ess, _ = arviz_compat.rhat_ess(w)
     assert np.all(rhat < 1.05) and np.all(ess > 100)
@@ -72,6 +73,38 @@ def test_sampler_matches_the_conjugate_posterior(method, data):
     assert 0.3 < stats["acceptance_rate"].mean() <= 1.0
 
 
+def hierarchical(x, y=None):
+    """No information in the data: the posterior is the prior, v ~ InverseGamma(3, 3) and
+    w_i | v ~ N(0, v), so each w_i is marginally Student-t with 6 degrees of freedom and
+    scale sqrt(b/a) = 1 (variance 6/4)."""
+    v = numpyro.sample("v", dist.InverseGamma(3.0, 3.0))
+    numpyro.sample("w", dist.Normal(0.0, jnp.sqrt(v)).expand([3]).to_event(1))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(0.0, 1.0), obs=y)
+
+
+@pytest.mark.slow  # 4 chains x 700 steps: 105 s on 2 cores under load (compile most of it)
+def test_noncentered_draws_are_the_weights_of_the_model():
+    """The chains run on z = w / sqrt(v) (noncentered=True, the default); the posterior must
+    hold w itself, distributed as the closed-form Student-t marginal (scipy)."""
+    from scipy import stats
+
+    x, y = np.zeros((4, 1), np.float32), np.zeros(4, np.float32)
+    post = bnnpp.fit(hierarchical, (x, y), method="mclmc", seed=2, progress=False, num_chains=4, num_warmup=200,
+                     num_samples=500)
+    assert set(post.samples) == {"v", "w"}
+    w = post.samples["w"].astype(np.float64).reshape(4, -1)  # (chains, draws x 3)
+    _, ess, _ = arviz_compat.rhat_ess(post.samples["w"].astype(np.float64))
+    n = float(np.min(ess))
+    assert n > 200
+    # the quartiles of t_6 (±0.718): a quantile's Monte-Carlo sd is sqrt(p(1-p)/n)/density, ~0.05 at n = 200
+    q = np.quantile(w, [0.25, 0.75])
+    np.testing.assert_allclose(q, stats.t(6).ppf([0.25, 0.75]), atol=4 * np.sqrt(0.25 * 0.75 / n) / stats.t(6).pdf(0.718))
+    v = post.samples["v"].astype(np.float64)
+    # median of InverseGamma(3, 3) ≈ 0.87, density there ≈ 0.6: Monte-Carlo sd ≈ sqrt(0.25 / 200) / 0.6 ≈ 0.06
+    assert abs(np.median(v) - stats.invgamma(3.0, scale=3.0).median()) < 0.15
+
+
 def test_pathfinder_is_exact_on_a_gaussian_target(data):
     """On a Gaussian posterior L-BFGS's inverse Hessian is the covariance (D = 2 < history)."""
     x, y, mean, sd = data
@@ -82,6 +115,27 @@ def test_pathfinder_is_exact_on_a_gaussian_target(data):
     np.testing.assert_allclose(w.mean(axis=0), mean, atol=float(4 * sd.max() / 63))
     np.testing.assert_allclose(w.std(axis=0), sd, rtol=0.06)
     assert len(post.stats.extras["elbo"]) == 2
+
+
+@pytest.mark.slow  # two L-BFGS programs to compile: 60 s on 2 cores at load average 19
+def test_pathfinder_path_matches_blackjax():
+    """bnnpp's path (its Gaussians scored one iterate after another) is BlackJAX's
+    ``vi.pathfinder.approximate`` (scored vmapped) up to float rounding, on a correlated
+    3-D Gaussian with the same key."""
+    import jax
+    from blackjax.vi.pathfinder import approximate as blackjax_approximate
+
+    from bnnpp.inference.pathfinder import approximate
+
+    prec = jnp.array([[2.0, 0.5, 0.0], [0.5, 1.0, 0.3], [0.0, 0.3, 4.0]])
+    logdensity = lambda u: -0.5 * u["z"] @ prec @ u["z"]
+    key, u0 = jax.random.PRNGKey(0), {"z": jnp.array([1.0, -2.0, 0.5])}
+    # jitted: run eagerly, the L-BFGS scan and line search compile op by op (minutes)
+    ours = jax.jit(lambda k, u: approximate(k, logdensity, u, 8, maxiter=10, history=4))(key, u0)
+    theirs = jax.jit(lambda k, u: blackjax_approximate(k, logdensity, u, 8, maxiter=10, maxcor=4)[0])(key, u0)
+    np.testing.assert_allclose(ours.elbo, theirs.elbo, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ours.position["z"], theirs.position["z"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ours.alpha, theirs.alpha, rtol=1e-5)
 
 
 def test_sampler_options_are_checked_before_compiling(data):

@@ -20,16 +20,24 @@ The ``num_samples`` kept steps use the warm-up's moving averages of ε and T (an
 mass matrix). Starts: ``init_loc="uniform"`` (default) starts every chain uniformly in
 (−``init_radius``, ``init_radius``), as NUTS does; ``"pathfinder"`` draws the chains' starts
 from a few Pathfinder paths' Gaussians (:func:`bnnpp.inference.pathfinder.starts`). It is
-not the default because its compiled start stopped making progress (blocked, no CPU) on
-the 50-unit sinusoid network (benchmarks/README.md, samplers); on the moons network it ran.
+not the default: its L-BFGS program more than doubled the compile time on the moons
+network, and the chains converge from uniform starts (benchmarks/README.md, samplers).
 Statistics and extras: :mod:`bnnpp.inference.manychain`.
 
-Limitation: the ChEES criterion measures the chains' spread about their common mean, so it
-assumes the chains share one mode. Chains in different modes of a network's posterior (its
-hidden-unit permutations) make that spread mostly the distance between modes, and the tuned
-trajectory can shrink to a few leapfrog steps (``extras["mean_n_steps"]`` shows it);
-``pathfinder_paths=1`` starts every chain around one mode, and ``mclmc``'s trajectory length
-does not depend on the criterion (benchmarks/README.md, samplers).
+Two defaults depart from BlackJAX's ChEES, both for the posteriors of networks with
+hierarchical scales (measured in benchmarks/README.md, samplers):
+
+* the chains run on the non-centred form of the model (``noncentered=True``, every
+  location-scale weight ``w = loc + scale · z``, :func:`bnnpp.inference.manychain.noncentered`),
+  which removes the funnel between a layer's weights and its scale;
+* the trajectory length a transition uses is at least ``min_trajectory_length`` (π/2, a
+  quarter period of a unit-variance direction in the whitened coordinates, the rule
+  BlackJAX's own length floor applies to the slowest direction). On a network's posterior
+  the criterion can tune T several times shorter than that, centred or not, and the chains
+  then do not mix (benchmarks/README.md, samplers). The criterion measures the chains' spread about their common
+  mean, so it assumes one mode, and a network's chains sit in different modes (its
+  hidden-unit permutations); which of that and the few chains' noisy gradient shortens T was
+  not isolated. The floor acts on the trajectory used, not on the criterion's state.
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
-from bnnpp.inference.options import fraction, option, positive_int
+from bnnpp.inference.options import fraction, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
 
 __all__ = ["CheesOptions", "build"]
@@ -59,6 +67,7 @@ class CheesOptions(ManyChainOptions):
 
     target_accept_prob: float = option(0.651, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
     max_leapfrog_steps: int = option(256, "most leapfrog steps of one transition (caps the trajectory length)", check=positive_int)
+    min_trajectory_length: float = option(1.5707963, "chees: floor on the trajectory length T (a transition runs h*T, h in (0, 1) quasi-random) in the mass matrix's whitened units; default pi/2, a quarter period of a unit-variance direction", check=positive_float)
     mass_matrix: str = option("diagonal", "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity", choices=("diagonal", "identity"))
 
     refused: ClassVar[dict[str, str]] = {"epochs": "chees is not trained in epochs (every step uses all the data): pass num_steps "
@@ -74,6 +83,7 @@ def sampler(options: CheesOptions) -> Sampler:
     total = int(options.num_warmup) + int(options.num_samples)
     bits = max_bits(total)
     cap = int(options.max_leapfrog_steps)
+    floor = float(options.min_trajectory_length)
     jitter = lambda i: halton(i, bits)
     init_tuning, update = chees_adaptation.base(
         jitter, lambda i: i + 1, optax.adam(TRAJECTORY_LEARNING_RATE), float(options.target_accept_prob), 0.5, cap
@@ -90,7 +100,9 @@ def sampler(options: CheesOptions) -> Sampler:
         steps_avg = jnp.where(tuned, jnp.exp(tuning.log_trajectory_length_moving_average - tuning.log_step_size_moving_average),
                               tuning.trajectory_length / tuning.step_size)
         eps = jnp.where(warm, tuning.step_size, eps_avg)
-        return eps, jnp.where(warm, tuning.trajectory_length / tuning.step_size, steps_avg)
+        steps = jnp.where(warm, tuning.trajectory_length / tuning.step_size, steps_avg)
+        # the floor acts on the trajectory used, not on the criterion's state (BlackJAX's length floor does the same)
+        return eps, jnp.maximum(steps, floor / eps)
 
     def run_kernel(key, chain, logdensity, step_size, imm, steps):
         return kernel(key, chain, logdensity, step_size, imm, (steps,))

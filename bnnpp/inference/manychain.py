@@ -7,7 +7,10 @@ draws are emitted after every kept step, so that checkpoints, resume, the NaN gu
 progress bar and the device mesh (chains split over ``members``) come from the runner.
 
 Every chain runs on the model's unconstrained space with the shared log joint
-(:func:`bnnpp.inference.joint.joint_terms`, log-Jacobians included) on the full data. A
+(:func:`bnnpp.inference.joint.joint_terms`, log-Jacobians included) on the full data; with
+``noncentered=True`` (the default) on the non-centred form of the model (:func:`noncentered`:
+every location-scale weight ``w = loc + scale · z``, z sampled), whose draws are mapped back to
+the weights themselves, so the posterior's sites are the model's. A
 sampler supplies a :class:`Sampler`: its kernel, its tuning state and update, and the
 window of the warm-up in which the mass matrix is estimated.
 
@@ -34,7 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values, init_uniform
-from bnnpp.inference.options import Options, non_negative_int, option, optional, positive_float, positive_int
+from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
 from bnnpp.introspection import latent_sites, num_parameters
 
@@ -58,12 +61,13 @@ class ManyChainOptions(Options):
 
     num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
     num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
-    num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
+    num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
-    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians; hung on the 50-unit sinusoid net, benchmarks/README.md)", choices=INITS)
+    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)", choices=INITS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
     pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
+    noncentered: bool = option(True, "chees, mclmc: sample location-scale weights as loc + scale * z (non-centred; false: the weights themselves)", check=boolean)
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
@@ -77,6 +81,37 @@ class ManyChainOptions(Options):
         if out.num_steps is not None:
             out = dataclasses.replace(out, num_warmup=out.num_steps // 2, num_samples=out.num_steps - out.num_steps // 2)
         return out
+
+
+def noncentered(site):
+    """NumPyro reparam config: decentre every latent site whose prior is a location-scale
+    family on the reals (Normal, Laplace, Cauchy, Student-t), ``w = loc + scale · z`` with z
+    from the standard member of the family (Papaspiliopoulos, Roberts & Sköld 2007), so that
+    z's geometry does not depend on a hierarchical layer scale (no funnel between a layer's
+    weights and its scale). Returns a ``LocScaleReparam`` or ``None`` (site left alone)."""
+    import numpyro.distributions as dist
+    from numpyro.infer.reparam import LocScaleReparam
+
+    from bnnpp.introspection import BATCH_WRAPPERS, unwrap
+
+    if site["type"] != "sample" or site.get("is_observed") or site["name"].endswith("_decentered"):
+        return None  # (the standardised site LocScaleReparam creates is left alone)
+    base = unwrap(site["fn"], BATCH_WRAPPERS)
+    if type(base) in (dist.Normal, dist.Laplace, dist.Cauchy):
+        return LocScaleReparam(0)
+    if type(base) is dist.StudentT:
+        return LocScaleReparam(0, shape_params=("df",))
+    return None
+
+
+def sampled_model(model, options):
+    """The model the chains run on: ``model`` with :func:`noncentered` reparameterisation
+    when ``options.noncentered``, else ``model``."""
+    if not getattr(options, "noncentered", False):
+        return model
+    from numpyro import handlers
+
+    return handlers.reparam(model, config=noncentered)
 
 
 def halton(i, max_bits: int):
@@ -193,9 +228,10 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         (constrained values) and the ``sample_stats`` of :class:`ChainStats`.
     """
     sites = latent_sites(model, x, y)
-    shapes = {n: s.shape for n, s in sites.items()}
+    chained = sampled_model(model, options)
+    shapes = {n: s.shape for n, s in latent_sites(chained, x, y).items()}
     dim = num_parameters(sites)
-    joint = log_joint(model)
+    joint = log_joint(chained)
     num_chains, num_warmup, num_samples = int(options.num_chains), int(options.num_warmup), int(options.num_samples)
     start_at, stop_at = sampler.window
 
@@ -239,7 +275,8 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         return new, ManyChainInfo(-jnp.mean(chains.logdensity), jnp.mean(info.acceptance_rate), step_size)
 
     def values(position):
-        return jax.vmap(lambda u: constrained_values(model, u, x[:1], y[:1], KEY_MODEL, sites))(position)
+        # a decentred site's value is the deterministic site of its name
+        return jax.vmap(lambda u: constrained_values(chained, u, x[:1], y[:1], KEY_MODEL, sites))(position)
 
     def emit(key, state):
         return values(state.chains.position), state.last._asdict()

@@ -23,7 +23,8 @@ shared by all chains; W = ``num_warmup``):
 3. steps ``[W/2, W)``: ε by dual averaging with L fixed.
 
 The ``num_samples`` kept steps use dual averaging's averaged ε and the L of phase 2.
-Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
+The chains run on the non-centred form of the model by default (``noncentered=True``,
+:func:`bnnpp.inference.manychain.noncentered`). Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
 :mod:`bnnpp.inference.manychain`).
 """
 

@@ -4,8 +4,8 @@ from BlackJAX's ``vi.pathfinder``, and the starting points of the many-chain sam
 One path: L-BFGS maximises the log joint on the unconstrained space from a random start;
 at every iterate the L-BFGS inverse-Hessian factors define a Gaussian (Zhang et al.,
 Algorithm 1), each is scored by a Monte-Carlo ELBO from ``num_elbo_draws`` draws, and the
-path keeps the Gaussian with the highest ELBO (Algorithm 3). ``num_paths`` paths run side
-by side from independent starts (uniform in ``(-init_radius, init_radius)``, NumPyro's
+path keeps the Gaussian with the highest ELBO (Algorithm 3). ``num_paths`` paths run one
+after another (:func:`approximate` says why) from independent starts (uniform in ``(-init_radius, init_radius)``, NumPyro's
 ``init_to_uniform``); each is one chain of the posterior, so R-hat across paths says
 whether they found the same mode. The paths are not importance-resampled into one
 approximation (multi-path Pathfinder's Algorithm 2): a network's modes are its hidden-unit
@@ -37,7 +37,7 @@ from bnnpp.inference.options import Options, option, positive_float, positive_in
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites
 
-__all__ = ["PathfinderOptions", "build", "log_joint", "paths", "starts"]
+__all__ = ["PathfinderOptions", "approximate", "build", "log_joint", "paths", "starts"]
 
 KEY_MODEL = np.zeros(2, np.uint32)
 """The models draw nothing random at a fixed position: their seed handler gets PRNGKey(0)."""
@@ -89,23 +89,64 @@ def _unit_state(u: dict, history: int):
     )
 
 
+def approximate(key, logdensity: Callable, u0: dict, num_elbo_draws: int, *, maxiter: int, history: int):
+    """One Pathfinder path (Zhang et al. 2022, Algorithms 1 and 3): BlackJAX's
+    ``vi.pathfinder.approximate`` with its Gaussians scored one L-BFGS iterate after another
+    (``lax.map``) instead of all at once (``vmap``).
+
+    Vmapped, each iterate's matrix inverse and QR become two batched LAPACK calls that
+    XLA's CPU runtime can run at the same time, and two such calls can wait on each other
+    for ever inside jaxlib's ``jax::ParallelBatchMap`` (benchmarks/README.md, samplers).
+    Scored one at a time, every LAPACK call has a batch of one.
+
+    Returns:
+        The ``PathfinderState`` of the iterate with the highest ELBO (ELBO −inf where no
+        iterate's was finite).
+    """
+    from blackjax.optimizers.lbfgs import _minimize_lbfgs, bfgs_sample, lbfgs_inverse_hessian_factors
+    from blackjax.vi.pathfinder import PathfinderState
+
+    flat0, unravel = ravel_pytree(u0)
+    objective = lambda x: -logdensity(unravel(x))
+    (_, status), hist = _minimize_lbfgs(objective, flat0, maxiter, history, 1e-08, 1e-05, 1000)
+    position, grad, alpha = hist.x, hist.g, hist.alpha
+    mask = hist.update_mask[1:]
+    s = jnp.pad(jnp.where(mask, jnp.diff(position, axis=0), 0.0), ((history, 0), (0, 0)))
+    z = jnp.pad(jnp.where(mask, jnp.diff(grad, axis=0), 0.0), ((history, 0), (0, 0)))
+
+    def score(args):
+        i, k = args
+        window = i + jnp.arange(history)
+        beta, gamma = lbfgs_inverse_hessian_factors(s[window].T, z[window].T, alpha[i])
+        phi, logq = bfgs_sample(k, num_elbo_draws, position[i], grad[i], alpha[i], beta, gamma)
+        logp = -jax.vmap(objective)(phi)
+        return jnp.mean(logp - logq), beta, gamma
+
+    size = maxiter + 1
+    elbo, beta, gamma = jax.lax.map(score, (jnp.arange(size), jax.random.split(key, size)))
+    elbo = jnp.where((jnp.arange(size) < status.iter_num) & jnp.isfinite(elbo), elbo, -jnp.inf)
+    best = jnp.argmax(elbo)
+    return PathfinderState(elbo[best], unravel(position[best]), unravel(grad[best]), alpha[best], beta[best], gamma[best])
+
+
 def paths(logdensity: Callable, key, u0: dict, *, maxiter: int, history: int, num_elbo_draws: int):
-    """Run one Pathfinder path per start (the leading axis of ``u0``'s leaves, vmapped).
+    """Run one Pathfinder path per start (the leading axis of ``u0``'s leaves), one path
+    after another (``lax.map``, for the reason :func:`approximate` gives).
 
     Returns:
         A BlackJAX ``PathfinderState`` per path (leaves with a leading ``(paths,)`` axis);
         a path with no finite ELBO keeps its start with a unit covariance and ELBO −inf.
     """
-    from blackjax.vi.pathfinder import approximate
 
-    def one(k, u):
-        state, _ = approximate(k, logdensity, u, num_elbo_draws, maxiter=maxiter, maxcor=history)
+    def one(args):
+        k, u = args
+        state = approximate(k, logdensity, u, num_elbo_draws, maxiter=maxiter, history=history)
         fallback = _unit_state(u, history)
         ok = jnp.isfinite(state.elbo)
         return jax.tree.map(lambda a, b: jnp.where(ok, a, b), state, fallback)
 
     num = jax.tree.leaves(u0)[0].shape[0]
-    return jax.vmap(one)(jax.random.split(key, num), u0)
+    return jax.lax.map(one, (jax.random.split(key, num), u0))
 
 
 def draw(key, state, num_samples: int) -> dict:
@@ -114,7 +155,8 @@ def draw(key, state, num_samples: int) -> dict:
     from blackjax.vi.pathfinder import sample
 
     num = state.elbo.shape[0]
-    return jax.vmap(lambda k, s: sample(k, s, num_samples)[0])(jax.random.split(key, num), state)
+    # one path after another: one batched QR per path (see approximate)
+    return jax.lax.map(lambda ks: sample(ks[0], ks[1], num_samples)[0], (jax.random.split(key, num), state))
 
 
 def starts(logdensity: Callable, key, shapes: dict, num_chains: int, *, num_paths: int, radius: float, maxiter: int,
