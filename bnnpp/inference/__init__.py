@@ -133,8 +133,6 @@ def fit(
     if observed is not None and (not isinstance(observed, str) or not observed):
         raise TypeError(f"observed must be the name of the model's observed site, e.g. 'Y', got {observed!r}")
     check_request(devices, mesh)
-    if (devices is not None or mesh is not None) and not chosen.takes_mesh:
-        raise ValueError(f"method {method!r} runs on one device: leave devices and mesh unset")
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
     checkpoint = None
@@ -151,7 +149,7 @@ def fit(
     start = None
     if init is not None:
         if not chosen.takes_start:
-            raise ValueError(f"method {method!r} cannot start from given values: leave init unset ({chosen.start_refusal})")
+            raise ValueError(f"method {method!r} cannot start from given values: leave init unset (its build has no start argument)")
         start = start_position(model, x, y, init)
     posterior = chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
                            devices=devices, mesh=mesh, rows=rows, start=start)

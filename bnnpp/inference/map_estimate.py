@@ -96,8 +96,9 @@ class MAPInfo(NamedTuple):
     loss: jax.Array
 
 
-def _keys(root) -> Keys:
-    # bnnpp 0.1's derivation, so that a seed gives the same fit as before
+def map_keys(root) -> Keys:
+    """The keys of a MAP fit from its root key (bnnpp 0.1's derivation, so that a seed gives the
+    same fit as before)."""
     key_init, key_model = jax.random.split(root)
     return Keys(init=key_init, steps=key_model, data=jax.random.fold_in(key_init, 1), sample=key_model)
 
@@ -167,7 +168,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None) -> Algori
 
     return Algorithm(
         init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map",
-        point=lambda state: state.position, keys=_keys,
+        point=lambda state: state.position, keys=map_keys,
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
     )
 

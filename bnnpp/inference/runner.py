@@ -63,7 +63,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from bnnpp.inference import health, sharding
-from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
+from bnnpp.inference.algorithm import Algorithm, Keys, Outcome, default_keys
 from bnnpp.inference.checkpoints import (
     Checkpointer,
     Checkpointing,
@@ -541,9 +541,10 @@ def run(
         lower = partial(_lower_on, place, rs_sh.state)
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, chunk_size, data, "loss", shardings)}
     approximate = algorithm.approximation or (lambda state: None)
-    if algorithm.emit is None:  # the draws and the approximation in one program
+    if algorithm.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
+        draw = algorithm.sample if algorithm.finalize is None else (lambda k, s, num: {})
         lowered["sample"] = lower(
-            lambda k, s: (algorithm.sample(k, s, algorithm.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state
+            lambda k, s: (draw(k, s, algorithm.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state
         )
     elif algorithm.approximation is not None:
         lowered["approximation"] = lower(approximate, 0, rs_shape.state)
@@ -665,6 +666,10 @@ def run(
             "minibatches": "full batch" if plan.batch == n else "each device from its own rows" if plan.local is not None
             else "one permutation of all rows",
         }
+    if algorithm.finalize is not None:  # the method's own last stage (Laplace's curvature, NUTS's divergences)
+        samples, approximation, sample_stats, extras = algorithm.finalize(
+            plan.keys.sample, rs.state, data, Outcome(samples, approximation, sample_stats, extras)
+        )
     x_post, y_post = x, y
     if share is not None:  # the whole (small) training set for the posterior, gathered once
         small = n * int(np.prod(x.shape[1:])) <= MAX_SAVED_DATA

@@ -67,7 +67,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +80,7 @@ from numpyro.distributions.transforms import biject_to
 from numpyro.primitives import Messenger
 
 from bnnpp.inference import map_estimate
-from bnnpp.inference.checkpoints import Checkpointing
+from bnnpp.inference.algorithm import Algorithm, Keys, Outcome
 from bnnpp.inference.joint import constrained_values, latent_trace, log_likelihood, site_log_prior
 from bnnpp.inference.laplace.approximation import _KEY, LaplaceGaussian, _likelihood_kind, _observation
 from bnnpp.inference.laplace.curvature import _ggn
@@ -95,14 +95,11 @@ from bnnpp.inference.laplace.evidence import (
 )
 from bnnpp.inference.options import check_validation_data, check_validation_pair, non_negative_int, option, positive_int
 from bnnpp.inference.registry import Method, register
-from bnnpp.inference.runner import run
-from bnnpp.inference.start import digest
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters
 from bnnpp.models.layers import LAYER_EFFECT
-from bnnpp.posterior import Posterior
 
-__all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "fit"]
+__all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "build"]
 
 MAX_FULL_PARAMETERS = 3000
 """``hessian="full"`` is refused above this many Laplace parameters: it computes P Hessian-vector
@@ -127,6 +124,8 @@ def prior_precision_check(name: str, value) -> None:
 @dataclass(frozen=True)
 class LaplaceOptions(map_estimate.MAPOptions):
     """Options of ``method="laplace"``: the MAP fit's (those of ``map``), then the Laplace's."""
+
+    validates_chunks: ClassVar[bool] = False  # validation_data tunes the prior precision
 
     num_steps: int = option(
         5_000, "MAP optimisation steps (0: no MAP, the Laplace approximation around the weights given as init=)",
@@ -407,25 +406,22 @@ def _unconstrain(model, values: dict, x, y) -> dict:
     return {k: biject_to(supports[k]).inv(jnp.asarray(v)) for k, v in values.items()}
 
 
-def fit(
-    model, x, y, options: LaplaceOptions, *, seed: int, progress: bool, checkpoint: Checkpointing | None = None,
-    resume: bool = False, start: dict | None = None,
-) -> Posterior:
-    """The MAP (the ``map`` algorithm through the runner), then the Laplace approximation.
+def build(model, x, y, options: LaplaceOptions, start: dict | None = None) -> Algorithm:
+    """The ``map`` algorithm (:func:`bnnpp.inference.map_estimate.build`) with a ``finalize``
+    stage that takes the Laplace approximation at the MAP it found.
 
     ``start`` (``bnnpp.fit``'s ``init``, unconstrained): the MAP starts there; with
     ``num_steps=0`` there is no MAP and the approximation is taken at ``start`` itself, which
     must then name every latent site (post-hoc Laplace around a network trained elsewhere; the
     curvature is only a posterior's where the weights are a mode of this model's log joint).
 
-    Returns:
-        A :class:`Posterior` with ``num_samples`` draws ``(1, num_samples, *site_shape)`` of every
-        latent site, ``approximation`` a :class:`LaplaceGaussian`, the MAP's loss trace in
-        ``stats.traces`` and the Laplace facts in ``stats.extras`` / ``sample_stats`` (module
-        docstring).
+    The runner's posterior then has ``num_samples`` draws ``(1, num_samples, *site_shape)`` of
+    every latent site, ``approximation`` a :class:`LaplaceGaussian`, the MAP's loss trace in
+    ``stats.traces`` and the Laplace facts in ``stats.extras`` / ``sample_stats`` (module
+    docstring).
 
     Raises:
-        ValueError: an unsupported combination (see :func:`plan`), before the MAP runs.
+        ValueError: an unsupported combination (see :func:`plan`), before anything compiles.
     """
     p = plan(model, x, y, options)
     map_options = map_estimate.MAPOptions(**{k: getattr(options, k) for k in map_estimate.MAPOptions.names() if k != "num_steps"},
@@ -439,16 +435,39 @@ def fit(
             )
         # one step that moves nothing, so the run's records (the loss at the given weights) come as for any fit
         map_options = replace(map_options, optimizer=optax.set_to_zero(), hyperparameters="map")
-    algorithm = map_estimate.build(model, x, y, map_options, start=start)._replace(name="laplace (MAP)")
-    recorded = options.as_dict() | ({"init": digest(start)} if start else {})
-    found = run(
-        algorithm, model, x, y, method="laplace", seed=seed, options=recorded, progress=progress,
-        chunk_size=options.chunk_size, checkpoint=checkpoint, resume=resume,
-    )
+    found = map_estimate.build(model, x, y, map_options, start=start)
+
+    def keys(root) -> Keys:  # the MAP's keys; the Laplace draws from fold_in(root, 15)
+        return map_estimate.map_keys(root)._replace(sample=jax.random.fold_in(root, 15))
+
+    def sample(key, state, num_samples):  # traceable draws (trace_fit, the sweep): no validation tuning
+        params = _laplace(model, x, y, _unconstrain(model, {k: v[0] for k, v in found.sample(key, state, 1).items()}, x, y), p, options)
+        params.pop("indefinite_directions", None)
+        return _draw(model, x, y, params, key, num_samples)
+
+    def finalize(key, state, data, outcome: Outcome) -> Outcome:
+        mode = jax.device_get(jax.jit(lambda s: found.sample(key, s, 1))(state))  # {site: (1, *shape)}, constrained
+        return _finalize(model, p, options, key, data, outcome._replace(samples={k: v[None] for k, v in mode.items()}))
+
+    return found._replace(sample=sample, num_samples=options.num_samples, name="laplace (MAP)", keys=keys, finalize=finalize)
+
+
+def _draw(model, x, y, params, key, num_samples):
+    """``num_samples`` constrained draws ``{site: (num_samples, *shape)}`` of every latent site
+    from the Laplace approximation with ``params``."""
+    approx = LaplaceGaussian(params)
+    theta = approx.sample_unconstrained(key, num_samples)
+    sites = [k[: -len("__mean")] for k in params if k.endswith("__mean")] + [k[: -len("__fixed")] for k in params if k.endswith("__fixed")]
+    return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, x[:1], y[:1], _KEY, sites))(theta)
+
+
+def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outcome) -> Outcome:
+    """The Laplace approximation at the MAP the runner found (``outcome.samples``, one draw):
+    its draws, its :class:`LaplaceGaussian` and its facts (module docstring)."""
     t0 = time.perf_counter()
-    u = _unconstrain(model, {k: v[0, 0] for k, v in found.samples.items()}, x, y)
-    xj, yj = jax.device_put(x), jax.device_put(y)
-    sites = list(found.samples)
+    xj, yj = data
+    sites = list(outcome.samples)
+    u = _unconstrain(model, {k: v[0, 0] for k, v in outcome.samples.items()}, xj, yj)
 
     @jax.jit
     def draw(params, key):
@@ -456,7 +475,6 @@ def fit(
         theta = approx.sample_unconstrained(key, options.num_samples)
         return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, xj[:1], yj[:1], _KEY, sites))(theta)
 
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), 15)
     params = jax.device_get(jax.jit(lambda u: _laplace(model, xj, yj, u, p, options))(u))
     indefinite = int(params.pop("indefinite_directions", 0))
     if indefinite:
@@ -475,20 +493,18 @@ def fit(
         params, tuned = _tune_on_validation(model, params, list(p.layers), options, jax.random.fold_in(key, 1))
     draws = jax.device_get(draw(params, key))
     approx = LaplaceGaussian({k: np.asarray(v) for k, v in params.items()})
-    seconds = time.perf_counter() - t0
     lml = float(params["log_marginal_likelihood"])
+    shapes = {k: np.shape(v)[2:] for k, v in outcome.samples.items()}
     extras = {
-        **found.stats.extras, "hessian": p.hessian, "subset": list(p.subset), "laplace_parameters": int(num_parameters({k: found.sites[k] for k in p.subset})),
+        **outcome.extras, "hessian": p.hessian, "subset": list(p.subset),
+        "laplace_parameters": int(sum(int(np.prod(shapes[k])) for k in p.subset)),
         "log_marginal_likelihood": lml, "prior_precision": _precision_info(params["prior_precision"], options),
-        "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": seconds, **tuned,
+        "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": time.perf_counter() - t0, **tuned,
         **({"indefinite_directions": indefinite} if p.hessian == "full" else {}),
     }
-    stats = replace(
-        found.stats, extras=extras, sample_seconds=found.stats.sample_seconds + seconds,
-        sample_stats={"log_marginal_likelihood": np.full((1, options.num_samples), lml, np.float32)},
-    )
     samples = {k: np.asarray(v)[None] for k, v in draws.items()}
-    return Posterior(samples, stats, model, x, y, found.sites, approx)
+    sample_stats = {"log_marginal_likelihood": np.full((1, options.num_samples), lml, np.float32)}
+    return Outcome(samples, approx, sample_stats, extras)
 
 
-register(Method("laplace", LaplaceOptions, fit=fit, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior"))
+register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior"))
