@@ -57,6 +57,7 @@ from numpyro.infer.util import constrain_fn, potential_energy
 
 from bnnpp.inference.algorithm import Algorithm, Outcome
 from bnnpp.inference.joint import init_uniform
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import (
     Options,
     boolean,
@@ -138,7 +139,7 @@ class NUTSOptions(Options):
                 )
 
 
-    def placement(self, model, x, y, devices, mesh):
+    def placement(self, info, devices, mesh):
         """``chain_method="parallel"`` asks for one device per chain; ``device`` picks the CPU for
         a small problem (:func:`device_for`)."""
         placed = devices is not None or mesh is not None
@@ -150,8 +151,7 @@ class NUTSOptions(Options):
         if axes is not None and axes.get("data", 1) > 1:
             total = axes["data"] * axes.get("members", 1)
             raise ValueError(f"NUTS splits its chains over devices, not the data: use mesh='chains={total}' or fewer devices")
-        n_params = num_parameters(latent_sites(model, x, y))
-        return devices, mesh, device_for(self.device, n_params, int(x.shape[0]), placed)
+        return devices, mesh, device_for(self.device, num_parameters(info.sites), int(info.x.shape[0]), placed)
 
 
 DEFAULTS = NUTSOptions.defaults()
@@ -207,7 +207,7 @@ class NUTSInfo(NamedTuple):
     loss: jax.Array
 
 
-def build(model, x, y, options: NUTSOptions, start: dict | None = None) -> Algorithm:
+def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: ModelInfo | None = None) -> Algorithm:
     """NUTS as an :class:`Algorithm` that emits every post-warm-up state: the posterior's draws
     are ``(num_chains, num_samples, *site_shape)`` of the model's latent sites (deterministic
     sites such as ``logits`` are left out) and its ``sample_stats`` the per-draw statistics of
@@ -215,12 +215,12 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None) -> Algor
     ``divergences_per_chain`` and ``device`` to ``stats.extras``.
 
     ``start``: site → unconstrained start value for every chain (the other sites start uniform
-    in ±``init_radius``).
+    in ±``init_radius``). ``info``: the model's :class:`ModelInfo` (traced here when not given).
 
     Warns:
         UserWarning: above :data:`PARAMETER_WARNING` latent parameters (before anything runs).
     """
-    sites = latent_sites(model, x, y)
+    sites = (info or ModelInfo.of(model, x, y)).sites
     n_params = num_parameters(sites)
     if n_params > PARAMETER_WARNING:
         warnings.warn(
@@ -233,7 +233,7 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None) -> Algor
     if start and options.noncentered:
         raise ValueError("init= names the model's sites and noncentered=True samples standardised ones: leave one of them unset")
     sampled = handlers.reparam(model, config=_noncentered) if options.noncentered else model
-    shapes = {name: s.shape for name, s in latent_sites(sampled, x, y).items()}
+    shapes = {name: s.shape for name, s in (latent_sites(sampled, x, y) if options.noncentered else sites).items()}
     chains, warmup, draws = int(options.num_chains), int(options.num_warmup), int(options.num_samples)
     dense = [tuple(sorted(shapes))] if options.dense_mass else []
     init_kernel, sample_kernel = hmc(potential_fn_gen=lambda *data: lambda z: potential_energy(sampled, data, {}, z), algo="NUTS")

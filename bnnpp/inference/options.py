@@ -298,8 +298,9 @@ class Options:
     def check(self) -> None:
         """Checks across fields (override); raise ValueError/TypeError with one line."""
 
-    def placement(self, model, x: np.ndarray, y: np.ndarray, devices: int | None, mesh: str | dict | None):
-        """Where the fit runs: ``(devices, mesh, device)`` from the ``devices``/``mesh`` asked
+    def placement(self, info, devices: int | None, mesh: str | dict | None):
+        """Where the fit runs: ``(devices, mesh, device)`` from the model's
+        :class:`~bnnpp.inference.model_info.ModelInfo` and the ``devices``/``mesh`` asked
         for, ``device`` a ``jax.Device`` to run on or ``None`` for JAX's default (override:
         NUTS's ``chain_method="parallel"`` asks for one device per chain). Default: as asked."""
         return devices, mesh, None

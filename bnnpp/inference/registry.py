@@ -18,6 +18,7 @@ from numpyro import handlers
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.checkpoints import Checkpointing
 from bnnpp.inference.checks import check_data
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import Options
 from bnnpp.inference.runner import run
 from bnnpp.inference.sharding import global_rows
@@ -79,28 +80,32 @@ class Method:
     def run(
         self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
         checkpoint: Checkpointing | None = None, resume: bool = False, devices: int | None = None,
-        mesh: str | dict | None = None, rows=None, start: dict | None = None,
+        mesh: str | dict | None = None, rows=None, start: dict | None = None, info: ModelInfo | None = None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
         epochs and the like are fixed first (:meth:`Options.resolve`). ``rows``: a
         :class:`bnnpp.data.Rows` when ``x``, ``y`` are one process's block of the training rows
         (the method is built for the global row count; :func:`~bnnpp.inference.runner.run`).
         ``start``: site → unconstrained start value (``bnnpp.fit``'s ``init``, checked by
-        :func:`bnnpp.inference.start.start_position`), for methods that :attr:`takes_start`."""
+        :func:`bnnpp.inference.start.start_position`), for methods that :attr:`takes_start`.
+        ``info``: the model's :class:`~bnnpp.inference.model_info.ModelInfo` (found here when
+        not given), handed to a ``build`` that takes ``info`` and to the runner."""
         if start and not self.takes_start:
             raise ValueError(f"method {self.name!r} cannot start from given values: leave init unset (its build has no start argument)")
         options = options.resolve(int(x.shape[0]) if rows is None else int(rows.total))
-        devices, mesh, device = options.placement(model, x, y, devices, mesh)
+        if info is None:
+            info = ModelInfo.of(model, *((x, y) if rows is None else global_rows(x, y, rows.total)))
+        devices, mesh, device = options.placement(info, devices, mesh)
         given_model = model
         model = tempered(model, getattr(options, "temperature", 1.0))
         with contextlib.nullcontext() if device is None else jax.default_device(device):
             posterior = self._run(model, x, y, options, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                                  devices=devices, mesh=mesh, rows=rows, start=start)
+                                  devices=devices, mesh=mesh, rows=rows, start=start, info=info)
         if model is not given_model:  # the posterior predicts with (and saves) the model as given
             posterior = replace(posterior, model=given_model, _jitted={})
         return posterior
 
-    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows, start) -> Posterior:
+    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows, start, info) -> Posterior:
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
@@ -108,7 +113,7 @@ class Method:
             except (TypeError, ValueError) as e:
                 raise type(e)(f"validation_data: {e}") from None
         algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options,
-                               **({"start": start} if start else {}))
+                               **({"start": start} if start else {}), **({"info": info} if self.takes_info else {}))
         if rows is not None and algorithm.finalize is not None:
             raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         recorded = _recorded(options)
@@ -117,7 +122,7 @@ class Method:
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=recorded, progress=progress,
             chunk_size=getattr(options, "chunk_size", None), validation_data=validation if options.validates_chunks else None,
-            checkpoint=checkpoint, resume=resume, devices=devices, mesh=mesh, rows=rows,
+            checkpoint=checkpoint, resume=resume, devices=devices, mesh=mesh, rows=rows, sites=info.sites,
         )
 
     @property
@@ -125,6 +130,11 @@ class Method:
         """Whether the method can start from given values (``bnnpp.fit``'s ``init``): its
         ``build`` takes ``start``."""
         return "start" in inspect.signature(self.build).parameters
+
+    @property
+    def takes_info(self) -> bool:
+        """Whether its ``build`` takes the fit's :class:`~bnnpp.inference.model_info.ModelInfo` as ``info``."""
+        return "info" in inspect.signature(self.build).parameters
 
 
 Backend = Method

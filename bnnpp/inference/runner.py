@@ -182,6 +182,7 @@ def run(
     devices: int | None = None,
     mesh: str | dict | None = None,
     rows=None,
+    sites: dict | None = None,
 ) -> Posterior:
     """Fit ``model`` to ``(x, y)`` with ``algorithm`` and return the :class:`Posterior`.
 
@@ -208,6 +209,7 @@ def run(
             training set gathered once after training when it has at most
             :data:`~bnnpp.posterior.MAX_SAVED_DATA` values (what a run folder saves), else
             empty ``(0, ...)`` arrays (as a posterior loaded without its data).
+        sites: the model's latent sites for the posterior (``ModelInfo.sites``; traced when not given).
 
     Returns:
         A :class:`Posterior`: draws ``(1, num_samples, *site)`` from ``sample`` or
@@ -257,7 +259,7 @@ def run(
         steps_run=steps_run, stopped_at=stopped_at, compile_seconds=compile_seconds, run_seconds=run_seconds,
         sample_seconds=time.perf_counter() - t0, extras=outcome.extras,
     )
-    return _assemble(fit, model, x, y, outcome, stats)
+    return _assemble(fit, model, x, y, outcome, stats, sites)
 
 
 class _Fit(NamedTuple):
@@ -418,8 +420,7 @@ def _kept(fit: _Fit, emitted, bad_steps, units_run: int, bad_unit: int | None):
 
 
 def _traces(unit_rows, ends) -> dict:
-    """The ``info`` fields per step (none for emitting samplers: their per-draw statistics
-    are ``sample_stats``)."""
+    """The ``info`` fields per step (none for emitting samplers: theirs are ``sample_stats``)."""
     return {k: np.asarray(v) for k, v in unit_rows[0]._asdict().items()} if ends is None else {}
 
 
@@ -435,12 +436,13 @@ def _placement_facts(fit: _Fit, rs, x, compile_seconds: float, seconds_per_step:
     }
 
 
-def _assemble(fit: _Fit, model, x, y, outcome: Outcome, stats: FitStats) -> Posterior:
+def _assemble(fit: _Fit, model, x, y, outcome: Outcome, stats: FitStats, sites: dict | None) -> Posterior:
     """Assemble: the :class:`Posterior` (the one place one is built), with its health notes."""
     x_post, y_post = x, y
     if fit.share is not None:  # the whole (small) training set for the posterior, gathered once
         small = fit.n * int(np.prod(x.shape[1:])) <= MAX_SAVED_DATA
         x_post, y_post = (tuple(np.asarray(a) for a in sharding.to_host(fit.data)) if small else (x[:0], y[:0]))
-    posterior = Posterior(outcome.samples, stats, model, x_post, y_post, latent_sites(model, x, y), outcome.approximation)
+    sites = latent_sites(model, x, y) if sites is None else sites
+    posterior = Posterior(outcome.samples, stats, model, x_post, y_post, sites, outcome.approximation)
     health.warn(posterior, stacklevel=5)  # not converged, or a q that PSIS rejects: one line each
     return posterior

@@ -90,6 +90,7 @@ from bnnpp.inference.laplace.evidence import (
     _precision_info,
     _tune_on_validation,
 )
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import check_validation_data, check_validation_pair, non_negative_int, option, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
@@ -179,11 +180,12 @@ class _Plan:
     tune_sigma: bool
 
 
-def plan(model, x, y, options: LaplaceOptions) -> _Plan:
+def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Plan:
     """Resolve ``hessian="auto"`` and the sites of θ; ValueError (one line, naming the fix) for
     an unsupported model/option combination or a full Hessian above
-    :data:`MAX_FULL_PARAMETERS`. Abstract tracing only: nothing compiles."""
-    sites = latent_sites(model, x, y)
+    :data:`MAX_FULL_PARAMETERS`. Abstract tracing only: nothing compiles. ``sites``: the latent
+    sites when already found (``ModelInfo.sites``)."""
+    sites = latent_sites(model, x, y) if sites is None else sites
     layers = {}
     for name, facts in _find_layers(model, x, y).items():
         if f"{name}.w" in sites and f"{name}.b" in sites:
@@ -290,7 +292,7 @@ def _unconstrain(model, values: dict, x, y) -> dict:
     return {k: biject_to(supports[k]).inv(jnp.asarray(v)) for k, v in values.items()}
 
 
-def build(model, x, y, options: LaplaceOptions, start: dict | None = None) -> Algorithm:
+def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info: ModelInfo | None = None) -> Algorithm:
     """The ``map`` algorithm (:func:`bnnpp.inference.map_estimate.build`) with a ``finalize``
     stage that takes the Laplace approximation at the MAP it found.
 
@@ -298,6 +300,7 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None) -> Al
     ``num_steps=0`` there is no MAP and the approximation is taken at ``start`` itself, which
     must then name every latent site (post-hoc Laplace around a network trained elsewhere; the
     curvature is only a posterior's where the weights are a mode of this model's log joint).
+    ``info``: the model's :class:`ModelInfo` (traced here when not given).
 
     The runner's posterior then has ``num_samples`` draws ``(1, num_samples, *site_shape)`` of
     every latent site, ``approximation`` a :class:`LaplaceGaussian`, the MAP's loss trace in
@@ -307,11 +310,12 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None) -> Al
     Raises:
         ValueError: an unsupported combination (see :func:`plan`), before anything compiles.
     """
-    p = plan(model, x, y, options)
+    info = info or ModelInfo.of(model, x, y)
+    p = plan(model, x, y, options, info.sites)
     map_options = map_estimate.MAPOptions(**{k: getattr(options, k) for k in map_estimate.MAPOptions.names() if k != "num_steps"},
                                           num_steps=max(options.num_steps, 1))
     if options.num_steps == 0:
-        missing = [k for k in latent_sites(model, x, y) if k not in (start or {})]
+        missing = [k for k in info.sites if k not in (start or {})]
         if missing:
             raise ValueError(
                 "laplace with num_steps=0 takes the approximation at the weights you give: pass init= with every latent site "
@@ -319,7 +323,7 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None) -> Al
             )
         # one step that moves nothing, so the run's records (the loss at the given weights) come as for any fit
         map_options = replace(map_options, optimizer=optax.set_to_zero(), hyperparameters="map")
-    found = map_estimate.build(model, x, y, map_options, start=start)
+    found = map_estimate.build(model, x, y, map_options, start=start, info=info)
 
     def keys(root) -> Keys:  # the MAP's keys; the Laplace draws from fold_in(root, 15)
         return map_estimate.map_keys(root)._replace(sample=jax.random.fold_in(root, 15))
