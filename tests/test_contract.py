@@ -106,7 +106,7 @@ def _linreg_data(n=60, seed=0):
     return x, (x @ np.array([1.0, -0.5]) + SIGMA * rng.normal(size=n)).astype(np.float32)
 
 
-def test_toy_method_through_fit_predict_arviz_save_load(rwm, tmp_path):
+def test_toy_method_through_fit_predict_arviz_save_load_resume_and_cli(rwm, tmp_path, monkeypatch):
     x, y = _linreg_data()
     post = bnnpp.fit(linreg, (x, y), method=rwm, seed=0, progress=False)
     assert post.samples["w"].shape == (1, 100, 2) and post.samples["s"].shape == (1, 100)
@@ -122,6 +122,19 @@ def test_toy_method_through_fit_predict_arviz_save_load(rwm, tmp_path):
     assert back.method == "rwm"
     np.testing.assert_array_equal(back.samples["w"], post.samples["w"])
     np.testing.assert_allclose(back.predict(x[:5]).draws, pred.draws, rtol=1e-6)
+    # the runner gives it checkpoints: stopped after its first chunk and resumed, the same fit
+    with monkeypatch.context() as m:
+        interrupt_after(m, 1)
+        with pytest.raises(TrainingInterrupted):
+            bnnpp.fit(linreg, (x, y), method=rwm, seed=0, progress=False, checkpoint_dir=tmp_path / "ck")
+    resumed = bnnpp.fit(linreg, (x, y), method=rwm, seed=0, progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(resumed.samples["w"], post.samples["w"])
+    # and `bnnpp fit`'s parser offers it, with its flags (the `--help` text printed without
+    # loading JAX is a snapshot of the built-in methods' parser: python -m bnnpp.cli._help_snapshot)
+    from bnnpp.cli._help_snapshot import render
+
+    shown = render("fit")
+    assert "rwm" in shown and "--step-size" in shown
     with pytest.raises(ValueError, match="does not take option"):
         bnnpp.fit(linreg, (x, y), method=rwm, num_chains=2)
     with pytest.raises(ValueError, match="step_size must be a positive number"):
