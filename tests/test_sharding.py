@@ -96,8 +96,6 @@ def test_bad_requests_fail_before_compiling(moons, compile_counter):
         with pytest.raises(ValueError, match=re.escape(match)) as e:
             bnnpp.fit(net, moons, method="map", num_steps=5, progress=False, **kw)
         assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="runs on one device"):
-        bnnpp.fit(net, moons, method="laplace", progress=False, devices=1)
     assert compile_counter() == before
 
 
