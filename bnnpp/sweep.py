@@ -29,7 +29,7 @@ from bnnpp import metrics, models, priors
 from bnnpp.data import Dataset
 from bnnpp.inference import fit
 from bnnpp.inference.checks import check_data
-from bnnpp.inference.registry import get_method, registered
+from bnnpp.inference.registry import get_method
 from bnnpp.inference.runner import guarded_trace_fit
 from bnnpp.introspection import observation
 
@@ -211,8 +211,8 @@ def sweep(
     Args:
         datasets: classification :class:`~bnnpp.data.Dataset` s (e.g. moons and circles).
         configs: from :func:`grid`.
-        method: a registered method; ``vmap=True`` needs one the runner drives (every
-            method but ``nuts``, which runs NumPyro's own loop).
+        method: a registered method (every one is an algorithm the runner drives, so
+            ``vmap=True`` takes any).
         seeds: inference seeds (the data stay fixed).
         hidden, activation: the MLP (default the 2-5-5-2 tanh net of Zharikov, Isachenko & Bochkarev).
         vmap: train each structure group in one vmapped program (``False``: one
@@ -241,9 +241,6 @@ def sweep(
                              "bnnpp compare --prior ... or fit each with bnnpp fit")
     chosen = get_method(method)
     parsed = chosen.parse(options)
-    if vmap and chosen.build is None:
-        vmappable = ", ".join(m for m in registered() if get_method(m).build is not None)
-        raise ValueError(f"method {method!r} cannot be vmapped over a grid; use one of {vmappable}, or vmap=False")
     for d in datasets:
         x, y = check_data(d, _model(d, configs[0].prior, hidden, activation, model_fn))
         parsed.check_data(x, y)

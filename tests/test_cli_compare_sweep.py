@@ -61,7 +61,6 @@ def test_sweep_end_to_end(tmp_path):
         (["compare", "--methods", "map", "--set", "map.num_warmup=5"], "map takes"),
         (["compare", "--methods", "map", "--set", "map.num_steps=-5"], "num_steps must be"),
         (["sweep", "--priors", "flat", "--hyperpriors", "half-cauchy"], "grid is empty"),
-        (["sweep", "--method", "nuts"], "cannot be vmapped"),
         (["sweep", "--data", "sinusoid"], "--data takes moons"),
     ],
 )

@@ -1,5 +1,6 @@
-"""The backend contract: every registered method keeps the same promises, and a new method is
-one ``build`` over the public contract.
+"""The backend contract: every registered method keeps the same promises (fit, ArviZ, save/load,
+a signal-stopped fit resumed bit for bit, the vmapped sweep), and a new method is one ``build``
+over the public contract.
 
 ``RandomWalkMetropolis`` below is written here, in under 60 lines, on the public API only
 (``Algorithm``, ``Options``/``option``, ``Method``/``register``, ``bnnpp.inference.joint``); once
@@ -19,9 +20,11 @@ import numpyro
 import numpyro.distributions as dist
 import pytest
 
+from interrupting import interrupt_after
+
 import bnnpp
 from bnnpp import compare, sweep
-from bnnpp.inference import Algorithm, Method, Options, option, register
+from bnnpp.inference import Algorithm, Method, Options, TrainingInterrupted, option, register
 from bnnpp.inference.joint import constrained_values, joint_terms
 from bnnpp.inference.options import positive_float, positive_int
 from bnnpp.inference.registry import get_method, unregister
@@ -103,7 +106,7 @@ def _linreg_data(n=60, seed=0):
     return x, (x @ np.array([1.0, -0.5]) + SIGMA * rng.normal(size=n)).astype(np.float32)
 
 
-def test_toy_method_through_fit_predict_arviz_save_load(rwm, tmp_path):
+def test_toy_method_through_fit_predict_arviz_save_load_resume_and_cli(rwm, tmp_path, monkeypatch):
     x, y = _linreg_data()
     post = bnnpp.fit(linreg, (x, y), method=rwm, seed=0, progress=False)
     assert post.samples["w"].shape == (1, 100, 2) and post.samples["s"].shape == (1, 100)
@@ -119,6 +122,19 @@ def test_toy_method_through_fit_predict_arviz_save_load(rwm, tmp_path):
     assert back.method == "rwm"
     np.testing.assert_array_equal(back.samples["w"], post.samples["w"])
     np.testing.assert_allclose(back.predict(x[:5]).draws, pred.draws, rtol=1e-6)
+    # the runner gives it checkpoints: stopped after its first chunk and resumed, the same fit
+    with monkeypatch.context() as m:
+        interrupt_after(m, 1)
+        with pytest.raises(TrainingInterrupted):
+            bnnpp.fit(linreg, (x, y), method=rwm, seed=0, progress=False, checkpoint_dir=tmp_path / "ck")
+    resumed = bnnpp.fit(linreg, (x, y), method=rwm, seed=0, progress=False, checkpoint_dir=tmp_path / "ck", resume=True)
+    np.testing.assert_array_equal(resumed.samples["w"], post.samples["w"])
+    # and `bnnpp fit`'s parser offers it, with its flags (the `--help` text printed without
+    # loading JAX is a snapshot of the built-in methods' parser: python -m bnnpp.cli._help_snapshot)
+    from bnnpp.cli._help_snapshot import render
+
+    shown = render("fit")
+    assert "rwm" in shown and "--step-size" in shown
     with pytest.raises(ValueError, match="does not take option"):
         bnnpp.fit(linreg, (x, y), method=rwm, num_chains=2)
     with pytest.raises(ValueError, match="step_size must be a positive number"):
@@ -174,7 +190,7 @@ def net():
 
 
 @pytest.mark.parametrize("method", bnnpp.registered())
-def test_every_method_keeps_the_contract(method, moons, net, tmp_path):
+def test_every_method_keeps_the_contract(method, moons, net, tmp_path, monkeypatch):
     post = bnnpp.fit(net, moons, method=method, seed=3, progress=False, **_quick(method))
     sites = latent_sites(net, moons.x_train, moons.y_train)
     assert set(post.samples) == set(sites)
@@ -196,9 +212,43 @@ def test_every_method_keeps_the_contract(method, moons, net, tmp_path):
     assert back.stats.traces.keys() == post.stats.traces.keys()
     assert back.stats.sample_stats.keys() == post.stats.sample_stats.keys()
     np.testing.assert_allclose(back.predict(moons.x_test[:7]).probs, post.predict(moons.x_test[:7]).probs, rtol=1e-6)
-    again = bnnpp.fit(net, moons, method=method, seed=3, progress=False, **_quick(method))
-    for name in sites:  # a fixed seed gives the same fit
+    # the same seed again, stopped by a signal after its first chunk and resumed from the
+    # checkpoint, gives the same fit bit for bit
+    with monkeypatch.context() as m:
+        interrupt_after(m, 1)
+        with pytest.raises(TrainingInterrupted):
+            bnnpp.fit(net, moons, method=method, seed=3, progress=False, checkpoint_dir=tmp_path / "ck", **_quick(method))
+    again = bnnpp.fit(net, moons, method=method, seed=3, progress=False, checkpoint_dir=tmp_path / "ck", resume=True,
+                      **_quick(method))
+    for name in sites:
         np.testing.assert_array_equal(again.samples[name], post.samples[name])
+    for group, resumed in ((post.stats.traces, again.stats.traces), (post.stats.sample_stats, again.stats.sample_stats)):
+        assert group.keys() == resumed.keys()
+        for k in group:
+            np.testing.assert_array_equal(resumed[k], group[k])
+    assert again.stats.steps_run == post.stats.steps_run
+
+
+SWEEP = {  # smaller still: the sweep traces the whole fit into one program per method
+    "map": {"num_steps": 20}, "laplace": {"num_steps": 20, "num_samples": 5}, "advi": {"num_steps": 20, "num_samples": 5},
+    "bbb": {"epochs": 20, "num_samples": 5}, "sgld": {"num_chains": 1, "burn_in": 10, "num_samples": 5, "thinning": 1},
+    "nuts": {"num_chains": 1, "num_warmup": 10, "num_samples": 5, "max_tree_depth": 4},
+    "ensemble": {"num_steps": 20, "members": 2}, "mc_dropout": {"num_steps": 20, "num_samples": 5}, "vd": {"epochs": 20, "num_samples": 5},
+    "swag": {"pretrain_steps": 10, "swag_epochs": 2, "rank": 2, "num_samples": 5},
+    "multiswag": {"pretrain_steps": 10, "swag_epochs": 2, "rank": 2, "num_samples": 5, "members": 2},
+}
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m == "nuts" else m for m in bnnpp.registered()])
+def test_every_method_sweeps_vmapped(method):
+    """Every registered method traces whole inside the sweep's vmap over seeds: one program,
+    a finite score per seed, and different seeds give different fits."""
+    data = bnnpp.data.moons(n=60)
+    configs = sweep.grid(("normal",), ("fixed",), fixed_scales=(1.0,))
+    out = sweep.sweep([data], configs, method=method, seeds=(0, 1), hidden=(3,), progress=False, **SWEEP.get(method, _quick(method)))
+    assert out["compiled_groups"] == 1 and len(out["runs"]) == 2
+    for run in out["runs"]:
+        assert 0.0 <= run["accuracy"] <= 1.0 and np.isfinite(run["nll"]) and run["stopped_at"] is None
 
 
 def exploding(x, y=None):
@@ -219,7 +269,7 @@ NAN_OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("method", [m for m in bnnpp.registered() if get_method(m).build is not None])
+@pytest.mark.parametrize("method", bnnpp.registered())
 def test_every_runner_method_stops_at_the_first_nonfinite_step(method):
     if method not in NAN_OPTIONS:
         pytest.skip(f"no NaN scenario for {method}")

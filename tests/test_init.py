@@ -120,10 +120,19 @@ def test_bad_start_values_are_one_line_errors_before_anything_compiles(bad, erro
     assert compile_counter() == before
 
 
-def test_nuts_refuses_a_start_and_posthoc_laplace_needs_every_site(fitted):
+def test_nuts_starts_every_chain_at_the_given_values_and_posthoc_laplace_needs_every_site(fitted):
+    import jax
+
+    from bnnpp.inference import get_method
+    from bnnpp.inference.start import start_position
+
     _, point = fitted
-    with pytest.raises(ValueError, match="cannot start from given values"):
-        bnnpp.fit(_model(), (X, Y), method="nuts", progress=False, init=point)
+    u = start_position(_model(), X, Y, point)
+    nuts = get_method("nuts")
+    algorithm = nuts.build(_model(), X, Y, nuts.parse({"num_chains": 2}), start=u)
+    state = jax.jit(algorithm.init)(jax.random.PRNGKey(0), (X, Y))
+    for name, value in u.items():
+        np.testing.assert_array_equal(np.asarray(state.z[name]), np.broadcast_to(value, (2, *np.shape(value))))
     with pytest.raises(ValueError, match="missing: .*dense_1.w"):
         bnnpp.fit(_model(), (X, Y), method="laplace", progress=False, num_steps=0, init={"dense_0.w": point["dense_0.w"]})
     with pytest.raises(ValueError, match="num_steps=0"):

@@ -145,7 +145,7 @@ def test_parameter_count_and_size_warning(monkeypatch, compile_counter):
     def no_sampler(*args, **kwargs):  # the warning comes before the sampler is built
         raise Stop
 
-    monkeypatch.setattr(nuts, "MCMC", no_sampler)
+    monkeypatch.setattr(nuts, "hmc", no_sampler)
     before = compile_counter()
     with pytest.warns(UserWarning, match=r"10,602 parameters.*'advi', 'bbb' or 'sgld'"), pytest.raises(Stop):
         bnnpp.fit(model, (x, y), method="nuts", progress=False)

@@ -96,8 +96,6 @@ def test_bad_requests_fail_before_compiling(moons, compile_counter):
         with pytest.raises(ValueError, match=re.escape(match)) as e:
             bnnpp.fit(net, moons, method="map", num_steps=5, progress=False, **kw)
         assert "\n" not in str(e.value)
-    with pytest.raises(ValueError, match="runs on one device"):
-        bnnpp.fit(net, moons, method="laplace", progress=False, devices=1)
     assert compile_counter() == before
 
 
@@ -261,7 +259,7 @@ def test_every_runner_method_on_two_devices():
     net = bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
     res = {}
     for m in bnnpp.registered():
-        if m == "nuts" or get_method(m).fit is not None:  # nuts: its own test; laplace: one device
+        if m == "nuts":  # its own test
             continue
         a = bnnpp.fit(net, ds, method=m, seed=3, progress=False, **QUICK.get(m, {}))
         b = bnnpp.fit(net, ds, method=m, seed=3, progress=False, devices=2, **QUICK.get(m, {}))
@@ -289,7 +287,7 @@ def test_nuts_chains_on_named_sharding():
                       "data_error": error(**{**opts, "mesh": "data=2"})}))
     """, devices=4)
     assert out["p_diff"] < ATOL and out["d_diff"] < ATOL
-    assert out["p"]["draws_sharding"] == ["members"] and out["p"]["mesh"] == {"data": 1, "members": 4}
+    assert out["p"]["mesh"] == {"data": 1, "members": 4} and out["p"]["members_per_device"] == 1
     assert out["d"]["members_per_device"] == 2
     assert "splits its chains over devices, not the data" in out["data_error"]
 

@@ -33,12 +33,10 @@ def test_grid_rejects_bad_input(kwargs, match):
         sw.grid(**kwargs)
 
 
-def test_sweep_rejects_empty_grid_and_unvmappable_method():
+def test_sweep_rejects_empty_grid():
     d = bnnpp.data.moons(n=40)
     with pytest.raises(ValueError, match="grid is empty"):
         sw.sweep([d], [])
-    with pytest.raises(ValueError, match="cannot be vmapped"):
-        sw.sweep([d], sw.grid(("normal",), ("fixed",), fixed_scales=(1.0,)), method="nuts")
 
 
 def _compare(method, options, configs):

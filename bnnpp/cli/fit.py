@@ -96,7 +96,7 @@ def add_parser(sub) -> None:
         "their defaults.",
     )
     g.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
-    g.add_argument("--init", default=None, metavar="PATH", help="start from these weights instead of at random (not nuts): a run "
+    g.add_argument("--init", default=None, metavar="PATH", help="start from these weights instead of at random: a run "
                    "folder or posterior .nc (its mean draw), or an .npz of site arrays; laplace with --steps 0 takes the Laplace "
                    "approximation at them without fitting")
     for dest, _option, kwargs in method_flags():
@@ -110,8 +110,8 @@ def add_parser(sub) -> None:
     g.add_argument("--resume", action="store_true", help="continue an interrupted fit from its checkpoint (.OUT.checkpoints beside OUT; same flags)")
     g.add_argument("--fresh", action="store_true", help="discard an interrupted fit's checkpoint and start from step 0 (without --resume "
                    "or --fresh a fit whose checkpoint exists is refused)")
-    g.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="also checkpoint every STEPS steps (nuts: every STEPS draws after the warm-up); Ctrl-C and SIGTERM always checkpoint")
-    g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes (not nuts)")
+    g.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="also checkpoint every STEPS steps (nuts: warm-up and draws); Ctrl-C and SIGTERM always checkpoint")
+    g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes")
     g.add_argument("--no-cache", action="store_true", help="do not use JAX's persistent compilation cache")
     g = p.add_argument_group("devices", "Run on a device mesh (bnnpp.inference.sharding); with --distributed on every process's devices.")
     g.add_argument("--devices", type=int, default=None, metavar="N", help="use N devices: chains/members one block per device when they divide evenly, else the minibatch split over them")

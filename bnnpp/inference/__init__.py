@@ -20,6 +20,7 @@ from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.collapse import warn_if_collapsed
 from bnnpp.inference.health import FitHealthWarning
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import Options, option
 from bnnpp.inference.registry import Method, get_backend, get_method, register, registered
 from bnnpp.inference.sharding import check_request, global_rows
@@ -133,8 +134,6 @@ def fit(
     if observed is not None and (not isinstance(observed, str) or not observed):
         raise TypeError(f"observed must be the name of the model's observed site, e.g. 'Y', got {observed!r}")
     check_request(devices, mesh)
-    if (devices is not None or mesh is not None) and not chosen.takes_mesh:
-        raise ValueError(f"method {method!r} runs on one device: leave devices and mesh unset")
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
     checkpoint = None
@@ -147,14 +146,14 @@ def fit(
     model = _standardized(model, x, y, rows)  # before the observed site is renamed: it returns a new network
     model = rename_observed(model, observed, x, y)
     parsed.check_data(*((x, y) if rows is None else global_rows(x, y, rows.total)))  # the batch against every row
-    check_model(model, x, y)
+    info = ModelInfo.of(model, x, y, check_model(model, x, y))  # the one trace of the model's sites for this fit
     start = None
     if init is not None:
         if not chosen.takes_start:
-            raise ValueError(f"method {method!r} cannot start from given values: leave init unset ({chosen.start_refusal})")
+            raise ValueError(f"method {method!r} cannot start from given values: leave init unset (its build has no start argument)")
         start = start_position(model, x, y, init)
     posterior = chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                           devices=devices, mesh=mesh, rows=rows, start=start)
+                           devices=devices, mesh=mesh, rows=rows, start=start, info=info)
     warn_if_collapsed(posterior)
     return posterior
 

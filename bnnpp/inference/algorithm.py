@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-__all__ = ["Algorithm", "Keys", "default_keys"]
+__all__ = ["Algorithm", "Keys", "Outcome", "default_keys"]
 
 ArrayTree = Any
 
@@ -43,6 +43,23 @@ class Keys(NamedTuple):
 def default_keys(root: jax.Array) -> Keys:
     """``Keys(*jax.random.split(root, 4))``."""
     return Keys(*jax.random.split(root, 4))
+
+
+class Outcome(NamedTuple):
+    """What the runner assembled from a fit's final state, before it builds the
+    :class:`~bnnpp.Posterior` (host values).
+
+    Attributes:
+        samples: ``{site: (chains, draws, *site_shape)}`` constrained draws.
+        approximation: the typed approximation, or ``None``.
+        sample_stats: ``{name: (chains, draws)}`` per-draw statistics.
+        extras: JSON-safe facts for ``stats.extras``.
+    """
+
+    samples: dict
+    approximation: Any
+    sample_stats: dict
+    extras: dict
 
 
 class Algorithm(NamedTuple):
@@ -78,6 +95,12 @@ class Algorithm(NamedTuple):
             :func:`default_keys`.
         postfix: ``postfix(traces) -> dict`` of progress-bar entries from a chunk's ``info``
             (host arrays); default: the mean loss.
+        finalize: ``finalize(key, state, data, outcome) -> Outcome``, a stage the runner runs on
+            the host after the last step (``key``: ``keys.sample``; ``state`` the final state on
+            the device; ``data`` the training arrays): it may replace the draws, the
+            approximation, the per-draw statistics and add facts (Laplace's curvature around
+            the MAP; NUTS's divergence count). :func:`~bnnpp.inference.runner.trace_fit` does not
+            run it: there ``sample`` gives the draws.
         member_step: for ``num_chains = M`` independent members (no ``emit``) whose state
             leaves all carry a leading ``(M,)`` axis and whose ``step`` is this function
             ``vmap``-ped over members (member ``m`` gets ``fold_in(key, m)``, every member the
@@ -115,3 +138,4 @@ class Algorithm(NamedTuple):
     keys: Callable[[jax.Array], Keys] | None = None
     postfix: Callable[[NamedTuple], dict] | None = None
     member_step: Callable[[jax.Array, ArrayTree, Any], tuple[ArrayTree, NamedTuple]] | None = None
+    finalize: Callable[[jax.Array, ArrayTree, Any, Outcome], Outcome] | None = None

@@ -23,6 +23,7 @@ import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Keys
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
@@ -37,7 +38,6 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
-from bnnpp.introspection import latent_sites
 
 __all__ = [
     "DEFAULTS","MAPInfo", "MAPOptions", "MAPState", "build"]
@@ -96,8 +96,9 @@ class MAPInfo(NamedTuple):
     loss: jax.Array
 
 
-def _keys(root) -> Keys:
-    # bnnpp 0.1's derivation, so that a seed gives the same fit as before
+def map_keys(root) -> Keys:
+    """The keys of a MAP fit from its root key (bnnpp 0.1's derivation, so that a seed gives the
+    same fit as before)."""
     key_init, key_model = jax.random.split(root)
     return Keys(init=key_init, steps=key_model, data=jax.random.fold_in(key_init, 1), sample=key_model)
 
@@ -113,12 +114,13 @@ def evidence_plan_of(model, x, y, options) -> Any:
     return evidence_plan(model, x, y, required=choice == "evidence")
 
 
-def build(model, x, y, options: MAPOptions, start: dict | None = None) -> Algorithm:
+def build(model, x, y, options: MAPOptions, start: dict | None = None, info: ModelInfo | None = None) -> Algorithm:
     """MAP as an :class:`Algorithm`; ``sample`` repeats the mode ``(num_samples, *site)``.
     ``start``: site → unconstrained start value for the sites it names
-    (:func:`bnnpp.inference.start.start_position`); the others start uniform in ±init_radius."""
+    (:func:`bnnpp.inference.start.start_position`); the others start uniform in ±init_radius.
+    ``info``: the model's :class:`ModelInfo` (traced here when not given)."""
     opt = optimizer_of(options)
-    sites = latent_sites(model, x, y)
+    sites = (info or ModelInfo.of(model, x, y)).sites
     n = x.shape[0]
     batch = options.batch_size or n
     key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))
@@ -167,7 +169,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None) -> Algori
 
     return Algorithm(
         init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map",
-        point=lambda state: state.position, keys=_keys,
+        point=lambda state: state.position, keys=map_keys,
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
     )
 

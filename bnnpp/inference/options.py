@@ -276,9 +276,13 @@ class Options:
         exclusive: pairs of options that must not be given together (the first replaces
             the second, e.g. ``("optimizer", "learning_rate")``).
         refused: options of the common vocabulary the method cannot take, with why.
+        validates_chunks: whether a ``validation_data`` option is scored by the runner after
+            every chunk (``False`` where the method uses it otherwise, e.g. Laplace's prior
+            precision).
     """
 
     exclusive: ClassVar[tuple[tuple[str, str], ...]] = ()
+    validates_chunks: ClassVar[bool] = True
     refused: ClassVar[dict[str, str]] = {}
     """Names of the common vocabulary the method does not take → the one-line reason and fix."""
 
@@ -293,6 +297,13 @@ class Options:
 
     def check(self) -> None:
         """Checks across fields (override); raise ValueError/TypeError with one line."""
+
+    def placement(self, info, devices: int | None, mesh: str | dict | None):
+        """Where the fit runs: ``(devices, mesh, device)`` from the model's
+        :class:`~bnnpp.inference.model_info.ModelInfo` and the ``devices``/``mesh`` asked
+        for, ``device`` a ``jax.Device`` to run on or ``None`` for JAX's default (override:
+        NUTS's ``chain_method="parallel"`` asks for one device per chain). Default: as asked."""
+        return devices, mesh, None
 
     def check_data(self, x: np.ndarray, y: np.ndarray) -> None:
         """Checks that need the training data, run before anything compiles (override;

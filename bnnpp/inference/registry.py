@@ -1,9 +1,10 @@
-"""Method name → how to fit it: its options dataclass and its algorithm (or, for methods
-driven by another library's loop such as NumPyro's ``MCMC``, a ``fit`` of its own that
-builds its :class:`~bnnpp.Posterior` the same way)."""
+"""Method name → how to fit it: its options dataclass and its ``build`` of an
+:class:`~bnnpp.inference.algorithm.Algorithm`, which the one runner
+(:func:`bnnpp.inference.runner.run`) drives for every method."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import warnings
@@ -11,12 +12,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import jax
 import numpy as np
 from numpyro import handlers
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.checkpoints import Checkpointing
 from bnnpp.inference.checks import check_data
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import Options
 from bnnpp.inference.runner import run
 from bnnpp.inference.sharding import global_rows
@@ -33,22 +36,18 @@ class Method:
     Attributes:
         name: the ``method=`` string.
         options: the method's :class:`~bnnpp.inference.options.Options` dataclass.
-        build: ``build(model, x, y, options) -> Algorithm`` for methods the runner drives.
-        fit: ``fit(model, x, y, options, *, seed, progress[, checkpoint, resume]) -> Posterior``
-            for methods with a loop of their own (exactly one of ``build`` and ``fit`` is given);
-            it is passed ``checkpoint``/``resume`` only when checkpointing was asked for.
+        build: ``build(model, x, y, options[, start]) -> Algorithm``, which the runner drives.
         summary: one line for help texts.
     """
 
     name: str
     options: type[Options]
-    build: Callable[[Callable, np.ndarray, np.ndarray, Any], Algorithm] | None = None
-    fit: Callable[..., Posterior] | None = None
+    build: Callable[..., Algorithm]
     summary: str = ""
 
     def __post_init__(self):
-        if (self.build is None) == (self.fit is None):
-            raise TypeError(f"method {self.name!r}: give exactly one of build (runner-driven) or fit (own loop)")
+        if not callable(self.build):
+            raise TypeError(f"method {self.name!r}: build must be a function build(model, x, y, options) -> Algorithm")
 
     # -- options --------------------------------------------------------------------
 
@@ -82,72 +81,61 @@ class Method:
     def run(
         self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
         checkpoint: Checkpointing | None = None, resume: bool = False, devices: int | None = None,
-        mesh: str | dict | None = None, rows=None, start: dict | None = None,
+        mesh: str | dict | None = None, rows=None, start: dict | None = None, info: ModelInfo | None = None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
         epochs and the like are fixed first (:meth:`Options.resolve`). ``rows``: a
         :class:`bnnpp.data.Rows` when ``x``, ``y`` are one process's block of the training rows
         (the method is built for the global row count; :func:`~bnnpp.inference.runner.run`).
         ``start``: site → unconstrained start value (``bnnpp.fit``'s ``init``, checked by
-        :func:`bnnpp.inference.start.start_position`), for methods that :attr:`takes_start`."""
+        :func:`bnnpp.inference.start.start_position`), for methods that :attr:`takes_start`.
+        ``info``: the model's :class:`~bnnpp.inference.model_info.ModelInfo` (found here when
+        not given), handed to a ``build`` that takes ``info`` and to the runner."""
         if start and not self.takes_start:
-            raise ValueError(f"method {self.name!r} cannot start from given values: leave init unset ({self.start_refusal})")
-        if rows is not None and self.fit is not None:
-            raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
+            raise ValueError(f"method {self.name!r} cannot start from given values: leave init unset (its build has no start argument)")
         options = options.resolve(int(x.shape[0]) if rows is None else int(rows.total))
+        if info is None:
+            info = ModelInfo.of(model, *((x, y) if rows is None else global_rows(x, y, rows.total)))
+        devices, mesh, device = options.placement(info, devices, mesh)
         given_model = model
         model = tempered(model, getattr(options, "temperature", 1.0))
-        posterior = self._run(model, x, y, options, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                              devices=devices, mesh=mesh, rows=rows, start=start)
+        with contextlib.nullcontext() if device is None else jax.default_device(device):
+            posterior = self._run(model, x, y, options, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
+                                  devices=devices, mesh=mesh, rows=rows, start=start, info=info)
         if model is not given_model:  # the posterior predicts with (and saves) the model as given
             posterior = replace(posterior, model=given_model, _jitted={})
         return posterior
 
-    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows, start) -> Posterior:
+    def _run(self, model, x, y, options, *, seed, progress, checkpoint, resume, devices, mesh, rows, start, info) -> Posterior:
         validation = getattr(options, "validation_data", None)
         if validation is not None:  # shapes checked by Options.check_data; labels against the model here, before anything compiles
             try:
                 validation = check_data(tuple(validation), model)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"validation_data: {e}") from None
-        if self.fit is not None:  # a loop of its own: it takes the checkpoint and mesh arguments itself
-            extra = {} if checkpoint is None else {"checkpoint": checkpoint, "resume": resume}
-            if start:
-                extra["start"] = start
-            if devices is not None or mesh is not None:
-                if not self.takes_mesh:
-                    raise ValueError(f"method {self.name!r} runs on one device: leave devices and mesh unset")
-                extra.update(devices=devices, mesh=mesh)
-            return self.fit(model, x, y, options, seed=seed, progress=progress, **extra)
         algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options,
-                               **({"start": start} if start else {}))
+                               **({"start": start} if start else {}), **({"info": info} if self.takes_info else {}))
+        if rows is not None and algorithm.finalize is not None:
+            raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         recorded = _recorded(options)
         if start:
             recorded["init"] = digest(start)  # in the record and the checkpoint fingerprint
         return run(
             algorithm, model, x, y, method=self.name, seed=seed, options=recorded, progress=progress,
-            chunk_size=getattr(options, "chunk_size", None), validation_data=validation, checkpoint=checkpoint,
-            resume=resume, devices=devices, mesh=mesh, rows=rows,
+            chunk_size=getattr(options, "chunk_size", None), validation_data=validation if options.validates_chunks else None,
+            checkpoint=checkpoint, resume=resume, devices=devices, mesh=mesh, rows=rows, sites=info.sites,
         )
 
     @property
     def takes_start(self) -> bool:
         """Whether the method can start from given values (``bnnpp.fit``'s ``init``): its
-        ``build`` or ``fit`` takes ``start``."""
-        return "start" in inspect.signature(self.build or self.fit).parameters
+        ``build`` takes ``start``."""
+        return "start" in inspect.signature(self.build).parameters
 
     @property
-    def start_refusal(self) -> str:
-        """Why a method that does not :attr:`takes_start` refuses ``init``."""
-        if self.name == "nuts":
-            return "NUTS starts its chains itself and adapts from there; use init_radius, or sgld to start chains at given weights"
-        return "its build/fit has no start argument"
-
-    @property
-    def takes_mesh(self) -> bool:
-        """Whether ``devices``/``mesh`` apply: every runner-driven method, and a ``fit`` that
-        takes them."""
-        return self.fit is None or "mesh" in inspect.signature(self.fit).parameters
+    def takes_info(self) -> bool:
+        """Whether its ``build`` takes the fit's :class:`~bnnpp.inference.model_info.ModelInfo` as ``info``."""
+        return "info" in inspect.signature(self.build).parameters
 
 
 Backend = Method

@@ -46,8 +46,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 __all__ = [
-    "AXES", "Placement", "chains_per_device", "check_request", "check_rows", "global_rows", "mesh_axes", "parse_mesh",
-    "placement", "process_share", "put", "put_local", "rows_loaded", "to_host",
+    "AXES", "OneDevice", "Placement", "chains_per_device", "check_request", "check_rows", "global_rows", "mesh_axes", "parse_mesh",
+    "placement", "process_share", "put", "put_local", "rows_loaded", "to_host", "where",
 ]
 
 AXES = ("data", "members")
@@ -154,6 +154,50 @@ class Placement:
         """The layouts of a pytree of shapes (``jax.eval_shape`` output)."""
         return jax.tree_util.tree_map(lambda s: self.leaf(s.shape), shapes)
 
+    placed = True
+
+    def plan_args(self, keys, local: bool):
+        """``(keys, batch_sharding, local_mesh)`` for the runner's plan: the keys as host
+        constants (valid on every process and mesh), every batch split over ``data``, and the
+        mesh when each device draws its minibatches from its own rows (``local``)."""
+        return type(keys)(*(np.asarray(k) for k in keys)), self.batch, self.mesh if local else None
+
+    def put_data(self, x, y, n: int, share) -> tuple:
+        """The global training arrays: from this process's block of rows (``share``) or whole."""
+        if share is not None:
+            return put_local(x, self.rows, n), put_local(y, self.rows, n)
+        return put(x, self.rows), put(y, self.rows)
+
+    def put(self, array) -> jax.Array:
+        """``array`` replicated on the mesh."""
+        return put(array, self.replicated)
+
+    def lower_init(self, fn, data):
+        """``fn(data)`` lowered with the data in their layout and the output replicated."""
+        return jax.jit(fn, in_shardings=((self.rows, self.rows),), out_shardings=self.replicated).lower(data)
+
+    def state_shape(self, lowered_init):
+        return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), lowered_init.out_info)
+
+    def layouts(self, rs_shape, local: bool):
+        """``((state, t, perm), data, replicated)`` layouts of the runner's carry: chains/members
+        split over their axis, everything else replicated (the permutation split over ``data``
+        when each device draws from its own rows)."""
+        rep = self.replicated
+        state = (self.state(rs_shape.state), rep, self.batch if local else rep)
+        return state, (self.rows, self.rows), rep
+
+    def lower(self, layouts, fn, state_arg: int, *args):
+        """``jax.jit(fn).lower(*args)`` on the mesh: argument ``state_arg`` is the algorithm's
+        state in its layout, the other arguments and every output replicated (so that every
+        process can read them)."""
+        in_sh = tuple(layouts[0][0] if i == state_arg else self.replicated for i in range(len(args)))
+        return jax.jit(fn, in_shardings=in_sh, out_shardings=self.replicated).lower(*args)
+
+    def arrange(self, rs, layouts):
+        """The run state moved to its layout (``layouts[0]``, structured as ``rs``)."""
+        return jax.device_put(rs, layouts[0])
+
     def facts(self, batch: int) -> dict:
         """JSON-safe facts for the run folder: devices, mesh, per-device batch, processes."""
         return {
@@ -165,6 +209,51 @@ class Placement:
             "members_per_device": self.num_chains // self.members,
             "rows": "split over data" if self.shard_rows else "replicated",
         }
+
+
+class OneDevice:
+    """The placement of a fit on JAX's default device, unsharded: the null object of
+    :class:`Placement` (same methods), so that the runner has no branch on placement."""
+
+    placed = False
+
+    def plan_args(self, keys, local: bool):
+        """``(keys, batch_sharding, local_mesh)`` for the runner's plan."""
+        return keys, None, None
+
+    def put_data(self, x, y, n: int, share) -> tuple:
+        """The training arrays on the device: chunk arguments, not program constants."""
+        return jax.device_put(x), jax.device_put(y)
+
+    def put(self, array):
+        return array
+
+    def lower_init(self, fn, data):
+        return jax.jit(fn).lower(data)
+
+    def state_shape(self, lowered_init):
+        return lowered_init.out_info
+
+    def layouts(self, rs_shape, local: bool):
+        """The run state's layouts on the mesh: none here."""
+        return None
+
+    def lower(self, layouts, fn, state_arg: int, *args):
+        """``jax.jit(fn).lower(*args)``."""
+        return jax.jit(fn).lower(*args)
+
+    def arrange(self, rs, layouts):
+        return rs
+
+    def facts(self, batch: int) -> dict:
+        return {}
+
+
+def where(devices: int | None, mesh: str | dict | None, *, batch: int, n: int, num_chains: int, name: str) -> Placement | OneDevice:
+    """:func:`placement`, with :class:`OneDevice` instead of ``None`` when neither ``devices``
+    nor ``mesh`` is given."""
+    place = placement(devices, mesh, batch=batch, n=n, num_chains=num_chains, name=name)
+    return OneDevice() if place is None else place
 
 
 def placement(devices: int | None, mesh: str | dict | None, *, batch: int, n: int, num_chains: int, name: str) -> Placement | None:

@@ -67,42 +67,37 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
 import optax
-from jax.flatten_util import ravel_pytree
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 from numpyro.primitives import Messenger
 
 from bnnpp.inference import map_estimate
-from bnnpp.inference.checkpoints import Checkpointing
-from bnnpp.inference.joint import constrained_values, latent_trace, log_likelihood, site_log_prior
-from bnnpp.inference.laplace.approximation import _KEY, LaplaceGaussian, _likelihood_kind, _observation
-from bnnpp.inference.laplace.curvature import _ggn
+from bnnpp.inference.algorithm import Algorithm, Keys, Outcome
+from bnnpp.inference.joint import constrained_values
+from bnnpp.inference.laplace.approximation import _KEY, LaplaceGaussian, _likelihood_kind
+from bnnpp.inference.laplace.at_map import _laplace
 from bnnpp.inference.laplace.evidence import (
     VALIDATION_DRAWS,
     VALIDATION_FACTORS,
     VALIDATION_ROWS,
-    _evidence,
-    _gaussian_loglik,
     _precision_info,
     _tune_on_validation,
 )
+from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import check_validation_data, check_validation_pair, non_negative_int, option, positive_int
 from bnnpp.inference.registry import Method, register
-from bnnpp.inference.runner import run
-from bnnpp.inference.start import digest
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters
 from bnnpp.models.layers import LAYER_EFFECT
-from bnnpp.posterior import Posterior
 
-__all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "fit"]
+__all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "build"]
 
 MAX_FULL_PARAMETERS = 3000
 """``hessian="full"`` is refused above this many Laplace parameters: it computes P Hessian-vector
@@ -127,6 +122,8 @@ def prior_precision_check(name: str, value) -> None:
 @dataclass(frozen=True)
 class LaplaceOptions(map_estimate.MAPOptions):
     """Options of ``method="laplace"``: the MAP fit's (those of ``map``), then the Laplace's."""
+
+    validates_chunks: ClassVar[bool] = False  # validation_data tunes the prior precision
 
     num_steps: int = option(
         5_000, "MAP optimisation steps (0: no MAP, the Laplace approximation around the weights given as init=)",
@@ -183,11 +180,12 @@ class _Plan:
     tune_sigma: bool
 
 
-def plan(model, x, y, options: LaplaceOptions) -> _Plan:
+def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Plan:
     """Resolve ``hessian="auto"`` and the sites of θ; ValueError (one line, naming the fix) for
     an unsupported model/option combination or a full Hessian above
-    :data:`MAX_FULL_PARAMETERS`. Abstract tracing only: nothing compiles."""
-    sites = latent_sites(model, x, y)
+    :data:`MAX_FULL_PARAMETERS`. Abstract tracing only: nothing compiles. ``sites``: the latent
+    sites when already found (``ModelInfo.sites``)."""
+    sites = latent_sites(model, x, y) if sites is None else sites
     layers = {}
     for name, facts in _find_layers(model, x, y).items():
         if f"{name}.w" in sites and f"{name}.b" in sites:
@@ -281,119 +279,6 @@ def _supports(model, x, y) -> dict:
 
 
 # --------------------------------------------------------------------------------------
-# The Laplace approximation at the MAP
-# --------------------------------------------------------------------------------------
-
-
-
-def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
-    """The approximation's params (see :class:`LaplaceGaussian`) at the MAP ``u``, traceable."""
-    theta = {k: u[k] for k in sorted(p.subset)}  # sorted: the flattening order of ravel_pytree
-    fixed = {k: v for k, v in u.items() if k not in theta}
-    fixed_delta = None if options.precision in ("evidence", "model", "validation") else jnp.float32(options.precision)
-    n = x.shape[0]
-    params = {**{f"{k}__mean": v for k, v in theta.items()}, **{f"{k}__fixed": v for k, v in fixed.items()}}
-    if p.hessian == "full":
-        flat, unravel = ravel_pytree(theta)
-        mask = jnp.concatenate([jnp.full(jnp.size(v), k in p.replaced, bool) for k, v in theta.items()])
-
-        def parts(t):
-            trace = latent_trace(model, {**fixed, **unravel(t)}, x, y, _KEY)
-            rest = sum(
-                (site_log_prior(s) for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"] and k not in p.replaced),
-                jnp.zeros(()),
-            )
-            return log_likelihood(trace), rest
-
-        def hvp(v):
-            return tuple(-jax.jvp(jax.grad(lambda t, i=i: parts(t)[i]), (flat,), (v,))[1] for i in range(2))
-
-        h_lik, h_rest = jax.lax.map(hvp, jnp.eye(flat.shape[0], dtype=flat.dtype), batch_size=16)
-        h_lik, h_rest = (0.5 * (h + h.T) for h in (h_lik, h_rest))
-        loglik, log_rest = parts(flat)
-        h0 = h_lik + h_rest
-        r_idx, k_idx = np.flatnonzero(_mask_np(theta, p.replaced)), np.flatnonzero(~_mask_np(theta, p.replaced))
-        theta_sq = jnp.sum(jnp.where(mask, flat, 0.0) ** 2)
-        if k_idx.size and r_idx.size:  # log det(H0 + δD) = log det H_KK + log det(S + δ I), S the Schur complement
-            hkk = h0[np.ix_(k_idx, k_idx)]
-            hrk = h0[np.ix_(r_idx, k_idx)]
-            eig = jnp.linalg.eigvalsh(h0[np.ix_(r_idx, r_idx)] - hrk @ jnp.linalg.solve(hkk, hrk.T))
-            const = log_rest + 0.5 * k_idx.size * jnp.log(2 * jnp.pi) - 0.5 * jnp.linalg.slogdet(hkk)[1]
-        elif r_idx.size:
-            eig = jnp.linalg.eigvalsh(h0)
-            const = log_rest
-        else:  # prior_precision="model", or no real-valued site: the model's prior throughout
-            eig = jnp.zeros((0,), flat.dtype)
-            const = log_rest + 0.5 * flat.shape[0] * jnp.log(2 * jnp.pi) - 0.5 * jnp.sum(jnp.log(jnp.maximum(jnp.linalg.eigvalsh(h0), 1e-30)))
-        sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
-        loglik_of = (lambda tau: loglik) if not p.tune_sigma else _gaussian_loglik(n, _ssr(model, u, x, y))
-        delta, sigma, log_z = _evidence(
-            eig, np.zeros(eig.shape[0], np.int32), [r_idx.size], jnp.stack([theta_sq]), loglik_of, const, fixed_delta, p.tune_sigma, sigma0
-        )
-        delta = delta[0]
-        scale = jnp.exp(2 * (sigma0 - jnp.log(sigma))) if p.tune_sigma else 1.0
-        h = scale * h_lik + h_rest + jnp.diag(jnp.where(mask, delta, 0.0))
-        e, q = jnp.linalg.eigh(0.5 * (h + h.T))
-        # directions of clearly negative curvature (beyond 1e-4 of the largest: smaller ones are the
-        # rounding of a converged MAP's flat directions); popped by fit, which warns, not saved
-        params["indefinite_directions"] = jnp.sum(e < -1e-4 * jnp.max(jnp.abs(e)))
-        e = jnp.maximum(e, 1e-6 * jnp.max(jnp.abs(e)))  # an indefinite direction (not a strict optimum) gets a tiny curvature
-        params["covariance_factor"] = q / jnp.sqrt(e)
-    else:
-        curv, stats = _ggn(model, u, x, y, p.layers, p.hessian, options.curvature_batch_size)
-        sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
-        if p.hessian == "diag":
-            eig = jnp.concatenate([c["diag"].ravel() for c in curv.values()])
-        else:
-            factors = {k: (jnp.linalg.eigh(c["A"]), jnp.linalg.eigh(c["G"])) for k, c in curv.items()}
-            eig = jnp.concatenate([jnp.outer(jnp.maximum(a[0], 0), jnp.maximum(g[0], 0)).ravel() for a, g in factors.values()])
-        layerwise = options.prior_structure == "layerwise"
-        sizes = [int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv]
-        sq = [jnp.sum(theta[f"{k}.w"] ** 2) + jnp.sum(theta[f"{k}.b"] ** 2) for k in curv]
-        if not layerwise:
-            sizes, sq = [sum(sizes)], [sum(sq)]
-        groups = np.repeat(np.arange(len(curv)) if layerwise else np.zeros(len(curv), np.int32), [
-            int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv
-        ]).astype(np.int32)
-        loglik_of = _gaussian_loglik(n, stats["ssr"]) if p.tune_sigma else (lambda tau: stats["loglik"])
-        deltas, sigma, log_z = _evidence(eig, groups, sizes, jnp.stack(sq), loglik_of, 0.0, fixed_delta, p.tune_sigma, sigma0)
-        delta = deltas if layerwise else deltas[0]
-        scale = jnp.exp(2 * (sigma0 - jnp.log(sigma))) if p.tune_sigma else 1.0
-        for i, (name, c) in enumerate(curv.items()):
-            delta_l = deltas[i] if layerwise else deltas[0]
-            if p.hessian == "diag":
-                prec = scale * c["diag"] + delta_l
-                w_shape = jnp.shape(theta[f"{name}.w"])
-                params[f"{name}.w__precision"] = prec[:-1].reshape(w_shape)
-                params[f"{name}.b__precision"] = prec[-1]
-            else:
-                (la, qa), (lg, qg) = factors[name]
-                params[f"{name}__kron_qa"], params[f"{name}__kron_qg"] = qa, qg
-                params[f"{name}__kron_eig"] = scale * jnp.outer(jnp.maximum(la, 0), jnp.maximum(lg, 0)) + delta_l
-    if p.tune_sigma:
-        params["noise__fixed"] = biject_to(dist.constraints.positive).inv(sigma)
-    params["prior_precision"] = jnp.asarray(jnp.nan if options.precision == "model" else delta, jnp.float32)
-    noise = sigma if p.tune_sigma else (_noise_of(model, u, x) if p.likelihood == "gaussian" else jnp.nan)
-    params["noise"] = jnp.asarray(noise, jnp.float32)
-    params["log_marginal_likelihood"] = jnp.asarray(log_z, jnp.float32)
-    return params
-
-
-def _mask_np(theta: dict, replaced) -> np.ndarray:
-    return np.concatenate([np.full(int(np.prod(jnp.shape(v))), k in replaced, bool) for k, v in theta.items()])
-
-
-def _noise_of(model, u, x):
-    """The observation sd at ``u`` (its mean over one row block: bnnpp's models are homoscedastic)."""
-    return jnp.mean(_observation(latent_trace(model, u, x[:1], None, _KEY))[2])
-
-
-def _ssr(model, u, x, y):
-    _, f, _ = _observation(latent_trace(model, u, x, None, _KEY))
-    return jnp.sum((y - f) ** 2)
-
-
-# --------------------------------------------------------------------------------------
 # fit
 # --------------------------------------------------------------------------------------
 
@@ -407,31 +292,30 @@ def _unconstrain(model, values: dict, x, y) -> dict:
     return {k: biject_to(supports[k]).inv(jnp.asarray(v)) for k, v in values.items()}
 
 
-def fit(
-    model, x, y, options: LaplaceOptions, *, seed: int, progress: bool, checkpoint: Checkpointing | None = None,
-    resume: bool = False, start: dict | None = None,
-) -> Posterior:
-    """The MAP (the ``map`` algorithm through the runner), then the Laplace approximation.
+def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info: ModelInfo | None = None) -> Algorithm:
+    """The ``map`` algorithm (:func:`bnnpp.inference.map_estimate.build`) with a ``finalize``
+    stage that takes the Laplace approximation at the MAP it found.
 
     ``start`` (``bnnpp.fit``'s ``init``, unconstrained): the MAP starts there; with
     ``num_steps=0`` there is no MAP and the approximation is taken at ``start`` itself, which
     must then name every latent site (post-hoc Laplace around a network trained elsewhere; the
     curvature is only a posterior's where the weights are a mode of this model's log joint).
+    ``info``: the model's :class:`ModelInfo` (traced here when not given).
 
-    Returns:
-        A :class:`Posterior` with ``num_samples`` draws ``(1, num_samples, *site_shape)`` of every
-        latent site, ``approximation`` a :class:`LaplaceGaussian`, the MAP's loss trace in
-        ``stats.traces`` and the Laplace facts in ``stats.extras`` / ``sample_stats`` (module
-        docstring).
+    The runner's posterior then has ``num_samples`` draws ``(1, num_samples, *site_shape)`` of
+    every latent site, ``approximation`` a :class:`LaplaceGaussian`, the MAP's loss trace in
+    ``stats.traces`` and the Laplace facts in ``stats.extras`` / ``sample_stats`` (module
+    docstring).
 
     Raises:
-        ValueError: an unsupported combination (see :func:`plan`), before the MAP runs.
+        ValueError: an unsupported combination (see :func:`plan`), before anything compiles.
     """
-    p = plan(model, x, y, options)
+    info = info or ModelInfo.of(model, x, y)
+    p = plan(model, x, y, options, info.sites)
     map_options = map_estimate.MAPOptions(**{k: getattr(options, k) for k in map_estimate.MAPOptions.names() if k != "num_steps"},
                                           num_steps=max(options.num_steps, 1))
     if options.num_steps == 0:
-        missing = [k for k in latent_sites(model, x, y) if k not in (start or {})]
+        missing = [k for k in info.sites if k not in (start or {})]
         if missing:
             raise ValueError(
                 "laplace with num_steps=0 takes the approximation at the weights you give: pass init= with every latent site "
@@ -439,16 +323,39 @@ def fit(
             )
         # one step that moves nothing, so the run's records (the loss at the given weights) come as for any fit
         map_options = replace(map_options, optimizer=optax.set_to_zero(), hyperparameters="map")
-    algorithm = map_estimate.build(model, x, y, map_options, start=start)._replace(name="laplace (MAP)")
-    recorded = options.as_dict() | ({"init": digest(start)} if start else {})
-    found = run(
-        algorithm, model, x, y, method="laplace", seed=seed, options=recorded, progress=progress,
-        chunk_size=options.chunk_size, checkpoint=checkpoint, resume=resume,
-    )
+    found = map_estimate.build(model, x, y, map_options, start=start, info=info)
+
+    def keys(root) -> Keys:  # the MAP's keys; the Laplace draws from fold_in(root, 15)
+        return map_estimate.map_keys(root)._replace(sample=jax.random.fold_in(root, 15))
+
+    def sample(key, state, num_samples):  # traceable draws (trace_fit, the sweep): no validation tuning
+        params = _laplace(model, x, y, _unconstrain(model, {k: v[0] for k, v in found.sample(key, state, 1).items()}, x, y), p, options)
+        params.pop("indefinite_directions", None)
+        return _draw(model, x, y, params, key, num_samples)
+
+    def finalize(key, state, data, outcome: Outcome) -> Outcome:
+        mode = jax.device_get(jax.jit(lambda s: found.sample(key, s, 1))(state))  # {site: (1, *shape)}, constrained
+        return _finalize(model, p, options, key, data, outcome._replace(samples={k: v[None] for k, v in mode.items()}))
+
+    return found._replace(sample=sample, num_samples=options.num_samples, name="laplace (MAP)", keys=keys, finalize=finalize)
+
+
+def _draw(model, x, y, params, key, num_samples):
+    """``num_samples`` constrained draws ``{site: (num_samples, *shape)}`` of every latent site
+    from the Laplace approximation with ``params``."""
+    approx = LaplaceGaussian(params)
+    theta = approx.sample_unconstrained(key, num_samples)
+    sites = [k[: -len("__mean")] for k in params if k.endswith("__mean")] + [k[: -len("__fixed")] for k in params if k.endswith("__fixed")]
+    return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, x[:1], y[:1], _KEY, sites))(theta)
+
+
+def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outcome) -> Outcome:
+    """The Laplace approximation at the MAP the runner found (``outcome.samples``, one draw):
+    its draws, its :class:`LaplaceGaussian` and its facts (module docstring)."""
     t0 = time.perf_counter()
-    u = _unconstrain(model, {k: v[0, 0] for k, v in found.samples.items()}, x, y)
-    xj, yj = jax.device_put(x), jax.device_put(y)
-    sites = list(found.samples)
+    xj, yj = data
+    sites = list(outcome.samples)
+    u = _unconstrain(model, {k: v[0, 0] for k, v in outcome.samples.items()}, xj, yj)
 
     @jax.jit
     def draw(params, key):
@@ -456,7 +363,6 @@ def fit(
         theta = approx.sample_unconstrained(key, options.num_samples)
         return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, xj[:1], yj[:1], _KEY, sites))(theta)
 
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), 15)
     params = jax.device_get(jax.jit(lambda u: _laplace(model, xj, yj, u, p, options))(u))
     indefinite = int(params.pop("indefinite_directions", 0))
     if indefinite:
@@ -475,20 +381,18 @@ def fit(
         params, tuned = _tune_on_validation(model, params, list(p.layers), options, jax.random.fold_in(key, 1))
     draws = jax.device_get(draw(params, key))
     approx = LaplaceGaussian({k: np.asarray(v) for k, v in params.items()})
-    seconds = time.perf_counter() - t0
     lml = float(params["log_marginal_likelihood"])
+    shapes = {k: np.shape(v)[2:] for k, v in outcome.samples.items()}
     extras = {
-        **found.stats.extras, "hessian": p.hessian, "subset": list(p.subset), "laplace_parameters": int(num_parameters({k: found.sites[k] for k in p.subset})),
+        **outcome.extras, "hessian": p.hessian, "subset": list(p.subset),
+        "laplace_parameters": int(sum(int(np.prod(shapes[k])) for k in p.subset)),
         "log_marginal_likelihood": lml, "prior_precision": _precision_info(params["prior_precision"], options),
-        "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": seconds, **tuned,
+        "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": time.perf_counter() - t0, **tuned,
         **({"indefinite_directions": indefinite} if p.hessian == "full" else {}),
     }
-    stats = replace(
-        found.stats, extras=extras, sample_seconds=found.stats.sample_seconds + seconds,
-        sample_stats={"log_marginal_likelihood": np.full((1, options.num_samples), lml, np.float32)},
-    )
     samples = {k: np.asarray(v)[None] for k, v in draws.items()}
-    return Posterior(samples, stats, model, x, y, found.sites, approx)
+    sample_stats = {"log_marginal_likelihood": np.full((1, options.num_samples), lml, np.float32)}
+    return Outcome(samples, approx, sample_stats, extras)
 
 
-register(Method("laplace", LaplaceOptions, fit=fit, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior"))
+register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior"))
