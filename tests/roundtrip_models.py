@@ -64,8 +64,7 @@ def arrays(post, x_test) -> dict[str, np.ndarray]:
     pred = post.predict(x_test)
     out = {f"prediction/{k}": np.asarray(v) for k in ("probs", "draws", "noise", "df") if (v := getattr(pred, k)) is not None}
     out.update({f"prediction/deterministic/{k}": np.asarray(v) for k, v in pred.deterministic.items()})
-    idata = post.to_arviz()
-    for group in idata.groups():
-        for name, var in getattr(idata, group).data_vars.items():
+    for group, ds in bnnpp.posterior.arviz_compat.groups(post.to_arviz()).items():  # InferenceData or DataTree
+        for name, var in ds.data_vars.items():
             out[f"{group}/{name}"] = np.asarray(var.values)
     return out

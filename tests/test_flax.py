@@ -223,7 +223,11 @@ def test_slash_site_names_save_and_load(tmp_path):
     back = bnnpp.load(tmp_path / "p.nc", model=_site_names_with_slash)
     assert set(back.samples) == set(post.samples)
     np.testing.assert_array_equal(back.samples["net/Dense_0.kernel"], post.samples["net/Dense_0.kernel"])
-    assert back.to_arviz().posterior["net/Dense_0.kernel"].dims[2:] == post.to_arviz().posterior["net/Dense_0.kernel"].dims[2:]
+    # a DataTree (ArviZ 1.x) cannot hold '/' in a name: bnnpp escapes it as in a file (encode_name)
+    compat = bnnpp.posterior.arviz_compat
+    key = compat.encode_name("net/Dense_0.kernel") if compat.arviz_major() >= 1 else "net/Dense_0.kernel"
+    dims = [compat.groups(p.to_arviz())["posterior"][key].dims[2:] for p in (back, post)]
+    assert dims[0] == dims[1]
     np.testing.assert_allclose(back.predict(x[:5]).probs, post.predict(x[:5]).probs, rtol=1e-6)
 
 

@@ -43,6 +43,8 @@ def test_a_short_trace_is_not_judged():
     assert still_falling(np.linspace(100, 1, 50)) is None
 
 
+@pytest.mark.skipif(bnnpp.posterior.arviz_compat.arviz_major() >= 1,
+                    reason="health.pareto_khat ports ArviZ 0.x's psislw; ArviZ 1.x's estimate differs (0.38 against 0.61 on N(0, 1) log-weights)")
 @pytest.mark.parametrize("seed", range(3))
 def test_pareto_khat_is_arviz_psislw(seed):
     rng = np.random.default_rng(seed)

@@ -239,6 +239,7 @@ def test_swag_too_short_says_so_before_compiling(compile_counter):
     assert compile_counter() == before
 
 
+@pytest.mark.skipif(bnnpp.posterior.arviz_compat.arviz_major() >= 1, reason="the refactor notice and hdi's 2d FutureWarning are ArviZ 0.x's")
 def test_arviz_refactor_notice_is_ignored_and_other_arviz_warnings_are_not(tmp_path):
     # a fresh cache folder: ArviZ 0.23 shows its notice at import once a day per cache
     script = ("import bnnpp, numpy as np\n"
