@@ -116,7 +116,7 @@ class BBBOptions(Options):
         "glorot", "initial variational means: glorot, uniform, or map (a short evidence-trained MAP fit of map_steps steps)",
         choices=("glorot", "uniform", "map"),
     )
-    map_steps: int = option(2000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
+    map_steps: int = option(5000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     init_scale: float = option(0.05, "initial sd of the variational factors", check=positive_float)
     learn_prior: bool = option(False, "train the scale mixture's pi, sigma1, sigma2", check=boolean)
