@@ -35,6 +35,7 @@ on the ELBO), as in McAteer's "A quick intro to Bayesian neural networks".
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -43,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -285,6 +287,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             "(CLI: --prior scale-mixture)"
         )
     choice = resolve_hyperparameters(options.hyperparameters, layers)
+    small = n <= SMALL_DATA_ROWS and hierarchical_normal(layers) and getattr(model, "task", None) == "regression"
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))
     num_batches = n // batch
@@ -370,6 +373,13 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return MeanFieldGaussian(dict(state.params["loc"]), _sigma(state.params["rho"], point))
 
     def extras(state):
+        if small:
+            warnings.warn(
+                f"bbb under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) under-states how the "
+                "predictive sd grows away from the training inputs (its mean-field q; benchmarks/README.md, small regression "
+                "data): for uncertainty outside the data fit method='nuts' or method='ensemble'",
+                UserWarning, stacklevel=2,
+            )
         if "prior" not in state.params:
             return {}
         pp = state.params["prior"]

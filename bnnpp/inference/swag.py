@@ -42,6 +42,7 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.bbb import hierarchical_normal
+from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import MAPState
@@ -62,15 +63,9 @@ from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 
-__all__ = ["SMALL_DATA_ROWS", "MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
+__all__ = ["MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
 
 SCHEDULES = ("constant", "cyclical")
-SMALL_DATA_ROWS = 200
-"""A swag/multiswag fit on at most this many rows under a hierarchical prior warns after the
-fit that it is not suited to the case (issue 35's small data: 20–200 points). On the 32-point
-sinusoid of ``benchmarks/small_data.py`` every draw of a member was the same to two decimals
-(the SGD phase barely moves on so few rows) and the test NLL was 2.4× NUTS's; on the 20-point
-cubic the SGD phase diverged (``benchmarks/README.md``, small regression data)."""
 DEFAULT_BATCH = 32
 """The default minibatch; on fewer than 2 × 32 rows it is capped at half the rows (at least 1),
 so that every epoch has two minibatches and the SWAG phase its SGD noise."""
