@@ -116,10 +116,11 @@ def run_fit(p: dict, method: str, options: dict, seed: int) -> dict:
     return out
 
 
-def nuts_reference(name: str, p: dict, quick: bool) -> dict:
-    """NUTS's scores on problem ``name``: read from the cache when its settings match, else run (and cached unless quick)."""
+def nuts_reference(name: str, p: dict, quick: bool, data_seed: int = 0) -> dict:
+    """NUTS's scores on problem ``name`` drawn with ``data_seed``: read from the cache when its settings match, else run
+    (and cached unless quick)."""
     settings = QUICK_NUTS if quick else NUTS
-    path = os.path.join(FOLDER, f"nuts_{name}.json")
+    path = os.path.join(FOLDER, f"nuts_{name}.json" if data_seed == 0 else f"nuts_{name}_data{data_seed}.json")
     if not quick and os.path.exists(path):
         with open(path) as f:
             cached = json.load(f)
@@ -158,7 +159,8 @@ def main(argv=None) -> None:
     ap.add_argument("--quick", action="store_true", help="sinusoid only, map/laplace/advi, a short NUTS; writes results/small_data_quick.*")
     ap.add_argument("--problems", default=",".join(PROBLEMS))
     ap.add_argument("--methods", default=",".join(METHODS))
-    ap.add_argument("--seed", type=int, default=0, help="the fits' seed (the data's seed is 0)")
+    ap.add_argument("--seed", type=int, default=0, help="the fits' seed")
+    ap.add_argument("--data-seed", type=int, default=0, help="the seed the problems' data are drawn with (a table row per seed)")
     ap.add_argument("--options", default="{}", help="JSON dict of options given to every method (a candidate's setting)")
     ap.add_argument("--label", default=None, help="row name for --options (default: the method's name)")
     ap.add_argument("--out", default=None, help="result name in benchmarks/results (default small_data, or small_data_quick)")
@@ -186,9 +188,9 @@ def main(argv=None) -> None:
     command = "python benchmarks/" + shlex.join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
     commands = [*commands, command]
     for name in problems:
-        p = problem(name)
-        ref = nuts_reference(name, p, args.quick)
-        rows = results.setdefault(name, {})
+        p = problem(name, seed=args.data_seed)
+        ref = nuts_reference(name, p, args.quick, args.data_seed)
+        rows = results.setdefault(name if args.data_seed == 0 else f"{name} (data seed {args.data_seed})", {})
         rows["nuts"] = ref
         took = "cached" if ref["cached"] else f"{ref['seconds']:.0f} s"
         print(f"{name} nuts: nll {ref['nll']:.3f} growth {ref['growth']:.2f} ({took})", flush=True)

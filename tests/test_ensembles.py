@@ -458,3 +458,22 @@ def test_swag_default_batch_is_capped_on_tiny_data():
     assert np.isfinite(post.predict(x).mean).all()
     with pytest.raises(ValueError, match="batch_size 40 is larger than the 20 training rows"):
         bnnpp.fit(net, (x, y), method="multiswag", progress=False, batch_size=40)
+
+
+def test_swag_warns_that_small_data_under_a_hierarchical_prior_does_not_suit_it():
+    """Issue 35: multiswag on at most SMALL_DATA_ROWS rows under a hierarchical prior says in one
+    line after the fit that it is not suited and names the fit that is; under a fixed-scale
+    prior it says nothing of the kind."""
+    from bnnpp import priors
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (20, 1)).astype(np.float32)
+    y = (x[:, 0] + 0.1 * rng.normal(size=20)).astype(np.float32)
+    small = {"progress": False, "members": 2, "pretrain_steps": 20, "swag_epochs": 4, "rank": 2, "num_samples": 3}
+    net = bnnpp.models.mlp((4,), likelihood="gaussian", noise=0.1, prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
+    with pytest.warns(UserWarning, match=r"multiswag is not suited to small data under a hierarchical prior .*method='ensemble'"):
+        bnnpp.fit(net, (x, y), method="multiswag", **small)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", noise=0.1), (x, y), method="multiswag", **small)
+    assert not [w for w in caught if "not suited" in str(w.message)]

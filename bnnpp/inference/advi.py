@@ -136,7 +136,7 @@ class ADVIOptions(Options):
         "U(±init_radius) on the unconstrained space), uniform (every site U(±init_radius)) or map (a short "
         "evidence-trained MAP fit of map_steps steps)", choices=("glorot", "uniform", "map"),
     )
-    map_steps: int = option(2000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
+    map_steps: int = option(5000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
     init_radius: float = option(
         2.0, "start values uniform in (-r, r) on the unconstrained space (a start near zero lets hierarchical "
         "scales collapse to a near-linear optimum)", check=positive_float,

@@ -35,6 +35,7 @@ on the ELBO), as in McAteer's "A quick intro to Bayesian neural networks".
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -44,6 +45,7 @@ import numpy as np
 import optax
 
 from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -121,7 +123,7 @@ class BBBOptions(Options):
         "glorot", "initial variational means: glorot, uniform, or map (a short evidence-trained MAP fit of map_steps steps)",
         choices=("glorot", "uniform", "map"),
     )
-    map_steps: int = option(2000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
+    map_steps: int = option(5000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     init_scale: float = option(0.05, "initial sd of the variational factors", check=positive_float)
     learn_prior: bool = option(False, "train the scale mixture's pi, sigma1, sigma2", check=boolean)
@@ -303,6 +305,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             "(CLI: --prior scale-mixture)"
         )
     choice = resolve_hyperparameters(options.hyperparameters, layers)
+    small = n <= SMALL_DATA_ROWS and hierarchical_normal(layers) and getattr(model, "task", None) == "regression"
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))
     opt = slow_rho(opt, options.rho_lr_factor)
@@ -389,6 +392,13 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return MeanFieldGaussian(dict(state.params["loc"]), _sigma(state.params["rho"], point))
 
     def extras(state):
+        if small:
+            warnings.warn(
+                f"bbb under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) under-states how the "
+                "predictive sd grows away from the training inputs (its mean-field q; benchmarks/README.md, small regression "
+                "data): for uncertainty outside the data fit method='nuts' or method='ensemble'",
+                UserWarning, stacklevel=2,
+            )
         if "prior" not in state.params:
             return {}
         pp = state.params["prior"]

@@ -17,7 +17,7 @@ import warnings
 import numpy as np
 
 __all__ = [
-    "COLLAPSE_NEIGHBOUR_RATIO", "COLLAPSE_NOISE_RATIO", "CollapseWarning", "collapse_message", "neighbour_noise_sd",
+    "SMALL_DATA_ROWS", "COLLAPSE_NEIGHBOUR_RATIO", "COLLAPSE_NOISE_RATIO", "CollapseWarning", "collapse_message", "neighbour_noise_sd",
     "warn_if_collapsed",
 ]
 
@@ -37,6 +37,13 @@ MAX_DRAWS = 100
 """... and this many posterior draws."""
 MAX_NEIGHBOUR_ROWS = 1000
 """The nearest-neighbour estimate reads at most this many rows (its cost grows as rows²)."""
+
+
+SMALL_DATA_ROWS = 200
+"""Issue 35's small data (20–200 training rows): a fit on at most this many rows under a
+hierarchical prior by a method that does not suit the case says so after the fit (``swag`` and
+``multiswag``: no within-member spread; ``bbb``: the predictive sd grows too little away from
+the data; ``benchmarks/README.md``, small regression data)."""
 
 
 class CollapseWarning(UserWarning):

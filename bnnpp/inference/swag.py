@@ -41,6 +41,8 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.bbb import hierarchical_normal
+from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import MAPState
@@ -58,6 +60,7 @@ from bnnpp.inference.options import (
     temperature_option,
 )
 from bnnpp.inference.registry import Method, register
+from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 
 __all__ = ["MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
@@ -210,6 +213,7 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     """
     options = options.resolve(int(x.shape[0]))  # num_steps / epochs → pretrain_steps, swag_epochs (idempotent)
     members, n = int(options.members), int(x.shape[0])
+    small = n <= SMALL_DATA_ROWS and hierarchical_normal(find_layers(model, x[:1], y[:1]))
     batch = options.batch_size or n
     num_batches = n // batch
     period = num_batches * options.collect_every  # steps between collections
@@ -279,13 +283,21 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     return Algorithm(
         init, step, sample, num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
         name="swag" if members == 1 else f"multiswag ({members})", num_chains=members,
-        extras=lambda state: _extras(state, members, options, n),
+        extras=lambda state: _extras(state, members, options, n, small),
         postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
     )
 
 
-def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int) -> dict:
-    """Host facts of a finished fit; warns when a member's SWAG phase left its mode."""
+def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small: bool = False) -> dict:
+    """Host facts of a finished fit; warns when a member's SWAG phase left its mode, and (``small``)
+    that the method does not suit small data under a hierarchical prior (:data:`SMALL_DATA_ROWS`)."""
+    if small:
+        name = "swag" if members == 1 else "multiswag"
+        warnings.warn(
+            f"{name} is not suited to small data under a hierarchical prior ({n} rows, at most {SMALL_DATA_ROWS}): its SGD "
+            "phase gives each member almost no spread on so few rows; fit method='ensemble' or method='nuts' instead",
+            UserWarning, stacklevel=2,
+        )
     pretrain_loss, swag_loss = np.asarray(state.pretrain_loss, np.float64), np.asarray(state.swag_loss, np.float64)
     # Around a mode, constant-rate SGD raises the mean loss by about lr·tr(H·C)/4 (Mandt et al.
     # 2017, §3), small against the loss itself; a mean above 1.5× the pretrained loss (plus

@@ -163,8 +163,8 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        (every site U(±init_radius)) or map (a short evidence-trained MAP fit of\n'
  '                        map_steps steps) [advi=glorot, bbb=glorot, sgld=glorot]\n'
  '  --map-steps MAP_STEPS\n'
- "                        MAP steps of init_loc='map' and of hyperparameters='evidence' [advi=2000,\n"
- '                        bbb=2000]\n'
+ "                        MAP steps of init_loc='map' and of hyperparameters='evidence' [advi=5000,\n"
+ '                        bbb=5000]\n'
  '  --init-radius INIT_RADIUS\n'
  '                        start values uniform in (-r, r) on the unconstrained space (a start near\n'
  '                        zero lets hierarchical scales collapse to a near-linear optimum)\n'
