@@ -160,8 +160,8 @@ def test_toy_method_through_compare_and_sweep(rwm):
 QUICK = {
     "map": {"num_steps": 60},
     "laplace": {"num_steps": 60, "num_samples": 20},
-    "advi": {"num_steps": 60, "num_samples": 20},
-    "bbb": {"epochs": 60, "num_samples": 20},
+    "advi": {"num_steps": 60, "num_samples": 20, "map_steps": 50},  # map_steps: the evidence start under this hierarchical prior
+    "bbb": {"epochs": 60, "num_samples": 20, "map_steps": 50},
     "sgld": {"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
     "nuts": {"num_chains": 2, "num_warmup": 20, "num_samples": 10},
     "chees": {"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
