@@ -28,7 +28,7 @@ Two defaults depart from BlackJAX's ChEES, both for the posteriors of networks w
 hierarchical scales (measured in benchmarks/README.md, samplers):
 
 * the chains run on the non-centred form of the model (``noncentered=True``, every
-  location-scale weight ``w = loc + scale · z``, :func:`bnnpp.inference.manychain.noncentered`),
+  location-scale weight ``w = loc + scale · z``, :func:`bnnpp.inference.nuts.noncentered`),
   which removes the funnel between a layer's weights and its scale;
 * the trajectory length a transition uses is at least ``min_trajectory_length`` (π/2, a
   quarter period of a unit-variance direction in the whitened coordinates, the rule

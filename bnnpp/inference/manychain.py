@@ -8,7 +8,7 @@ progress bar and the device mesh (chains split over ``members``) come from the r
 
 Every chain runs on the model's unconstrained space with the shared log joint
 (:func:`bnnpp.inference.joint.joint_terms`, log-Jacobians included) on the full data; with
-``noncentered=True`` (the default) on the non-centred form of the model (:func:`noncentered`:
+``noncentered=True`` (the default) on the non-centred form of the model (:func:`bnnpp.inference.nuts.noncentered`:
 every location-scale weight ``w = loc + scale · z``, z sampled), whose draws are mapped back to
 the weights themselves, so the posterior's sites are the model's. A
 sampler supplies a :class:`Sampler`: its kernel, its tuning state and update, and the
@@ -37,6 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.joint import constrained_values, init_uniform
+from bnnpp.inference.nuts import noncentered
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
 from bnnpp.introspection import latent_sites, num_parameters
@@ -81,27 +82,6 @@ class ManyChainOptions(Options):
         if out.num_steps is not None:
             out = dataclasses.replace(out, num_warmup=out.num_steps // 2, num_samples=out.num_steps - out.num_steps // 2)
         return out
-
-
-def noncentered(site):
-    """NumPyro reparam config: decentre every latent site whose prior is a location-scale
-    family on the reals (Normal, Laplace, Cauchy, Student-t), ``w = loc + scale · z`` with z
-    from the standard member of the family (Papaspiliopoulos, Roberts & Sköld 2007), so that
-    z's geometry does not depend on a hierarchical layer scale (no funnel between a layer's
-    weights and its scale). Returns a ``LocScaleReparam`` or ``None`` (site left alone)."""
-    import numpyro.distributions as dist
-    from numpyro.infer.reparam import LocScaleReparam
-
-    from bnnpp.introspection import BATCH_WRAPPERS, unwrap
-
-    if site["type"] != "sample" or site.get("is_observed") or site["name"].endswith("_decentered"):
-        return None  # (the standardised site LocScaleReparam creates is left alone)
-    base = unwrap(site["fn"], BATCH_WRAPPERS)
-    if type(base) in (dist.Normal, dist.Laplace, dist.Cauchy):
-        return LocScaleReparam(0)
-    if type(base) is dist.StudentT:
-        return LocScaleReparam(0, shape_params=("df",))
-    return None
 
 
 def sampled_model(model, options):

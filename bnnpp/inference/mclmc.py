@@ -24,7 +24,7 @@ shared by all chains; W = ``num_warmup``):
 
 The ``num_samples`` kept steps use dual averaging's averaged ε and the L of phase 2.
 The chains run on the non-centred form of the model by default (``noncentered=True``,
-:func:`bnnpp.inference.manychain.noncentered`). Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
+:func:`bnnpp.inference.nuts.noncentered`). Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
 :mod:`bnnpp.inference.manychain`).
 """
 

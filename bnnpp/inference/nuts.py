@@ -158,7 +158,7 @@ DEFAULTS = NUTSOptions.defaults()
 """Every option's default (the dict of bnnpp 0.1)."""
 
 
-def _noncentered(site) -> LocScaleReparam | None:
+def noncentered(site) -> LocScaleReparam | None:
     """NumPyro reparam config: decentre every latent site whose prior is a location-scale
     family on the reals (Normal, Laplace, Cauchy, Student-t): w = loc + scale · z with z drawn
     from the standard member of the family (Papaspiliopoulos, Roberts & Sköld 2007). The
@@ -232,7 +232,7 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
         )
     if start and options.noncentered:
         raise ValueError("init= names the model's sites and noncentered=True samples standardised ones: leave one of them unset")
-    sampled = handlers.reparam(model, config=_noncentered) if options.noncentered else model
+    sampled = handlers.reparam(model, config=noncentered) if options.noncentered else model
     shapes = {name: s.shape for name, s in (latent_sites(sampled, x, y) if options.noncentered else sites).items()}
     chains, warmup, draws = int(options.num_chains), int(options.num_warmup), int(options.num_samples)
     dense = [tuple(sorted(shapes))] if options.dense_mass else []
