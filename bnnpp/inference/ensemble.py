@@ -60,6 +60,7 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
+    init_loc_option,
     temperature_option,
 )
 from bnnpp.inference.registry import Method, register
@@ -80,7 +81,8 @@ class EnsembleOptions(Options):
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
-    init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space, each from its own key", check=positive_float)
+    init_loc: str = init_loc_option()
+    init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot), each from its own key", check=positive_float)
     members_per_batch: int | None = option(None, "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)", check=optional(positive_int), type=int)
     layout: str = option(
         "auto",
@@ -139,7 +141,7 @@ def member_keys(key: jax.Array, members: int) -> jax.Array:
 
 def map_options(options, **overrides) -> MAPOptions:
     """The :class:`MAPOptions` of one member from an options dataclass with MAP's fields."""
-    fields = ("batch_size", "learning_rate", "optimizer", "init_radius")
+    fields = ("batch_size", "learning_rate", "optimizer", "init_loc", "init_radius")
     given = {f: getattr(options, f) for f in fields if hasattr(options, f)}
     return MAPOptions(**{**given, **overrides})
 

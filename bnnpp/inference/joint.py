@@ -21,7 +21,7 @@ from numpyro.distributions.transforms import biject_to
 
 from bnnpp.introspection import latent_trace
 
-__all__ = ["constrained_values", "gaussian_log_weights", "glorot_limits", "init_glorot", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
+__all__ = ["constrained_values", "gaussian_log_weights", "glorot_limits", "init_glorot", "init_start", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
 
 
 def _site_log_prob(site) -> jnp.ndarray:
@@ -98,6 +98,15 @@ def glorot_limits(layers: dict) -> tuple[dict[str, float], frozenset]:
     layers: each layer's weight site → sqrt(6 / (fan_in + fan_out)), and its bias sites."""
     limits = {lay["sites"][0]: math.sqrt(6.0 / (lay["fan_in"] + lay["fan_out"])) for lay in layers.values()}
     return limits, frozenset(lay["sites"][1] for lay in layers.values() if len(lay["sites"]) > 1)
+
+
+def init_start(init_loc: str, layers: dict):
+    """``init(shapes, key, radius) -> {site: value}`` for an ``init_loc`` option
+    (:func:`bnnpp.inference.options.init_loc_option`): :func:`init_glorot` with the limits of
+    ``layers`` (:attr:`~bnnpp.inference.model_info.ModelInfo.layers`) for ``"glorot"``,
+    :func:`init_uniform` for ``"uniform"`` (the same keys either way)."""
+    limits, biases = glorot_limits(layers) if init_loc == "glorot" else ({}, frozenset())
+    return lambda shapes, key, radius: init_glorot(shapes, key, radius, limits, biases)
 
 
 def constrained_values(model: Callable, u: dict, x, y, key, names) -> dict[str, jnp.ndarray]:

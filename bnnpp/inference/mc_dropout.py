@@ -48,12 +48,13 @@ import jax.numpy as jnp
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm
-from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms, log_likelihood, site_log_prior
+from bnnpp.inference.joint import constrained_values, init_start, joint_terms, log_likelihood, site_log_prior
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     boolean,
     fraction,
+    init_loc_option,
     optimizer,
     optimizer_of,
     option,
@@ -64,7 +65,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
-from bnnpp.inference.variational_layers import latent_layers
+from bnnpp.inference.variational_layers import find_layers, latent_layers
 from bnnpp.introspection import latent_sites
 from bnnpp.models.layers import LAYER_EFFECT
 
@@ -86,7 +87,8 @@ class MCDropoutOptions(Options):
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    init_loc: str = init_loc_option()
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)", check=positive_float)
     num_samples: int = option(100, "posterior draws (dropout masks)", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
@@ -166,6 +168,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     site → unconstrained start value (:func:`bnnpp.inference.start.start_position`)."""
     layers = dropout_layers(model, x, y)
     sites = latent_sites(model, x, y)
+    draw_start = init_start(options.init_loc, find_layers(model, x[:1], y[:1]) if options.init_loc == "glorot" else {})
     weight_layer = {layer["site"]: layer for layer in layers.values()}
     n = x.shape[0]
     batch = options.batch_size or n
@@ -175,7 +178,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     fan_in = jnp.asarray([layer["in"] for layer in layers.values()], jnp.float32)  # K_l
 
     def init(key, data):
-        u = apply_start(init_uniform({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
+        u = apply_start(draw_start({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
         logit_p = jnp.full((len(layers),), logit0, jnp.float32)
         return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
 

@@ -103,6 +103,19 @@ def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     return inner
 
 
+def init_loc_option(default: str = "glorot"):
+    """The ``init_loc`` option of the point-estimate methods (map, laplace's MAP, ensemble,
+    swag/multiswag, mc_dropout): ``"glorot"`` starts the weights of bnnpp's layers
+    U(±sqrt(6 / (fan_in + fan_out))) (Glorot & Bengio 2010, eq. 16) and their biases at 0, every
+    other site (prior scales, noise, the weights of models without bnnpp layers) U(±init_radius)
+    on its unconstrained space; ``"uniform"`` starts every site U(±init_radius) (NumPyro's
+    ``init_to_uniform``). A U(±2) start with hundreds of inputs saturates the first layer and
+    leaves logits in the hundreds, an over-confident optimum (benchmarks/README.md,
+    temperature scaling)."""
+    return option(default, "start values: glorot (layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites "
+                  "U(±init_radius)) or uniform (every site U(±init_radius))", choices=("glorot", "uniform"))
+
+
 def temperature_option():
     """The ``temperature`` option of the methods that fit a tempered posterior: every
     site's log-density (prior and likelihood) is multiplied by ``1/T``, so the method targets

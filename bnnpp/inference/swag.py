@@ -57,6 +57,7 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
+    init_loc_option,
     temperature_option,
 )
 from bnnpp.inference.registry import Method, register
@@ -92,7 +93,8 @@ class SWAGOptions(Options):
     rank: int = option(20, "K: deviations kept for the low-rank part of the covariance", check=positive_int)
     collect_every: int = option(1, "collect the iterate every this many epochs", check=positive_int)
     num_samples: int = option(30, "draws from the Gaussian (per member)", check=positive_int)
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    init_loc: str = init_loc_option()
+    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)", check=positive_float)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
 

@@ -161,7 +161,9 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        initial means: glorot (bnnpp layer weights U(±sqrt(6/(fan_in+fan_out))),\n'
  '                        biases 0, other sites U(±init_radius) on the unconstrained space), uniform\n'
  '                        (every site U(±init_radius)) or map (a short evidence-trained MAP fit of\n'
- '                        map_steps steps) [advi=glorot, bbb=glorot, sgld=glorot]\n'
+ '                        map_steps steps) [advi=glorot, bbb=glorot, ensemble=glorot,\n'
+ '                        laplace=glorot, map=glorot, mc_dropout=glorot, multiswag=glorot,\n'
+ '                        sgld=glorot, swag=glorot]\n'
  '  --map-steps MAP_STEPS\n'
  "                        MAP steps of init_loc='map' and of hyperparameters='evidence' [advi=5000,\n"
  '                        bbb=5000]\n'
