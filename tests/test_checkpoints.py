@@ -79,6 +79,21 @@ def test_periodic_checkpoints_and_a_foreign_checkpoint_is_refused(moons, net, tm
         bnnpp.fit(net, moons, method="map", seed=1, progress=False, checkpoint_dir=ck, resume=True, **CASES["map"])
 
 
+def test_a_checkpoint_is_never_discarded_without_being_asked(moons, net, tmp_path, compile_counter):
+    # resume=None (the default) refuses a folder holding a checkpoint, before compiling;
+    # resume=False deletes it and starts over
+    ck = tmp_path / "ck"
+    first = bnnpp.fit(net, moons, method="map", seed=0, progress=False, checkpoint_dir=ck, checkpoint_every=100, **CASES["map"])
+    before = compile_counter()
+    with pytest.raises(ValueError, match="holds a checkpoint of an earlier fit: pass resume=True .* or resume=False"):
+        bnnpp.fit(net, moons, method="map", seed=1, progress=False, checkpoint_dir=ck, **CASES["map"])
+    assert compile_counter() == before
+    assert sorted(int(p) for p in os.listdir(ck) if p.isdigit())[-1] == 300  # untouched
+    again = bnnpp.fit(net, moons, method="map", seed=0, progress=False, checkpoint_dir=ck, resume=False, **CASES["map"])
+    for site, value in first.samples.items():  # the same fit, from step 0
+        np.testing.assert_array_equal(again.samples[site], value)
+
+
 def test_checkpoint_arguments_are_checked_before_compiling(moons, net, tmp_path, compile_counter):
     before = compile_counter()
     with pytest.raises(ValueError, match="needs checkpoint_dir"):

@@ -33,7 +33,9 @@ def checkpoint_folder(out: str) -> str:
 
 def has_checkpoint(folder: str) -> bool:
     """Whether ``folder`` holds a checkpoint to resume from (an orbax step folder)."""
-    return os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder))
+    from bnnpp.inference.checkpoints import has_checkpoint as held
+
+    return held(folder)
 
 
 def _file_record(args) -> dict:

@@ -16,7 +16,7 @@ from typing import Any
 
 from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Keys
-from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted
+from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted, has_checkpoint
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.collapse import warn_if_collapsed
 from bnnpp.inference.health import FitHealthWarning
@@ -65,7 +65,7 @@ def fit(
     checkpoint_dir: str | os.PathLike | None = None,
     checkpoint_every: int | None = None,
     checkpoint_minutes: float | None = 10.0,
-    resume: bool = False,
+    resume: bool | None = None,
     observed: str | None = None,
     devices: int | None = None,
     mesh: str | dict | None = None,
@@ -93,8 +93,11 @@ def fit(
         checkpoint_dir: save the fit's progress there (orbax-checkpoint) every
             ``checkpoint_every`` steps and every ``checkpoint_minutes`` minutes (either may be
             ``None``), and when SIGINT/SIGTERM stops training after the current chunk.
-        resume: continue from the newest checkpoint in ``checkpoint_dir``; the result is
-            bit-identical to an uninterrupted fit with the same arguments on the same machine.
+        resume: ``True``: continue from the newest checkpoint in ``checkpoint_dir`` (the result
+            is bit-identical to an uninterrupted fit with the same arguments on the same
+            machine); ``False``: delete the checkpoints there and start from step 0; ``None``
+            (default): start from step 0 when ``checkpoint_dir`` holds no checkpoint, and refuse
+            (ValueError) when it holds one, so an interrupted fit is never discarded silently.
         observed: the name of the model's observed site; needed only when it observes
             several (``None``: the one it observes, ``"Y"`` for NumPyro's ``examples/bnn.py``).
             The posterior's ArviZ groups use this name.
@@ -136,6 +139,10 @@ def fit(
     check_request(devices, mesh)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
+    if resume is None and checkpoint_dir is not None and has_checkpoint(os.fspath(checkpoint_dir)):
+        raise ValueError(f"checkpoint_dir {os.fspath(checkpoint_dir)} holds a checkpoint of an earlier fit: pass resume=True to "
+                         "continue it or resume=False to delete it and start over")
+    resume = bool(resume)
     checkpoint = None
     if checkpoint_dir is not None:
         checkpoint = Checkpointing(os.fspath(checkpoint_dir), every_steps=checkpoint_every, every_minutes=checkpoint_minutes)

@@ -351,6 +351,11 @@ def interruptible() -> Iterator[list[int]]:
             signal.signal(s, h)
 
 
+def has_checkpoint(directory: str) -> bool:
+    """Whether ``directory`` holds a checkpoint to resume from (an orbax step folder)."""
+    return os.path.isdir(directory) and any(name.isdigit() for name in os.listdir(directory))
+
+
 def remove(directory: str) -> None:
     """Delete a checkpoint folder (after the fit it belongs to finished)."""
     shutil.rmtree(directory, ignore_errors=True)
