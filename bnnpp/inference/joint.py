@@ -103,9 +103,12 @@ def glorot_limits(layers: dict) -> tuple[dict[str, float], frozenset]:
 def init_start(init_loc: str, layers: dict):
     """``init(shapes, key, radius) -> {site: value}`` for an ``init_loc`` option
     (:func:`bnnpp.inference.options.init_loc_option`): :func:`init_glorot` with the limits of
-    ``layers`` (:attr:`~bnnpp.inference.model_info.ModelInfo.layers`) for ``"glorot"``,
-    :func:`init_uniform` for ``"uniform"`` (the same keys either way)."""
-    limits, biases = glorot_limits(layers) if init_loc == "glorot" else ({}, frozenset())
+    ``layers`` (:attr:`~bnnpp.inference.model_info.ModelInfo.layers`) for ``"glorot"``, of the
+    layers whose prior is not hierarchical for ``"auto"``, :func:`init_uniform` for
+    ``"uniform"`` (the same keys in every case)."""
+    if init_loc == "auto":
+        layers = {k: v for k, v in layers.items() if not getattr(v.get("prior"), "hierarchical", False)}
+    limits, biases = glorot_limits(layers) if init_loc != "uniform" else ({}, frozenset())
     return lambda shapes, key, radius: init_glorot(shapes, key, radius, limits, biases)
 
 

@@ -103,17 +103,24 @@ def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     return inner
 
 
-def init_loc_option(default: str = "glorot"):
+def init_loc_option(default: str = "auto"):
     """The ``init_loc`` option of the point-estimate methods (map, laplace's MAP, ensemble,
     swag/multiswag, mc_dropout): ``"glorot"`` starts the weights of bnnpp's layers
     U(±sqrt(6 / (fan_in + fan_out))) (Glorot & Bengio 2010, eq. 16) and their biases at 0, every
     other site (prior scales, noise, the weights of models without bnnpp layers) U(±init_radius)
     on its unconstrained space; ``"uniform"`` starts every site U(±init_radius) (NumPyro's
-    ``init_to_uniform``). A U(±2) start with hundreds of inputs saturates the first layer and
-    leaves logits in the hundreds, an over-confident optimum (benchmarks/README.md,
-    temperature scaling)."""
+    ``init_to_uniform``); ``"auto"``: glorot for the layers whose weight prior has a fixed scale,
+    uniform for those with a hierarchical prior.
+
+    Why both: a U(±2) start with hundreds of inputs saturates the first layer and leaves logits
+    in the hundreds, an over-confident optimum (MNIST: temperature 24); but under a hierarchical
+    prior a point estimate of the weights and their scale together slides from small (Glorot)
+    weights into the spike at scale → 0, a flat mean that explains the targets as noise (the
+    32-point sinusoid: test NLL 2.2× NUTS's against 1.1–1.4× from U(±2);
+    benchmarks/README.md, start values)."""
     return option(default, "start values: glorot (layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites "
-                  "U(±init_radius)) or uniform (every site U(±init_radius))", choices=("glorot", "uniform"))
+                  "U(±init_radius)), uniform (every site U(±init_radius)), or auto (glorot for layers with a fixed-scale prior, "
+                  "uniform for hierarchical ones)", choices=("auto", "glorot", "uniform"))
 
 
 def temperature_option():
