@@ -37,6 +37,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", default="0", help="fit seeds, comma-separated (one row per method and seed)")
     p.add_argument("--data-dir", default=default_data_dir())
     p.add_argument("--results", default=os.path.join(HERE, "results"))
+    p.add_argument("--out", default="temperature_scaling", help="result files' name (results/OUT.{json,md})")
     args = p.parse_args(argv)
     import bnnpp
     from bnnpp import metrics
@@ -70,7 +71,7 @@ def main(argv=None) -> int:
         print(rows[-1], flush=True)
     cmd = "python benchmarks/temperature_scaling.py " + " ".join(sys.argv[1:] if argv is None else argv)
     result = {"benchmark": "temperature_scaling", "produced_by": cmd, "date": dt.date.today().isoformat(), "machine": machine(),
-              "protocol": f"MLP 784-200-10, fit on the first {n} training images, calibrated on the next {c}, scored on the 10,000 "
+              "protocol": f"MLP 784-200-10, fit on the first {n:,} training images, calibrated on the next {c}, scored on the 10,000 "
                           f"test images; options {OPTIONS}", "seconds": time.perf_counter() - t0, "rows": rows}
     lines = ["# Temperature scaling and 90% APS sets on MNIST", "", f"`{cmd}`, {result['date']}, {result['machine']}.", "",
              result["protocol"], "", "| method | seed | accuracy | T | ECE raw | ECE scaled | NLL raw | NLL scaled | set coverage | mean set size | randomised set coverage | size |",
@@ -85,7 +86,7 @@ def main(argv=None) -> int:
             e = np.array([r["ece_scaled"] for r in rs])
             lines.append(f"| {m} | {np.mean([r['ece_raw'] for r in rs]):.4f} | {e.mean():.4f} ± {e.std(ddof=1):.4f} | "
                          f"{np.mean([r['nll_scaled'] for r in rs]):.4f} |")
-    write_results(args.results, "temperature_scaling", result, "\n".join(lines) + "\n")
+    write_results(args.results, args.out, result, "\n".join(lines) + "\n")
     return 0
 
 
