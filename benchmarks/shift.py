@@ -39,23 +39,6 @@ OPTIONS = {
     "mc_dropout": {"num_steps": 3000, "batch_size": 128, "num_samples": 30},
     "sgld": {"batch_size": 128, "burn_in": 2000, "num_samples": 30, "thinning": 20},
 }
-ANGLES = (0, 30, 60, 90, 120, 150, 180)
-CORRUPTIONS = {"noise": (0.1, 0.3, 0.5), "blur": (0.5, 1.0, 1.5), "contrast": (0.5, 0.3, 0.1)}
-
-
-def shifted(images: np.ndarray, kind: str, level: float, seed: int = 0) -> np.ndarray:
-    """``images`` ``(n, 28, 28)`` in [0, 1] under one shift, same shape, float32."""
-    from scipy import ndimage
-
-    if kind == "rotation":
-        return np.stack([ndimage.rotate(im, level, reshape=False, order=1) for im in images]).clip(0, 1).astype(np.float32)
-    if kind == "noise":
-        return (images + np.random.default_rng(seed).normal(0, level, images.shape)).clip(0, 1).astype(np.float32)
-    if kind == "blur":
-        return np.stack([ndimage.gaussian_filter(im, level) for im in images]).astype(np.float32)
-    if kind == "contrast":
-        return (0.5 + level * (images - 0.5)).astype(np.float32)
-    raise ValueError(f"unknown shift {kind!r}")
 
 
 def main(argv=None) -> int:
@@ -80,8 +63,9 @@ def main(argv=None) -> int:
     d = bnnpp.data.load("mnist", args.data_dir, validation=0, flatten=True, train_subset=args.train_subset)
     x_test = np.asarray(d.x_test[: args.test_subset], np.float32).reshape(-1, 28, 28)
     y_test = np.asarray(d.y_test[: args.test_subset])
-    shifts = [("rotation", a) for a in ANGLES] + [(k, v) for k, levels in CORRUPTIONS.items() for v in levels]
-    inputs = {(k, v): shifted(x_test, k, v, args.seed).reshape(len(x_test), -1) for k, v in shifts}
+    from bnnpp.evaluation.shift import shifted, shifts
+
+    inputs = {(k, v): shifted(x_test, k, v, args.seed).reshape(len(x_test), -1) for k, v in shifts()}
     cmd = "python benchmarks/shift.py " + " ".join(sys.argv[1:] if argv is None else argv)
     rows: list[dict] = []
     t0 = time.perf_counter()

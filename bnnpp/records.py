@@ -171,6 +171,8 @@ class EvaluationReport(_JsonView):
             by :func:`~bnnpp.evaluation.evaluate`).
         figures: the figure file names.
         run_dir, data, method: set (first in the JSON) by :func:`bnnpp.runs.evaluate_run`;
+        shift: ``{"n": images scored, "rows": [...]}``, the scores under dataset shift
+            (:func:`bnnpp.evaluation.shift.shift_report`'s rows), when asked for.
         skipped: OOD sets it skipped, and why (last in the JSON).
     """
 
@@ -185,8 +187,9 @@ class EvaluationReport(_JsonView):
     data: Any = ABSENT
     method: Any = ABSENT
     skipped: Any = ABSENT
+    shift: Any = ABSENT
 
-    _ORDER = ("run_dir", "data", "method", "num_samples", "tau", "test", "selective", "ood", "seconds", "figures", "skipped")
+    _ORDER = ("run_dir", "data", "method", "num_samples", "tau", "test", "selective", "ood", "shift", "seconds", "figures", "skipped")
 
     def to_json(self) -> dict[str, Any]:
         """``evaluation.json``'s dict."""

@@ -184,6 +184,12 @@ def evaluation_markdown(report: EvaluationReport | dict) -> str:
                 f"{o['auroc_entropy']:.4f} | {o['auroc_mutual_information']:.4f} |"
             )
         lines.append("")
+    if report.shift:
+        lines += [f"Under dataset shift (the first {report.shift['n']} test images; Ovadia et al. 2019):", "",
+                  "| shift | level | accuracy | ECE | NLL | mean entropy | mean MI |", "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['shift']} | {r['level']:g} | {r['accuracy']:.4f} | {r['ece']:.4f} | {r['nll']:.4f} | {r['mean_entropy']:.4f} | "
+                  f"{r['mean_mutual_information']:.4f} |" for r in report.shift["rows"]]
+        lines.append("")
     for key, label in (("sure_but_wrong", "Misclassified images the model was surest of"), ("lowest_confidence", "Lowest-confidence images")):
         lines += [f"{label} (test index: label → predicted, expected error rate):", ""]
         lines += [f"- {e['index']}: {e['label']} → {e['predicted']}, {e['expected_error_rate']:.4f}" for e in t[key]] or ["- none"]

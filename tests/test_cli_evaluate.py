@@ -66,10 +66,10 @@ def run_dir(tmp_path_factory):
 
 @needs_data
 def test_evaluate_end_to_end(run_dir, capsys):
-    code = main(["evaluate", str(run_dir), "--num-samples", str(S)])
+    code = main(["evaluate", str(run_dir), "--num-samples", str(S), "--shift", "200"])
     out = capsys.readouterr()
     assert code == 0, out.err
-    assert "test error" in out.out and "OOD fashion_mnist" in out.out
+    assert "test error" in out.out and "OOD fashion_mnist" in out.out and "under shift (200 images)" in out.out
     rep = json.loads((run_dir / "evaluation.json").read_text())
     names = {p.name for p in run_dir.iterdir()}
     assert {"evaluation.json", "evaluation.md", "evaluation.npz", *rep["figures"]} <= names
@@ -95,6 +95,17 @@ def test_evaluate_end_to_end(run_dir, capsys):
     for o in rep["ood"].values():
         assert o["n"] == 10000 and 0 <= o["auroc_entropy"] <= 1 and 0 <= o["rejected"] <= 1
     assert "| noise | 10000 |" in (run_dir / "evaluation.md").read_text()
+    # dataset shift: 7 rotations + 3 corruptions x 3 severities of the first 200 test images; upright
+    # (rotation 0 is the identity) they score what the per-image arrays say about those 200
+    shift = rep["shift"]
+    assert shift["n"] == 200 and len(shift["rows"]) == 16 and "shift.png" in rep["figures"]
+    upright = shift["rows"][0]
+    assert (upright["shift"], upright["level"]) == ("rotation", 0.0)
+    assert upright["accuracy"] == pytest.approx(metrics.accuracy(mean[:200], y[:200]), abs=1e-12)
+    assert upright["nll"] == pytest.approx(metrics.nll(mean[:200], y[:200]), rel=1e-5)
+    by = {(r["shift"], r["level"]): r for r in shift["rows"]}
+    assert by[("rotation", 90.0)]["accuracy"] < upright["accuracy"] - 0.3  # a class-mean template fails on rotated digits
+    assert "| rotation | 90 |" in (run_dir / "evaluation.md").read_text()
 
 
 @needs_data

@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
         "from --num-samples posterior draws; per-image predictive variance and expected error rate; the "
         "misclassified images the model was surest of and the least confident ones; out-of-distribution "
         "detection on uniform noise and Fashion-MNIST (share rejected by max class probability < tau, AUROC "
-        "of predictive entropy and of mutual information); selective prediction as for tables. Writes DIR/evaluation.{json,md,npz} and PNG figures.",
+        "of predictive entropy and of mutual information); selective prediction as for tables; accuracy, ECE and NLL "
+        "under dataset shift (the test images rotated 0-180 degrees, under noise, blur and reduced contrast; shift.png). Writes DIR/evaluation.{json,md,npz} and PNG figures.",
         formatter_class=DefaultsOnce,
     )
     p.add_argument("dir", help="run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)")
@@ -46,6 +47,8 @@ def add_parser(sub) -> None:
     p.add_argument("--ood", default=None, help="image runs: comma-separated out-of-distribution sets (noise, fashion_mnist) or 'none' "
                    f"(default {','.join(OOD_SETS)})")
     p.add_argument("--batch-size", type=int, default=None, help="image runs: images per prediction call (default: bounded by draws × image size, at most 1000)")
+    p.add_argument("--shift", type=int, default=None, help="image runs: score the first N test images rotated (0-180 degrees) and "
+                   "corrupted (noise, blur, contrast): a table in evaluation.md and shift.png; 0 skips it (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the noise images and of prediction")
     p.set_defaults(handler=run)
 
@@ -57,7 +60,8 @@ def _is_image_run(run_dir: str) -> bool:
 
 def run_table(args) -> int:
     """``bnnpp evaluate`` of a table run (see :func:`bnnpp.runs.evaluate_table_run`)."""
-    image_flags = [f for f, v in (("--data-dir", args.data_dir), ("--tau", args.tau), ("--ood", args.ood), ("--batch-size", args.batch_size)) if v is not None]
+    image_flags = [f for f, v in (("--data-dir", args.data_dir), ("--tau", args.tau), ("--ood", args.ood), ("--batch-size", args.batch_size),
+                                                 ("--shift", args.shift)) if v is not None]
     if image_flags:
         raise ValueError(f"{', '.join(image_flags)} apply to image runs; {args.dir} is a table run (its flags: --data, --target, --num-samples)")
     report = runs.evaluate_table_run(args.dir, data_file=args.data, target=args.target, num_samples=args.num_samples, seed=args.seed)
@@ -81,7 +85,8 @@ def run(args) -> int:
         ood = () if spec.strip() in ("", "none") else tuple(s.strip() for s in spec.split(","))
         report = runs.evaluate_run(
             args.dir, data_dir=args.data_dir, num_samples=100 if args.num_samples is None else args.num_samples,
-            tau=0.2 if args.tau is None else args.tau, ood=ood, seed=args.seed, batch_size=args.batch_size
+            tau=0.2 if args.tau is None else args.tau, ood=ood, seed=args.seed, batch_size=args.batch_size,
+            shift=1000 if args.shift is None else args.shift,
         )
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
@@ -99,6 +104,10 @@ def run(args) -> int:
             f"OOD {name}: rejected {o['rejected']:.1%}, AUROC entropy {o['auroc_entropy']:.3f}, "
             f"mutual information {o['auroc_mutual_information']:.3f}"
         )
+    if report.shift:
+        acc = {(r["shift"], r["level"]): r["accuracy"] for r in report.shift["rows"]}
+        print(f"under shift ({report.shift['n']} images): accuracy {acc[('rotation', 0.0)]:.3f} upright, {acc[('rotation', 60.0)]:.3f} "
+              f"rotated 60 degrees, {acc[('noise', 0.5)]:.3f} under noise sd 0.5")
     for s in report.skipped:
         print(f"skipped {s}")
     print(f"wrote {os.path.join(args.dir, 'evaluation.json')}, evaluation.md, evaluation.npz, {', '.join(report.figures)}")

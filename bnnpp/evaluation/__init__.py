@@ -29,6 +29,7 @@ from bnnpp.evaluation.selective import SELECTIVE_COVERAGES as SELECTIVE_COVERAGE
 from bnnpp.evaluation.selective import classification_measures as classification_measures
 from bnnpp.evaluation.selective import selective_curve, selective_prediction
 from bnnpp.evaluation.selective import selective_curves as selective_curves
+from bnnpp.evaluation.shift import shift_report, shifted
 
 __all__ = [
     "check_count",
@@ -43,6 +44,8 @@ __all__ = [
     "regression_checks",
     "selective_curve",
     "selective_prediction",
+    "shift_report",
+    "shifted",
     "uniform_noise",
     "write_report",
 ]

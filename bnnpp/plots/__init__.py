@@ -21,6 +21,7 @@ from bnnpp.plots.evaluation_figures import (
     weight_histograms,
 )
 from bnnpp.plots.evaluation_figures import selective_figure as selective_figure
+from bnnpp.plots.evaluation_figures import shift_figure as shift_figure
 from bnnpp.plots.maps import CLASS_COLOURS, decision_map, decision_maps, regression_bands, regression_bands_grid
 from bnnpp.plots.regression import (
     calibration_curve,

@@ -1,5 +1,5 @@
-"""Figures of an evaluation: weight and SNR histograms, reliability and selective-prediction
-curves, OOD and uncertainty histograms, image grids, agreement with a reference posterior."""
+"""Figures of an evaluation: weight and SNR histograms, reliability, selective-prediction and
+shift curves, OOD and uncertainty histograms, image grids, agreement with a reference posterior."""
 
 from __future__ import annotations
 
@@ -102,6 +102,41 @@ def selective_figure(curves: dict, score: str = "accuracy", *, title: str = ""):
     ax.set_xlim(0, 1)
     ax.legend(fontsize="small")
     ax.set_title(title or f"selective prediction: {score} against coverage")
+    return fig
+
+
+def shift_figure(rows: list[dict], *, title: str = ""):
+    """Accuracy, ECE and NLL under dataset shift: the top row against the rotation angle, the
+    bottom row against each corruption's severity (1–3), one line per corruption.
+
+    Args:
+        rows: :func:`bnnpp.evaluation.shift.shift_report`'s rows (``shift``, ``level`` and the
+            three scores), or the same with a ``method`` key per row for one line per method
+            and shift.
+    Returns:
+        A Figure with 2 × 3 axes.
+    """
+    fig = Figure(figsize=(11, 6.5), layout="constrained")
+    axes = fig.subplots(2, 3)
+    groups = list(dict.fromkeys(r.get("method", "") for r in rows))
+    for j, stat in enumerate(("accuracy", "ece", "nll")):
+        for g in groups:
+            mine = [r for r in rows if r.get("method", "") == g]
+            rot = [r for r in mine if r["shift"] == "rotation"]
+            axes[0, j].plot([r["level"] for r in rot], [r[stat] for r in rot], marker="o", label=g or "rotation")
+            for kind in dict.fromkeys(r["shift"] for r in mine if r["shift"] != "rotation"):
+                sel = [r for r in mine if r["shift"] == kind]
+                label = f"{g} {kind}".strip()
+                axes[1, j].plot(range(1, len(sel) + 1), [r[stat] for r in sel], marker="o", label=label)
+        axes[0, j].set_xlabel("rotation (degrees)")
+        axes[1, j].set_xlabel("corruption severity")
+        axes[1, j].set_xticks([1, 2, 3])
+        for ax in axes[:, j]:
+            ax.set_ylabel(stat.upper() if stat != "accuracy" else stat)
+    axes[0, 0].legend(fontsize="small")
+    axes[1, 0].legend(fontsize="x-small")
+    fig.suptitle(title or "under dataset shift")
+    fig.supxlabel("severity 1 / 2 / 3: noise sd 0.1 / 0.3 / 0.5, blur sigma 0.5 / 1 / 1.5 pixels, contrast 0.5 / 0.3 / 0.1", fontsize=8)
     return fig
 
 

@@ -30,6 +30,7 @@ def evaluate_run(
     ood: Sequence[str] = OOD_SETS,
     seed: int = 0,
     batch_size: int | None = None,
+    shift: int = 1000,
 ) -> dict:
     """Evaluate an image run of ``bnnpp fit`` and write ``evaluation.json``, ``evaluation.md``,
     ``evaluation.npz`` (per-image mean probabilities, variance, expected error rate, entropy,
@@ -45,6 +46,8 @@ def evaluate_run(
             the test set, seed ``seed``) and ``"fashion_mnist"`` (its 10,000 test images,
             normalised as the run's data; skipped for a Fashion-MNIST run or when not found).
         seed, batch_size: see :func:`bnnpp.evaluation.evaluate`.
+        shift: score the first ``shift`` test images rotated and corrupted
+            (:mod:`bnnpp.evaluation.shift`: a table in the report and ``shift.png``); 0: skip.
 
     Returns:
         The report written to ``evaluation.json`` (the dict of an
@@ -59,6 +62,8 @@ def evaluate_run(
     unknown = [o for o in ood if o not in OOD_SETS]
     if unknown:
         raise ValueError(f"unknown OOD set(s) {', '.join(unknown)}; choose from {', '.join(OOD_SETS)}")
+    if isinstance(shift, bool) or not isinstance(shift, (int, np.integer)) or shift < 0:
+        raise ValueError(f"shift must be a number of test images >= 0 (0: no shift table), got {shift!r}")
     check_run_dir(run_dir)
     t0 = time.perf_counter()
     posterior, report, dataset = open_run(run_dir, data_dir)
@@ -79,9 +84,34 @@ def evaluate_run(
     )
     result = dataclasses.replace(result, run_dir=os.fspath(run_dir), data=dataset.name, method=posterior.info.get("method"),
                                  skipped=skipped)
+    if shift:
+        t1 = time.perf_counter()
+        rows = _shift_rows(posterior, report, dataset, data_dir, min(int(shift), len(dataset.y_test)), num_samples, seed, batch_size)
+        result = dataclasses.replace(result, shift={"n": min(int(shift), len(dataset.y_test)), "rows": rows})
+        result.seconds["shift"] = time.perf_counter() - t1
+        from bnnpp import plots  # matplotlib loads when a run is evaluated
+
+        figs["shift.png"] = plots.shift_figure(rows, title=f"{dataset.name} / {posterior.info.get('method')} under dataset shift")
+    result = dataclasses.replace(result, figures=sorted(figs))
     result.seconds["load"] = load_s
     evaluation.write_report(run_dir, result, figs, per_image)
     return result.to_json()
+
+
+def _shift_rows(posterior, report: dict, dataset: data.Dataset, data_dir, n: int, num_samples: int, seed: int,
+                batch_size: int | None) -> list[dict]:
+    """:func:`bnnpp.evaluation.shift.shift_report` of the first ``n`` test images: their pixels in
+    [0, 1] are read again (``normalize="255"``) and mapped back to the run's inputs by the affine
+    map between the two (:func:`~bnnpp.evaluation.shift.affine_map`)."""
+    from bnnpp.evaluation.shift import affine_map, shift_report
+
+    where = data_dir if data_dir is not None else report.get("data_dir")
+    pixels = data.load(dataset.name, where, normalize="255", validation=report.get("validation", 10000), flatten=False).x_test[:n]
+    pixels = pixels.reshape(n, pixels.shape[1], pixels.shape[2])
+    a, b = affine_map(dataset.x_test[:n], pixels)
+    shape = dataset.x_test.shape[1:]
+    return shift_report(posterior, pixels, dataset.y_test[:n], to_inputs=lambda p: (a * p + b).reshape(len(p), *shape),
+                        num_samples=num_samples, seed=seed, batch_size=batch_size)
 
 
 def evaluate_table_run(

@@ -2,7 +2,7 @@
 
 HELP = ('usage: bnnpp evaluate [-h] [--data FILE] [--target TARGET] [--data-dir DATA_DIR]\n'
  '                      [--num-samples NUM_SAMPLES] [--tau TAU] [--ood OOD]\n'
- '                      [--batch-size BATCH_SIZE] [--seed SEED]\n'
+ '                      [--batch-size BATCH_SIZE] [--shift SHIFT] [--seed SEED]\n'
  '                      dir\n'
  '\n'
  'Evaluate a run of `bnnpp fit`. A table run (your .csv/.npz, or moons/circles/sinusoid): scores on\n'
@@ -15,8 +15,9 @@ HELP = ('usage: bnnpp evaluate [-h] [--data FILE] [--target TARGET] [--data-dir 
  'ECE and Brier from --num-samples posterior draws; per-image predictive variance and expected error\n'
  'rate; the misclassified images the model was surest of and the least confident ones; out-of-\n'
  'distribution detection on uniform noise and Fashion-MNIST (share rejected by max class probability\n'
- '< tau, AUROC of predictive entropy and of mutual information); selective prediction as for tables.\n'
- 'Writes DIR/evaluation.{json,md,npz} and PNG figures.\n'
+ '< tau, AUROC of predictive entropy and of mutual information); selective prediction as for tables;\n'
+ 'accuracy, ECE and NLL under dataset shift (the test images rotated 0-180 degrees, under noise,\n'
+ 'blur and reduced contrast; shift.png). Writes DIR/evaluation.{json,md,npz} and PNG figures.\n'
  '\n'
  'positional arguments:\n'
  '  dir                   run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)\n'
@@ -39,4 +40,7 @@ HELP = ('usage: bnnpp evaluate [-h] [--data FILE] [--target TARGET] [--data-dir 
  '  --batch-size BATCH_SIZE\n'
  '                        image runs: images per prediction call (default: bounded by draws × image\n'
  '                        size, at most 1000)\n'
+ '  --shift SHIFT         image runs: score the first N test images rotated (0-180 degrees) and\n'
+ '                        corrupted (noise, blur, contrast): a table in evaluation.md and shift.png;\n'
+ '                        0 skips it (default 1000)\n'
  '  --seed SEED           seed of the noise images and of prediction\n')
