@@ -39,17 +39,23 @@ def test_fixed_scale_prior_starts_glorot_and_biases_at_zero(data):
     np.testing.assert_array_equal(_start(net, x, y, init_loc="glorot")[w1], u[w1])
 
 
-def test_hierarchical_prior_and_uniform_start_every_site_in_the_radius(data):
+def test_hierarchical_prior_starts_fan_in_scaled_and_auto_wide_as_uniform(data):
     x, y = data
     hier = bnnpp.models.mlp((20,), activation="tanh", likelihood="gaussian", noise=None,
                             prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)), standardize=False)
-    auto, uniform = _start(hier, x, y), _start(hier, x, y, init_loc="uniform")
-    for k in uniform:  # auto leaves hierarchical layers at U(±2): the very same draws as "uniform"
-        np.testing.assert_array_equal(auto[k], uniform[k])
-    w1 = next(k for k in auto if k.endswith(".w"))
-    assert np.abs(auto[w1]).max() > 1.5  # U(±2), not Glorot's ±0.35
-    glorot = _start(hier, x, y, init_loc="glorot")
-    assert np.abs(glorot[w1]).max() <= math.sqrt(6 / 50)
+    auto, wide, uniform = _start(hier, x, y), _start(hier, x, y, init_loc="auto_wide"), _start(hier, x, y, init_loc="uniform")
+    for k in uniform:  # auto_wide leaves hierarchical layers at U(±2): the very same draws as "uniform"
+        np.testing.assert_array_equal(wide[k], uniform[k])
+    w1, b1, w2 = (k for k in auto if k.endswith((".w", ".b")) and not k.endswith("1.b"))
+    assert np.abs(uniform[w1]).max() > 1.5  # U(±2)
+    # auto: weights and biases U(±2/sqrt(fan_in)): the same uniform draws, scaled
+    np.testing.assert_allclose(auto[w1], uniform[w1] / math.sqrt(30), rtol=1e-6)
+    np.testing.assert_allclose(auto[b1], uniform[b1] / math.sqrt(30), rtol=1e-6)
+    np.testing.assert_allclose(auto[w2], uniform[w2] / math.sqrt(20), rtol=1e-6)
+    scales = [k for k in auto if not k.endswith((".w", ".b"))]
+    assert scales and all(np.array_equal(auto[k], uniform[k]) for k in scales)  # other sites U(±2)
+    assert bnnpp.inference.get_method("ensemble").options().init_loc == "auto_wide"
+    assert bnnpp.inference.get_method("map").options().init_loc == "auto"
 
 
 def test_init_loc_is_checked(data):

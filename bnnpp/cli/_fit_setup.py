@@ -95,9 +95,12 @@ def _model(args, prior, task: str, num_classes: int | None):
         return build(prior=prior, num_classes=num_classes, activation=args.activation)
     hidden = args.hidden if args.hidden is not None else ((400, 400) if image else (5, 5))
     activation = args.activation or ("relu" if image else "tanh")
+    # images come scaled by --normalize; standardising every pixel on its own would divide the
+    # near-constant border pixels by sds of 1e-3 and magnify any noise there a thousandfold
+    standardize = not args.no_standardize and not image
     if task == "classification":
         return bnnpp.models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=num_classes, prior=prior,
-                                standardize=not args.no_standardize)
+                                standardize=standardize)
     return bnnpp.models.mlp(hidden, activation=activation, likelihood="gaussian", noise=args.obs_noise, prior=prior,
                             standardize=not args.no_standardize)
 

@@ -87,8 +87,9 @@ def add_parser(sub) -> None:
     g.add_argument("--scale", type=float, default=None, help="the fixed prior scale with --hyperprior fixed (default 1)")
     g.add_argument("--per", default=None, choices=["layer", "network", "unit"], help="scope of a sampled scale (default layer)")
     g.add_argument("--obs-noise", type=float, default=None, help="regression: fix the observation sd, in the targets' units (default: learn it)")
-    g.add_argument("--no-standardize", action="store_true", help="MLP: feed the data as given (default: inputs, and regression "
-                   "targets, standardised on the training rows inside the model, recorded with it; predictions stay in the data's units)")
+    g.add_argument("--no-standardize", action="store_true", help="MLP on a table: feed the data as given (default: inputs, and regression "
+                   "targets, standardised on the training rows inside the model, recorded with it; predictions stay in the data's units). "
+                   "Images are never standardised pixel by pixel: they come as --normalize scales them")
     g = p.add_argument_group(
         "inference",
         "Every flag is passed to the chosen --method; a flag the method does not take is an error. "

@@ -81,7 +81,7 @@ class EnsembleOptions(Options):
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
-    init_loc: str = init_loc_option()
+    init_loc: str = init_loc_option("auto_wide")
     init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot), each from its own key", check=positive_float)
     members_per_batch: int | None = option(None, "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)", check=optional(positive_int), type=int)
     layout: str = option(

@@ -102,14 +102,35 @@ def glorot_limits(layers: dict) -> tuple[dict[str, float], frozenset]:
 
 def init_start(init_loc: str, layers: dict):
     """``init(shapes, key, radius) -> {site: value}`` for an ``init_loc`` option
-    (:func:`bnnpp.inference.options.init_loc_option`): :func:`init_glorot` with the limits of
-    ``layers`` (:attr:`~bnnpp.inference.model_info.ModelInfo.layers`) for ``"glorot"``, of the
-    layers whose prior is not hierarchical for ``"auto"``, :func:`init_uniform` for
-    ``"uniform"`` (the same keys in every case)."""
-    if init_loc == "auto":
-        layers = {k: v for k, v in layers.items() if not getattr(v.get("prior"), "hierarchical", False)}
-    limits, biases = glorot_limits(layers) if init_loc != "uniform" else ({}, frozenset())
-    return lambda shapes, key, radius: init_glorot(shapes, key, radius, limits, biases)
+    (:func:`bnnpp.inference.options.init_loc_option`), per layer of ``layers``
+    (:attr:`~bnnpp.inference.model_info.ModelInfo.layers`):
+
+    - ``"glorot"``: weights U(±sqrt(6 / (fan_in + fan_out))), biases 0;
+    - ``"fan_in"``: weights and biases U(±radius / sqrt(fan_in)) (U(±radius) at one input);
+    - ``"uniform"``: every site U(±radius);
+    - ``"auto"``: glorot for layers whose prior has a fixed scale, fan_in for hierarchical ones;
+    - ``"auto_wide"``: glorot for fixed-scale layers, uniform for hierarchical ones.
+
+    Every other site (prior scales, noise, sites outside bnnpp layers) starts U(±radius); the
+    keys are :func:`init_uniform`'s in every case."""
+    def hierarchical(layer):
+        return bool(getattr(layer.get("prior"), "hierarchical", False))
+
+    per_layer = {"glorot": lambda lay: "glorot", "fan_in": lambda lay: "fan_in", "uniform": lambda lay: "uniform",
+                 "auto": lambda lay: "fan_in" if hierarchical(lay) else "glorot",
+                 "auto_wide": lambda lay: "uniform" if hierarchical(lay) else "glorot"}
+    if init_loc not in per_layer:
+        raise ValueError(f"unknown init_loc {init_loc!r}; choose one of {', '.join(per_layer)}")
+    kinds = {name: per_layer[init_loc](lay) for name, lay in layers.items()}
+
+    def draw(shapes, key, radius):
+        limits, biases = glorot_limits({k: v for k, v in layers.items() if kinds[k] == "glorot"})
+        for name, lay in layers.items():
+            if kinds[name] == "fan_in":
+                limits |= dict.fromkeys(lay["sites"][:2], radius / math.sqrt(lay["fan_in"]))
+        return init_glorot(shapes, key, radius, limits, biases)
+
+    return draw
 
 
 def constrained_values(model: Callable, u: dict, x, y, key, names) -> dict[str, jnp.ndarray]:

@@ -124,7 +124,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
     opt = optimizer_of(options)
     info = info or ModelInfo.of(model, x, y)
     sites = info.sites
-    draw_start = init_start(options.init_loc, info.layers if options.init_loc != "uniform" else {})
+    draw_start = init_start(options.init_loc, info.layers)
     n = x.shape[0]
     batch = options.batch_size or n
     key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))

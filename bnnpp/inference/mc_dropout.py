@@ -168,7 +168,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     site → unconstrained start value (:func:`bnnpp.inference.start.start_position`)."""
     layers = dropout_layers(model, x, y)
     sites = latent_sites(model, x, y)
-    draw_start = init_start(options.init_loc, find_layers(model, x[:1], y[:1]) if options.init_loc != "uniform" else {})
+    draw_start = init_start(options.init_loc, find_layers(model, x[:1], y[:1]))
     weight_layer = {layer["site"]: layer for layer in layers.values()}
     n = x.shape[0]
     batch = options.batch_size or n

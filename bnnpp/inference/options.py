@@ -103,24 +103,31 @@ def optional(check: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
     return inner
 
 
+INIT_LOCS = ("auto", "auto_wide", "glorot", "fan_in", "uniform")
+"""The ``init_loc`` choices of :func:`init_loc_option` (:func:`bnnpp.inference.joint.init_start`)."""
+
+
 def init_loc_option(default: str = "auto"):
     """The ``init_loc`` option of the point-estimate methods (map, laplace's MAP, ensemble,
-    swag/multiswag, mc_dropout): ``"glorot"`` starts the weights of bnnpp's layers
-    U(±sqrt(6 / (fan_in + fan_out))) (Glorot & Bengio 2010, eq. 16) and their biases at 0, every
-    other site (prior scales, noise, the weights of models without bnnpp layers) U(±init_radius)
-    on its unconstrained space; ``"uniform"`` starts every site U(±init_radius) (NumPyro's
-    ``init_to_uniform``); ``"auto"``: glorot for the layers whose weight prior has a fixed scale,
-    uniform for those with a hierarchical prior.
+    swag/multiswag, mc_dropout), per bnnpp layer: ``"glorot"`` starts the weights
+    U(±sqrt(6 / (fan_in + fan_out))) (Glorot & Bengio 2010, eq. 16) and the biases at 0;
+    ``"fan_in"`` weights and biases U(±init_radius / sqrt(fan_in)); ``"uniform"`` every site
+    U(±init_radius) (NumPyro's ``init_to_uniform``); ``"auto"``: glorot for layers whose prior
+    has a fixed scale, fan_in for layers with a hierarchical prior; ``"auto_wide"``: glorot for
+    fixed-scale layers, uniform for hierarchical ones. Every other site (prior scales, noise, the
+    weights of models without bnnpp layers) starts U(±init_radius) on its unconstrained space.
 
-    Why both: a U(±2) start with hundreds of inputs saturates the first layer and leaves logits
-    in the hundreds, an over-confident optimum (MNIST: temperature 24); but under a hierarchical
-    prior a point estimate of the weights and their scale together slides from small (Glorot)
-    weights into the spike at scale → 0, a flat mean that explains the targets as noise (the
-    32-point sinusoid: test NLL 2.2× NUTS's against 1.1–1.4× from U(±2);
-    benchmarks/README.md, start values)."""
-    return option(default, "start values: glorot (layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites "
-                  "U(±init_radius)), uniform (every site U(±init_radius)), or auto (glorot for layers with a fixed-scale prior, "
-                  "uniform for hierarchical ones)", choices=("auto", "glorot", "uniform"))
+    Why (benchmarks/README.md, start values): U(±2) on hundreds of inputs saturates the first
+    layer and leaves logits in the hundreds, an over-confident optimum (MNIST: temperature 24);
+    under a hierarchical prior a point estimate of the weights and their scale together slides
+    from Glorot-small weights into the spike at scale → 0 (the 32-point sinusoid: test NLL 2.2×
+    NUTS's), while U(±2/sqrt(fan_in)) keeps the data there (MAP 1.1× against 1.4× from U(±2),
+    and 2–6× against 16× on the cubic). Ensembles take ``"auto_wide"``: their members' spread on
+    small data comes from the wide start (sinusoid 1.1–1.2× NUTS's NLL against 1.5–1.7× from
+    fan_in)."""
+    return option(default, "start values per layer: glorot (weights U(±sqrt(6/(fan_in+fan_out))), biases 0), fan_in (U(±init_radius/"
+                  "sqrt(fan_in))), uniform (U(±init_radius)), auto (glorot for fixed-scale priors, fan_in for hierarchical ones) or "
+                  "auto_wide (glorot for fixed-scale priors, uniform for hierarchical ones); other sites U(±init_radius)", choices=INIT_LOCS)
 
 
 def temperature_option():

@@ -144,6 +144,7 @@ class MultiSWAGOptions(SWAGOptions):
     """Options of ``method="multiswag"``: SWAG's, plus the number of members."""
 
     members: int = option(5, "independent SWAG runs (ensemble members), trained as one vmapped program", check=positive_int)
+    init_loc: str = init_loc_option("auto_wide")  # an ensemble's members spread from a wide start (init_loc_option)
     num_samples: int = option(20, "draws from the Gaussian (per member)", check=positive_int)
 
 
