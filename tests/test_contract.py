@@ -24,7 +24,7 @@ from interrupting import interrupt_after
 
 import bnnpp
 from bnnpp import compare, sweep
-from bnnpp.inference import Algorithm, Method, Options, TrainingInterrupted, option, register
+from bnnpp.inference import Algorithm, Method, Options, RunSpec, TrainingInterrupted, option, register
 from bnnpp.inference.joint import constrained_values, joint_terms
 from bnnpp.inference.options import positive_float, positive_int
 from bnnpp.inference.registry import get_method, unregister
@@ -79,7 +79,7 @@ def build_rwm(model, x, y, options: RWMOptions) -> Algorithm:
 
     kept = np.linspace(options.num_steps // 2, options.num_steps - 1, options.num_samples).astype(int)
     return Algorithm(init, step, lambda k, s, n: jax.tree_util.tree_map(lambda v: v[None], values(s)),
-                     num_steps=options.num_steps, emit=emit, emit_steps=np.unique(kept), name="rwm")
+                     RunSpec(num_steps=options.num_steps, emit=emit, emit_steps=np.unique(kept), name="rwm"))
 # ------------------------------------------------------------------------------------------
 
 

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.map_estimate import map_start
@@ -411,9 +411,9 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples,
-        batch_size=options.batch_size, name="bbb", point=lambda state: state.params["loc"],
-        approximation=approximation, extras=extras, postfix=postfix,
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="bbb"),
+        Hooks(point=lambda state: state.params["loc"], approximation=approximation, extras=extras, postfix=postfix),
     )
 
 

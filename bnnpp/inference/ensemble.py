@@ -45,7 +45,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import MAPOptions, MAPState
 from bnnpp.inference.map_estimate import build as build_map
@@ -260,11 +260,13 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v[:, None], (v.shape[0], num_samples, *v.shape[1:])), modes(state))
 
     return Algorithm(
-        init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size,
-        name=f"ensemble ({members})", num_chains=members,
-        extras=lambda state: {"members": members},  # the runner adds "layout"
-        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
-        member_step=member_step if layout == "in_turn" else None,
+        init, step, sample,
+        RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name=f"ensemble ({members})", num_chains=members),
+        Hooks(
+            extras=lambda state: {"members": members},  # the runner adds "layout"
+            postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+            member_step=member_step if layout == "in_turn" else None,
+        ),
     )
 
 

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.primitives import Messenger
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms, log_likelihood, site_log_prior
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -221,11 +221,14 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
 
     names = list(layers)
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size,
-        name="concrete dropout" if options.concrete else "mc dropout",
-        point=lambda state: state.position,
-        extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
-        postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size,
+                name="concrete dropout" if options.concrete else "mc dropout"),
+        Hooks(
+            point=lambda state: state.position,
+            extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
+            postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
+        ),
     )
 
 

@@ -55,7 +55,7 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn, potential_energy
 
-from bnnpp.inference.algorithm import Algorithm, Outcome
+from bnnpp.inference.algorithm import Algorithm, Hooks, Outcome, RunSpec
 from bnnpp.inference.joint import init_uniform
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import (
@@ -285,8 +285,9 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
         return outcome._replace(extras=extras)
 
     return Algorithm(
-        init, step, lambda key, state, num: jax.vmap(values)(state.z), num_steps=warmup + draws, name="nuts",
-        num_chains=chains, emit=emit, emit_steps=np.arange(warmup, warmup + draws), finalize=finalize,
+        init, step, lambda key, state, num: jax.vmap(values)(state.z),
+        RunSpec(num_steps=warmup + draws, name="nuts", num_chains=chains, emit=emit, emit_steps=np.arange(warmup, warmup + draws)),
+        Hooks(finalize=finalize),
     )
 
 

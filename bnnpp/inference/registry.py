@@ -115,7 +115,7 @@ class Method:
                 raise type(e)(f"validation_data: {e}") from None
         algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options,
                                **({"start": start} if start else {}), **({"info": info} if self.takes_info else {}))
-        if rows is not None and algorithm.finalize is not None:
+        if rows is not None and algorithm.hooks.finalize is not None:
             raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         recorded = _recorded(options)
         if start:

@@ -112,7 +112,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.joint import glorot_limits, init_glorot, joint_terms
 from bnnpp.inference.options import (
     Options,
@@ -375,10 +375,11 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
         return constrained(key, state)
 
     return Algorithm(
-        init, step, sample, num_steps=sched.num_steps, num_samples=num_chains, batch_size=options.batch_size,
-        name=f"sgld ({variant})", num_chains=num_chains, emit=emit, emit_steps=sched.kept_steps(), keys=_keys,
-        kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)},
-        postfix=lambda info: {"log density": f"{-info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=sched.num_steps, num_samples=num_chains, batch_size=options.batch_size, name=f"sgld ({variant})",
+                num_chains=num_chains, emit=emit, emit_steps=sched.kept_steps(),
+                kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)}),
+        Hooks(keys=_keys, postfix=lambda info: {"log density": f"{-info.loss.mean():.4g}"}),
     )
 
 

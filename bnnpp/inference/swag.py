@@ -40,7 +40,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.bbb import hierarchical_normal
 from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
@@ -281,10 +281,11 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
         draws = jax.vmap(lambda k, m: member_draws(k, m, num_samples))(member_keys(key, members), state.moments)
         return {k: v[0] for k, v in draws.items()} if members == 1 else draws  # (M, S, *site)
     return Algorithm(
-        init, step, sample, num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
-        name="swag" if members == 1 else f"multiswag ({members})", num_chains=members,
-        extras=lambda state: _extras(state, members, options, n, small),
-        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
+                name="swag" if members == 1 else f"multiswag ({members})", num_chains=members),
+        Hooks(extras=lambda state: _extras(state, members, options, n, small),
+              postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}),
     )
 
 

@@ -70,7 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.primitives import Messenger
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -355,9 +355,9 @@ def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorit
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples,
-        batch_size=options.batch_size, name=f"vd ({variant})", point=lambda state: state.position,
-        approximation=approximation, extras=extras, postfix=postfix,
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name=f"vd ({variant})"),
+        Hooks(point=lambda state: state.position, approximation=approximation, extras=extras, postfix=postfix),
     )
 
 
