@@ -303,4 +303,5 @@ def _unpack_loc(guide, params) -> dict:
     return guide._unpack_latent(params[f"{guide.prefix}_loc"])
 
 
-register(Method("advi", ADVIOptions, build=build, summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)"))
+register(Method("advi", ADVIOptions, build=build, summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
+                smoke={"num_steps": 60, "num_samples": 20, "map_steps": 50}))

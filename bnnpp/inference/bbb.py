@@ -420,4 +420,5 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
 register(Method(
     "bbb", BBBOptions, build=build,
     summary="Bayes by Backprop: mean-field Gaussian, softplus σ, minibatch KL weighting, local/Flipout estimators",
+    smoke={"epochs": 60, "num_samples": 20, "map_steps": 50},
 ))

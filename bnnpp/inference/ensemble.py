@@ -270,4 +270,5 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     )
 
 
-register(Method("ensemble", EnsembleOptions, build=build, summary="deep ensemble: M MAP fits trained as one compiled program (Lakshminarayanan et al. 2017)"))
+register(Method("ensemble", EnsembleOptions, build=build, summary="deep ensemble: M MAP fits trained as one compiled program (Lakshminarayanan et al. 2017)",
+                smoke={"num_steps": 60, "members": 3}))

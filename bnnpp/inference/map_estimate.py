@@ -173,7 +173,8 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
     )
 
 
-register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)"))
+register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)",
+                smoke={"num_steps": 60}))
 
 
 def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperparameters: str = "map"):

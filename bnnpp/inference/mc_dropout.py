@@ -232,4 +232,5 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     )
 
 
-register(Method("mc_dropout", MCDropoutOptions, build=build, summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)"))
+register(Method("mc_dropout", MCDropoutOptions, build=build, summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)",
+                smoke={"num_steps": 60, "num_samples": 20}))

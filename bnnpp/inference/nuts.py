@@ -297,4 +297,5 @@ def _depth(num_steps: jax.Array) -> jax.Array:
     return (32 - jax.lax.clz(steps)).astype(jnp.int32)
 
 
-register(Method("nuts", NUTSOptions, build=build, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks"))
+register(Method("nuts", NUTSOptions, build=build, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks",
+                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10}))

@@ -228,4 +228,5 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
 register(Method(
     "pathfinder", PathfinderOptions, build=build,
     summary="Pathfinder variational inference (BlackJAX): Gaussians along L-BFGS paths, one chain per path",
+    smoke={"num_paths": 2, "num_steps": 20, "num_samples": 20},
 ))

@@ -386,4 +386,5 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
 register(Method(
     "sgld", SGLDOptions, build=build,
     summary="stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
+    smoke={"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
 ))

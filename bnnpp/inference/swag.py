@@ -319,5 +319,7 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
     }
 
 
-register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)"))
-register(Method("multiswag", MultiSWAGOptions, build=build, summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)"))
+register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)",
+                smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10}))
+register(Method("multiswag", MultiSWAGOptions, build=build, summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)",
+                smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2}))

@@ -364,4 +364,5 @@ def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorit
 register(Method(
     "vd", VDOptions, build=build,
     summary="Gaussian / variational / sparse variational dropout, log-uniform prior (Kingma et al. 2015; Molchanov et al. 2017)",
+    smoke={"epochs": 60, "num_samples": 20},
 ))

@@ -396,4 +396,5 @@ def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outc
     return Outcome(samples, approx, sample_stats, extras)
 
 
-register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior"))
+register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior",
+                smoke={"num_steps": 60, "num_samples": 20}))
