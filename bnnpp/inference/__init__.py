@@ -57,6 +57,7 @@ MAX_SEED = 2**32
 """Seeds are integers in [0, MAX_SEED) (JAX's PRNG keys hold 32 bits of seed per word)."""
 
 
+# over 80 lines: 53 of them the docstring of the public entry point
 def fit(
     model,
     data: Any,

@@ -264,6 +264,7 @@ class BBBInfo(NamedTuple):
     negative_elbo: jax.Array
 
 
+# over 80 lines: init/step/sample and the estimators are closures over one model, its layers and the options
 def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algorithm:
     """Bayes by Backprop as an :class:`Algorithm`; ``start``: site → unconstrained value where
     the means μ start (:func:`bnnpp.inference.start.start_position`), over ``init_loc``.

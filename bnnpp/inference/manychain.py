@@ -197,6 +197,7 @@ def max_bits(num_steps: int) -> int:
     return int(min(30, max(4, math.ceil(math.log2(num_steps + 2)) + 1)))
 
 
+# over 80 lines: init/step/emit are closures over one model, its sampler and the options
 def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Algorithm:
     """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring).
 

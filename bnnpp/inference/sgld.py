@@ -285,6 +285,7 @@ def _keys(root) -> Keys:
     return Keys(init=key_init, steps=jax.random.fold_in(key_model, 1), data=jax.random.fold_in(key_model, 2), sample=key_model)
 
 
+# over 80 lines: init/step/emit of three variants are closures over one model, its schedule and the options
 def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algorithm:
     """Stochastic-gradient MCMC as an :class:`Algorithm` whose draws are emitted after every
     kept step (module docstring). ``start``: every chain starts at these sites' values

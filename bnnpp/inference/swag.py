@@ -204,6 +204,7 @@ def swag_draw(key, m: SWAGMoments) -> jax.Array:
     return m.mean + jnp.sqrt(var / 2.0) * z1 + low_rank
 
 
+# over 80 lines: init/step/sample are closures over one model, its sites and the options
 def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algorithm:
     """SWAG (``options.members == 1``) or MultiSWAG as an :class:`Algorithm`. ``start``: the
     (first member's) MAP pretraining starts there (:func:`bnnpp.inference.ensemble.vmapped_map`).
