@@ -19,7 +19,7 @@ paper used 1% of the input range).
 
 How the members share the program (``layout``): with ``"vmap"`` every step updates all
 members at once; with ``"in_turn"`` each compiled chunk of steps runs member 0 through all
-of its steps, then member 1, ... (the runner's ``Algorithm.member_step``), on the same
+of its steps, then member 1, ... (the runner's ``Hooks.member_step``), on the same
 minibatches and keys, so the fit is the same up to float reassociation. On a CPU a step of
 all members sweeps every member's parameters, gradients and Adam moments through memory;
 once those exceed the cache (MNIST 2×400: 5 × 7.7 MB against a 32 MB L3) each vmapped

@@ -79,7 +79,7 @@ next ``B`` of them, so every batch is a uniformly random subset drawn without re
 Chains. ``num_chains`` chains run side by side (``vmap``), each started uniformly in
 (−``init_radius``, ``init_radius``) on the unconstrained space.
 
-Running. The kept draws are the algorithm's outputs (``Algorithm.emit``), not losses: the
+Running. The kept draws are the algorithm's outputs (``RunSpec.emit``), not losses: the
 runner groups the steps into segments that end at the kept steps and takes the chains'
 constrained values after each. ``sample_stats``: ``step_size`` of the kept step and ``lp``,
 the minibatch estimate of the log joint on the unconstrained space at the position the kept
