@@ -21,10 +21,10 @@ and only one stage of the runner calls each (approximation, point, extras, postf
 member_step, finalize, keys).
 
 ``Hooks.keys`` stays for four methods: advi, map (and laplace, which runs the MAP) and sgld
-derive their keys from the seed as bnnpp 0.1 did. The init, step and sample keys could be
-re-derived inside those methods, but the minibatch permutation key belongs to the runner, so
-dropping the hook would change the rows of every minibatched fit of those methods for a given
-seed; every other method uses :func:`default_keys`.
+split the seed's root key their own way (``split(root)`` then ``fold_in``), not as
+:func:`default_keys` does (``split(root, 4)``). Their keys cannot be recovered inside
+``init``/``step``/``sample`` from the ones :func:`default_keys` hands out, and the minibatch
+permutation key is the runner's, so without the hook a seed would give those methods other fits.
 """
 
 from __future__ import annotations
