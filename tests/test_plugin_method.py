@@ -36,6 +36,9 @@ def test_the_plugin_is_one_short_file():
     assert len((PLUGIN / "averaged_sgd.py").read_text().splitlines()) < 80
 
 
+# slow: three fits and a fresh interpreter that imports JAX (about 2 minutes on the loaded 2-core
+# machine); the fast set covers the same runner path with test_contract's registered rwm
+@pytest.mark.slow
 def test_plugin_method_fits_saves_loads_resumes(plugin, tmp_path, monkeypatch):
     data = bnnpp.data.load_synthetic("moons", seed=0)
     net = bnnpp.models.mlp((8,), num_classes=2)
