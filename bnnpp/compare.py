@@ -21,29 +21,17 @@ from bnnpp.posterior.io import UNRECORDED_OPTIONS
 from bnnpp.records import CompareResult
 from bnnpp.reports import compare_markdown
 
-__all__ = ["COMPARE_DEFAULTS", "QUICK_OPTIONS", "REFERENCE_OPTIONS", "check_methods", "compare_methods", "markdown"]
+__all__ = ["COMPARE_DEFAULTS", "REFERENCE_OPTIONS", "base_options", "check_methods", "compare_methods", "markdown"]
 
 #: Options that differ from a method's own defaults in a comparison, chosen so that the five
 #: methods on moons finish within 10 minutes on 2 CPU cores (NUTS at its defaults takes ~7).
 COMPARE_DEFAULTS: dict[str, dict] = {"nuts": {"num_warmup": 500, "num_samples": 500}}
 
-#: Tiny settings for smoke tests (``--quick``): every method runs end to end in seconds.
-QUICK_OPTIONS: dict[str, dict] = {
-    "map": {"num_steps": 100},
-    "laplace": {"num_steps": 100, "num_samples": 50},
-    "advi": {"num_steps": 200, "num_samples": 50},
-    "bbb": {"epochs": 200, "num_samples": 50},
-    "nuts": {"num_chains": 2, "num_warmup": 30, "num_samples": 30},
-    "chees": {"num_chains": 4, "num_warmup": 30, "num_samples": 30, "pathfinder_maxiter": 30},
-    "mclmc": {"num_chains": 4, "num_warmup": 30, "num_samples": 30, "pathfinder_maxiter": 30},
-    "pathfinder": {"num_paths": 2, "num_steps": 50, "num_samples": 30},
-    "sgld": {"num_chains": 2, "burn_in": 100, "num_samples": 30, "thinning": 2},
-    "ensemble": {"num_steps": 100, "members": 3},
-    "swag": {"pretrain_steps": 100, "swag_epochs": 4, "rank": 3, "num_samples": 20},
-    "multiswag": {"pretrain_steps": 100, "swag_epochs": 4, "rank": 3, "num_samples": 10, "members": 2},
-    "mc_dropout": {"num_steps": 100, "num_samples": 30},
-    "vd": {"epochs": 200, "num_samples": 30},
-}
+def base_options(methods, quick: bool) -> dict[str, dict]:
+    """Method → the options a comparison starts from: each method's smoke settings
+    (:attr:`~bnnpp.inference.registry.Method.smoke`, a fit of seconds) with ``quick``, else
+    :data:`COMPARE_DEFAULTS`."""
+    return {m: dict(get_method(m).smoke) if quick else COMPARE_DEFAULTS.get(m, {}) for m in methods}
 
 
 #: The reference posterior of ``reference="nuts"``: long chains, so that its R-hat passes.
@@ -86,8 +74,8 @@ def compare_methods(
             regression).
         methods: registered method names.
         seed: the seed of every fit.
-        options: method → options, on top of :data:`COMPARE_DEFAULTS` (or :data:`QUICK_OPTIONS`).
-        quick: tiny settings, for smoke tests.
+        options: method → options, on top of :func:`base_options`.
+        quick: each method's smoke settings (``Method.smoke``), for smoke tests.
         num_ref: test inputs whose predictive probabilities enter the R-hat/ESS check.
         reference: a method (normally ``"nuts"``) fitted once more with long chains
             (for nuts :data:`REFERENCE_OPTIONS`, updated by ``reference_options``) as the exact
@@ -116,8 +104,8 @@ def compare_methods(
     if task != dataset.task:
         raise ValueError(f"the model is a {task} network but {dataset.name!r} is a {dataset.task} dataset: "
                          "build the model with a matching likelihood")
-    base = QUICK_OPTIONS if quick else COMPARE_DEFAULTS
-    per_method = {m: {**base.get(m, {}), **((options or {}).get(m, {}))} for m in methods}
+    base = base_options(methods, quick)
+    per_method = {m: {**base[m], **((options or {}).get(m, {}))} for m in methods}
     for m in methods:  # every option checked before the first fit compiles
         get_method(m).check_options(per_method[m])
     if reference is not None:

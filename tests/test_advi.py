@@ -15,7 +15,7 @@ import pytest
 
 import bnnpp
 from bnnpp import metrics, priors
-from bnnpp.inference import Algorithm
+from bnnpp.inference import Algorithm, RunSpec
 from bnnpp.inference.runner import run
 
 SIGMA, TAU = 0.5, 1.0  # known noise sd, prior sd of every coefficient
@@ -105,7 +105,7 @@ def _counter(num_steps: int, loss_nan_at: int | None = None, state_nan_at: int |
 
     return Algorithm(
         lambda key, data: (jnp.int32(0), jnp.zeros(3)), step, lambda key, state, n: {"w": state[1][None]},
-        num_steps=num_steps,
+        RunSpec(num_steps=num_steps),
     )
 
 

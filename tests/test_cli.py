@@ -11,6 +11,7 @@ import arviz as az
 import pytest
 
 from bnnpp.cli import main
+from bnnpp.inference.registry import command_line_options, get_method, registered
 
 
 def test_fit_end_to_end(tmp_path):
@@ -44,19 +45,23 @@ def test_fit_sinusoid_regression(tmp_path):
 
 
 # small settings per method so that `bnnpp fit --method M` runs end to end for every M
-CLI_SMALL = {
-    "map": ["--steps", "300"],
-    "advi": ["--steps", "300", "--num-samples", "50"],
-    "bbb": ["--epochs", "300", "--num-samples", "50", "--estimator", "flipout"],
-    "nuts": ["--num-chains", "1", "--num-warmup", "50", "--num-samples", "50"],
-    "laplace": ["--steps", "300", "--num-samples", "50"],
-    "sgld": ["--num-chains", "2", "--num-samples", "50", "--burn-in", "100", "--thinning", "2"],
-    "ensemble": ["--steps", "300", "--members", "2"],
-    "swag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "10"],
-    "multiswag": ["--pretrain-steps", "200", "--swag-epochs", "4", "--rank", "3", "--num-samples", "5", "--members", "2"],
-    "mc_dropout": ["--steps", "300", "--num-samples", "20", "--concrete"],
-    "vd": ["--epochs", "300", "--num-samples", "20", "--variant", "sparse"],
+CHOICES = {  # the CLI run also exercises these choice flags, on top of the method's smoke settings
+    "bbb": ["--estimator", "flipout"],
+    "mc_dropout": ["--concrete"],
+    "vd": ["--variant", "sparse"],
 }
+
+
+def cli_small(method: str) -> list[str]:
+    """``bnnpp fit`` flags of ``method``'s smoke settings (``Method.smoke``), with its :data:`CHOICES`."""
+    flag = {o.option: o.flag for o in command_line_options()}
+    argv = []
+    for name, value in get_method(method).smoke.items():
+        argv += [flag[name]] if value is True else [] if value is False else [flag[name], str(value)]
+    return argv + CHOICES.get(method, [])
+
+
+CLI_SMALL = {m: cli_small(m) for m in registered()}
 
 
 # map runs in the fast set; every other method's CLI run is slow (the registry's contract tests
@@ -76,6 +81,7 @@ def test_every_registered_method_has_small_cli_settings():
     import bnnpp
 
     assert set(bnnpp.registered()) == set(CLI_SMALL)
+    assert all(CLI_SMALL.values())  # every method carries smoke settings
 
 
 def test_help_lists_every_option(capsys):

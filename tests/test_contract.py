@@ -24,7 +24,7 @@ from interrupting import interrupt_after
 
 import bnnpp
 from bnnpp import compare, sweep
-from bnnpp.inference import Algorithm, Method, Options, TrainingInterrupted, option, register
+from bnnpp.inference import Algorithm, Method, Options, RunSpec, TrainingInterrupted, option, register
 from bnnpp.inference.joint import constrained_values, joint_terms
 from bnnpp.inference.options import positive_float, positive_int
 from bnnpp.inference.registry import get_method, unregister
@@ -79,7 +79,7 @@ def build_rwm(model, x, y, options: RWMOptions) -> Algorithm:
 
     kept = np.linspace(options.num_steps // 2, options.num_steps - 1, options.num_samples).astype(int)
     return Algorithm(init, step, lambda k, s, n: jax.tree_util.tree_map(lambda v: v[None], values(s)),
-                     num_steps=options.num_steps, emit=emit, emit_steps=np.unique(kept), name="rwm")
+                     RunSpec(num_steps=options.num_steps, emit=emit, emit_steps=np.unique(kept), name="rwm"))
 # ------------------------------------------------------------------------------------------
 
 
@@ -157,26 +157,18 @@ def test_toy_method_through_compare_and_sweep(rwm):
 
 # ------------------------------------------------------------ promises of every method
 
-QUICK = {
-    "map": {"num_steps": 60},
-    "laplace": {"num_steps": 60, "num_samples": 20},
-    "advi": {"num_steps": 60, "num_samples": 20, "map_steps": 50},  # map_steps: the evidence start under this hierarchical prior
-    "bbb": {"epochs": 60, "num_samples": 20, "map_steps": 50},
-    "sgld": {"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
-    "nuts": {"num_chains": 2, "num_warmup": 20, "num_samples": 10},
-    "chees": {"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
-    "mclmc": {"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
-    "pathfinder": {"num_paths": 2, "num_steps": 20, "num_samples": 20},
-    "ensemble": {"num_steps": 60, "members": 3},
-    "swag": {"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10},
-    "multiswag": {"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2},
-    "mc_dropout": {"num_steps": 60, "num_samples": 20},
-    "vd": {"epochs": 60, "num_samples": 20},
-}
+QUICK = {m: get_method(m).smoke for m in bnnpp.registered()}  # the smoke settings each method carries (Method.smoke)
 
 
 def _quick(method):
-    return QUICK.get(method, {})
+    return get_method(method).smoke
+
+
+def test_a_method_checks_its_smoke_settings():
+    with pytest.raises(ValueError, match="'rwm2': smoke settings: .*num_steps"):
+        Method("rwm2", RWMOptions, build=build_rwm, smoke={"num_steps": -1})
+    with pytest.raises(ValueError, match="smoke settings: .*does not take option.s. num_step;"):
+        Method("rwm2", RWMOptions, build=build_rwm, smoke={"num_step": 5})
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from test_advi import _three_weights  # a 3-weight NumPyro model
 
 import bnnpp
 from bnnpp.inference import ensemble, map_estimate, mc_dropout
-from bnnpp.inference.algorithm import Algorithm, Keys, default_keys
+from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec, default_keys
 from bnnpp.inference.runner import run, trace_fit
 from bnnpp.inference.swag import SWAGMoments, collect, swag_draw
 
@@ -51,7 +51,8 @@ def test_members_are_the_one_by_one_map_fits(small_moons, net):
     keys = default_keys(jax.random.PRNGKey(seed))
     one = map_estimate.build(post.model, x, y, map_estimate.MAPOptions(num_steps=steps, batch_size=16))
     for m in range(members):
-        alone = one._replace(keys=lambda root, m=m: Keys(jax.random.fold_in(keys.init, m), keys.steps, keys.data, keys.sample))
+        member_keys = lambda root, m=m: Keys(jax.random.fold_in(keys.init, m), keys.steps, keys.data, keys.sample)
+        alone = one._replace(hooks=one.hooks._replace(keys=member_keys))
         draws, _ = trace_fit(alone, jax.random.PRNGKey(seed), jnp.asarray(x), jnp.asarray(y))
         for site, v in draws.items():
             # float32, 40 Adam steps: the batched matmuls may sum in another order (≈1e-7
@@ -115,7 +116,7 @@ def _members_counter(nan_at, member_step: bool) -> Algorithm:
 
     init = lambda key, data: (jnp.zeros(2, jnp.int32), jnp.asarray(nan_at, jnp.int32), jnp.zeros((2, 3)))
     sample = lambda key, state, n: {"w": state[2][:, None]}
-    return Algorithm(init, step, sample, num_steps=100, num_chains=2, member_step=one if member_step else None)
+    return Algorithm(init, step, sample, RunSpec(num_steps=100, num_chains=2), Hooks(member_step=one if member_step else None))
 
 
 @pytest.mark.parametrize("nan_at", [(1000, 37), (41, 1000), (1000, 1000)])

@@ -208,7 +208,7 @@ def test_numpyro_example_fits_with_every_method(method):
 def test_every_registered_method_has_small_options():
     assert set(SMALL_OPTIONS) == set(bnnpp.registered())
     for m, opts in SMALL_OPTIONS.items():
-        get_method(m).parse(opts)  # valid option names and values
+        get_method(m).parse(opts)  # valid option names and values (the smoke part is checked by register)
 
 
 def test_a_factor_term_is_not_a_second_observed_site():

@@ -99,7 +99,7 @@ def _chunk(alg, x, y, steps: int):
     from bnnpp.inference.algorithm import default_keys
 
     data = (jax.device_put(x), jax.device_put(y))
-    plan = runner._plan(alg, runner._seed_keys(alg.keys or default_keys, np.uint32(0)), int(x.shape[0]))
+    plan = runner._plan(alg, runner._seed_keys(alg.hooks.keys or default_keys, np.uint32(0)), int(x.shape[0]))
     lowered = jax.jit(lambda d: runner._init(plan, d)).lower(data)
     chunk = runner._lower_chunk(plan, lowered.out_info, steps, data, "loss").compile()
     carry = (lowered.compile()(data), np.bool_(False), np.int32(-1))
@@ -155,7 +155,7 @@ def compile_times(model, data, repeats: int) -> dict:
         ens = e.build(model, x, y, e.parse({"members": MEMBERS}).resolve(len(x)))
         old = ens._replace(init=lambda k, dd, one=one: jax.vmap(lambda kk: one.init(kk, dd))(ensemble.member_keys(k, MEMBERS)))
         for name, alg in [("map", one), ("ensemble", ens), ("ensemble, init vmapped", old)]:
-            plan = runner._plan(alg, runner._seed_keys(alg.keys or default_keys, np.uint32(0)), len(x))
+            plan = runner._plan(alg, runner._seed_keys(alg.hooks.keys or default_keys, np.uint32(0)), len(x))
             t: dict = {}
             c0 = time.process_time()
             li = jax.jit(lambda dd, plan=plan: runner._init(plan, dd)).lower(d)

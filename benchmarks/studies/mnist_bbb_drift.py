@@ -327,7 +327,7 @@ def final_evaluation(model, algo, state, x, y, xt, yt, key, record) -> dict:
 
     draws = jax.device_get(algo.sample(key, state, 100))
     samples = {k: np.asarray(v)[None] for k, v in draws.items()}
-    approx = jax.tree_util.tree_map(np.asarray, jax.device_get(algo.approximation(state)))
+    approx = jax.tree_util.tree_map(np.asarray, jax.device_get(algo.hooks.approximation(state)))
     stats = FitStats(method="bbb", seed=record["settings"]["seed"], steps_run=int(state.t))
     post = Posterior(samples, stats, model, x, y, latent_sites(model, x, y), approx)
     probs = evaluation.predict_probs(post, xt)

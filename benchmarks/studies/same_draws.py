@@ -1,6 +1,8 @@
 """Do two checkouts give the same fits? Every method's draws, traces and per-draw statistics on
-moons (the 4-unit net and the quick options of tests/test_contract.py, seed 3; map and bbb on
-minibatches of 100), written by one checkout and compared with another's bit for bit.
+moons (the 4-unit net and each method's smoke settings, ``Method.smoke`` — in checkouts before
+it, the quick options of tests/test_contract.py — seed 3; map and bbb on minibatches of 100),
+written by one checkout and compared with another's bit for bit. The opt-in samplers (chees,
+mclmc, pathfinder) are imported, so every method can be named.
 
     PYTHONPATH=<checkout A> python benchmarks/studies/same_draws.py fit a.npz [--methods map,laplace]
     PYTHONPATH=<checkout B> python benchmarks/studies/same_draws.py fit b.npz [--methods ...]
@@ -23,10 +25,16 @@ LAPLACE = {"kron": {}, "full": {"hessian": "full", "prior_precision": "model"}, 
 
 def fit(path: str, methods: list[str]) -> None:
     warnings.simplefilter("ignore")
-    sys.path.insert(0, "tests")
-    from test_contract import QUICK
-
     import bnnpp
+    import bnnpp.inference.chees
+    import bnnpp.inference.mclmc
+    import bnnpp.inference.pathfinder  # noqa: F401  (importing registers them)
+    from bnnpp.inference.registry import get_method
+
+    QUICK = {m: getattr(get_method(m), "smoke", None) for m in methods}
+    if None in QUICK.values():  # a checkout from before Method.smoke
+        sys.path.insert(0, "tests")
+        from test_contract import QUICK
 
     moons = bnnpp.data.load_synthetic("moons", seed=0)
     net = bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
@@ -51,7 +59,7 @@ if __name__ == "__main__":
     sub = parser.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fit")
     f.add_argument("out")
-    f.add_argument("--methods", default="map,advi,bbb,sgld,ensemble,swag,multiswag,mc_dropout,vd,laplace")
+    f.add_argument("--methods", default="map,advi,bbb,sgld,nuts,chees,mclmc,pathfinder,ensemble,swag,multiswag,mc_dropout,vd,laplace")
     c = sub.add_parser("compare")
     c.add_argument("a")
     c.add_argument("b")

@@ -184,9 +184,10 @@ def _main(argv: list[str], command: str | None, running=lambda: None) -> int:
         _light_parser().parse_args(argv)  # prints the help or the error, and exits
         return 2  # not reached: argparse exits on a missing or unknown command
     if any(a in ("-h", "--help") for a in argv[argv.index(command) + 1 :]):  # `bnnpp COMMAND --help`: no JAX to load
-        from bnnpp.cli._help_text import HELP
+        from bnnpp.cli._help_text import HELP, METHODS
 
-        if command in HELP:
+        registry = sys.modules.get("bnnpp.inference.registry")  # loaded: a method may have been registered since
+        if command in HELP and (registry is None or registry.registered() == METHODS):
             print(HELP[command], end="")
             raise SystemExit(0)  # as argparse's own --help does
     parser = build_parser(only=command)

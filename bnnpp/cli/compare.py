@@ -147,14 +147,14 @@ def _build(args):
 
 def run(args) -> int:
     # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs
-    from bnnpp.compare import COMPARE_DEFAULTS, QUICK_OPTIONS, REFERENCE_OPTIONS, compare_methods
+    from bnnpp.compare import REFERENCE_OPTIONS, base_options, compare_methods
 
     t0 = time.perf_counter()
     try:
         dataset, model, methods, options, reference_options, record = _build(args)
-        base = QUICK_OPTIONS if args.quick else COMPARE_DEFAULTS
+        base = base_options(methods, args.quick)
         for m in methods:  # reject bad --set values before the first fit compiles
-            get_method(m).check_options({**base.get(m, {}), **options.get(m, {})})
+            get_method(m).check_options({**base[m], **options.get(m, {})})
         if args.reference == "nuts":
             get_method("nuts").check_options({**REFERENCE_OPTIONS["quick" if args.quick else "full"], **reference_options})
         elif args.reference is not None:

@@ -41,6 +41,37 @@ def _none_if_nan(v) -> float | None:
     return None if not np.isfinite(v) else v
 
 
+def _scale_stats(posterior) -> dict:
+    """``{site[index]: {"mean", "sd", "r_hat", "ess_bulk", "ess_tail"}}`` for every entry of every scale site."""
+    out = {}
+    for name in scale_sites(posterior):
+        draws = np.asarray(posterior.samples[name], np.float64)
+        with _quiet_arviz():  # one chain: R-hat is NaN (→ None)
+            rhat, bulk, tail = arviz_compat.rhat_ess(draws)
+        mean, sd = draws.mean(axis=(0, 1)), draws.std(axis=(0, 1), ddof=1)
+        for index in np.ndindex(draws.shape[2:]):
+            values = {"mean": mean[index], "sd": sd[index], "r_hat": rhat[index], "ess_bulk": bulk[index], "ess_tail": tail[index]}
+            out[_entry_label(name, index)] = {k: _none_if_nan(v) for k, v in values.items()}
+    return out
+
+
+def _block(arrays: list[np.ndarray], multi: bool) -> dict:
+    """``{"count", "max_r_hat", "min_ess_bulk", "min_ess_tail", "share_r_hat_above_…"}`` over every
+    entry of ``arrays`` (each ``(chain, draw, ...)``); R-hat only with ``multi`` (two chains or more)."""
+    stats = [arviz_compat.rhat_ess(a) for a in arrays]
+    rhat = np.concatenate([np.ravel(r) for r, _, _ in stats]) if multi else np.zeros(0)
+    bulk = np.concatenate([np.ravel(b) for _, b, _ in stats])
+    tail = np.concatenate([np.ravel(t) for _, _, t in stats])
+    finite = rhat[np.isfinite(rhat)]
+    return {
+        "count": int(bulk.size),
+        "max_r_hat": _none_if_nan(finite.max()) if finite.size else None,
+        "min_ess_bulk": _none_if_nan(np.nanmin(bulk)) if bulk.size else None,
+        "min_ess_tail": _none_if_nan(np.nanmin(tail)) if tail.size else None,
+        f"share_r_hat_above_{RHAT_THRESHOLD}": float(np.mean(finite > RHAT_THRESHOLD)) if finite.size else None,
+    }
+
+
 def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> dict:
     """Convergence summary of a posterior's draws (any backend).
 
@@ -78,36 +109,11 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
         out.update({"scales": {}, "weights": None, "predictive": None, "max_r_hat": None, "min_ess_bulk": None,
                     "note": "fewer than 4 draws per chain: R-hat and ESS are undefined"})
         return out
-    scales = scale_sites(posterior)
-    out["scales"] = {}
-    for name in scales:
-        draws = np.asarray(posterior.samples[name], np.float64)
-        with _quiet_arviz():  # one chain: R-hat is NaN (→ None)
-            rhat, bulk, tail = arviz_compat.rhat_ess(draws)
-        mean, sd = draws.mean(axis=(0, 1)), draws.std(axis=(0, 1), ddof=1)
-        for index in np.ndindex(draws.shape[2:]):
-            values = {"mean": mean[index], "sd": sd[index], "r_hat": rhat[index], "ess_bulk": bulk[index], "ess_tail": tail[index]}
-            out["scales"][_entry_label(name, index)] = {k: _none_if_nan(v) for k, v in values.items()}
-
+    out["scales"] = _scale_stats(posterior)
     multi = posterior.num_chains >= 2
-
-    def block(arrays: list[np.ndarray]) -> dict:  # each (chain, draw, ...)
-        stats = [arviz_compat.rhat_ess(a) for a in arrays]
-        rhat = np.concatenate([np.ravel(r) for r, _, _ in stats]) if multi else np.zeros(0)
-        bulk = np.concatenate([np.ravel(b) for _, b, _ in stats])
-        tail = np.concatenate([np.ravel(t) for _, _, t in stats])
-        finite = rhat[np.isfinite(rhat)]
-        return {
-            "count": int(bulk.size),
-            "max_r_hat": _none_if_nan(finite.max()) if finite.size else None,
-            "min_ess_bulk": _none_if_nan(np.nanmin(bulk)) if bulk.size else None,
-            "min_ess_tail": _none_if_nan(np.nanmin(tail)) if tail.size else None,
-            f"share_r_hat_above_{RHAT_THRESHOLD}": float(np.mean(finite > RHAT_THRESHOLD)) if finite.size else None,
-        }
-
     weights = _weight_sites(posterior)
     with _quiet_arviz():  # ESS of one chain is fine; ArviZ still logs a shape warning
-        out["weights"] = block([np.asarray(posterior.samples[n]) for n in weights]) if weights else None
+        out["weights"] = _block([np.asarray(posterior.samples[n]) for n in weights], multi) if weights else None
     out["predictive"] = None
     if posterior.model is not None and (x_ref is not None or posterior.has_data):
         x_ref = np.asarray(posterior.x[:num_ref] if x_ref is None else x_ref, np.float32)
@@ -115,7 +121,7 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
         q = pred.probs if pred.task == "classification" else pred.draws
         q = q.reshape(posterior.num_chains, posterior.num_draws, *q.shape[1:])
         with _quiet_arviz():
-            out["predictive"] = block([np.asarray(q)])
+            out["predictive"] = _block([np.asarray(q)], multi)
     heads_r = [v["r_hat"] for v in out["scales"].values() if v["r_hat"] is not None]
     heads_e = [v["ess_bulk"] for v in out["scales"].values() if v["ess_bulk"] is not None]
     if out["predictive"]:

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
-from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted, has_checkpoint
 from bnnpp.inference.checks import check_data
 from bnnpp.inference.collapse import warn_if_collapsed
@@ -34,11 +34,13 @@ __all__ = [
     "Algorithm",
     "Checkpointing",
     "FitHealthWarning",
+    "Hooks",
     "Keys",
     "Method",
     "Options",
     "Posterior",
     "Prediction",
+    "RunSpec",
     "TrainingInterrupted",
     "check_data",
     "fit",
@@ -55,6 +57,7 @@ MAX_SEED = 2**32
 """Seeds are integers in [0, MAX_SEED) (JAX's PRNG keys hold 32 bits of seed per word)."""
 
 
+# over 80 lines: 53 of them the docstring of the public entry point
 def fit(
     model,
     data: Any,

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference import runner
-from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.algorithm import Algorithm, Keys, RunSpec
 
 __all__ = ["LoopResult", "lower_guarded", "run_chunked"]
 
@@ -46,7 +46,7 @@ class _Info(NamedTuple):
 def _plan(step: Callable, state: Any, num_steps: int):
     algorithm = Algorithm(
         lambda key, data: state, lambda key, s, batch: (lambda out: (out[0], _Info(out[1])))(step(s)),
-        lambda key, s, n: {}, num_steps=num_steps,
+        lambda key, s, n: {}, RunSpec(num_steps=num_steps),
     )
     zero = jnp.zeros(2, jnp.uint32)
     plan = runner._plan(algorithm, Keys(zero, zero, zero, zero), 1)

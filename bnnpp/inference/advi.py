@@ -36,7 +36,7 @@ from numpyro.optim import optax_to_numpyro
 from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
-from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.options import (
@@ -234,9 +234,9 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
         return GuideParameters(params)
 
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="advi",
-        point=point, approximation=approximation, keys=_keys,
-        postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="advi"),
+        Hooks(point=point, approximation=approximation, keys=_keys, postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"}),
     )
 
 
@@ -303,4 +303,5 @@ def _unpack_loc(guide, params) -> dict:
     return guide._unpack_latent(params[f"{guide.prefix}_loc"])
 
 
-register(Method("advi", ADVIOptions, build=build, summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)"))
+register(Method("advi", ADVIOptions, build=build, summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
+                smoke={"num_steps": 60, "num_samples": 20, "map_steps": 50}))

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.map_estimate import map_start
@@ -264,6 +264,7 @@ class BBBInfo(NamedTuple):
     negative_elbo: jax.Array
 
 
+# over 80 lines: init/step/sample and the estimators are closures over one model, its layers and the options
 def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algorithm:
     """Bayes by Backprop as an :class:`Algorithm`; ``start``: site → unconstrained value where
     the means μ start (:func:`bnnpp.inference.start.start_position`), over ``init_loc``.
@@ -411,13 +412,14 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples,
-        batch_size=options.batch_size, name="bbb", point=lambda state: state.params["loc"],
-        approximation=approximation, extras=extras, postfix=postfix,
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="bbb"),
+        Hooks(point=lambda state: state.params["loc"], approximation=approximation, extras=extras, postfix=postfix),
     )
 
 
 register(Method(
     "bbb", BBBOptions, build=build,
     summary="Bayes by Backprop: mean-field Gaussian, softplus σ, minibatch KL weighting, local/Flipout estimators",
+    smoke={"epochs": 60, "num_samples": 20, "map_steps": 50},
 ))

@@ -134,4 +134,5 @@ def build(model, x, y, options: CheesOptions) -> Algorithm:
 
 
 register(Method("chees", CheesOptions, build=build,
-                summary="ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up"))
+                summary="ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
+                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"}))

@@ -13,7 +13,7 @@ steps for samplers that emit draws) on its minibatch, the compiled chunk of unit
   permutation per device and epoch, in ``shard_map``): no step gathers rows across
   processes, and the minibatch stream differs from the one-process fit's
   (:mod:`bnnpp.inference.sharding`).
-* **an output channel** for samplers (``Algorithm.emit``): the steps are grouped into
+* **an output channel** for samplers (``RunSpec.emit``): the steps are grouped into
   segments that end at the kept steps, each segment a ``fori_loop`` of steps; a segment's
   row carries the emitted draws, which leave the device once per chunk as scan outputs.
 """
@@ -101,7 +101,7 @@ class _Plan(NamedTuple):
 
 
 def _keys_of(algorithm: Algorithm, root: jax.Array) -> Keys:
-    return (algorithm.keys or default_keys)(root)
+    return (algorithm.hooks.keys or default_keys)(root)
 
 
 @partial(jax.jit, static_argnums=0)
@@ -112,15 +112,15 @@ def _seed_keys(derive: Callable, seed) -> Keys:
 
 
 def _plan(algorithm: Algorithm, keys: Keys, n: int, batch_sharding=None, local=None) -> _Plan:
-    batch = algorithm.batch_size or n
+    batch = algorithm.run.batch_size or n
     ends = keep = None
-    if algorithm.emit is not None:
-        ends, keep = segments(algorithm.num_steps, algorithm.emit_steps)
+    if algorithm.run.emit is not None:
+        ends, keep = segments(algorithm.run.num_steps, algorithm.run.emit_steps)
     return _Plan(algorithm, keys, n, batch, n // batch, ends, keep, batch_sharding, local if batch < n else None)
 
 
 def _num_units(plan: _Plan) -> int:
-    return plan.algorithm.num_steps if plan.ends is None else len(plan.ends)
+    return plan.algorithm.run.num_steps if plan.ends is None else len(plan.ends)
 
 
 def _init(plan: _Plan, data) -> RunState:
@@ -200,7 +200,7 @@ def _unit(plan: _Plan, rs: RunState, index, data):
 
     end = jnp.asarray(plan.ends, jnp.int32)[index]
     rs, info, bad = jax.lax.fori_loop(rs.t, end, body, (rs, info0, jnp.int32(-1)))
-    emitted = plan.algorithm.emit(jax.random.fold_in(plan.keys.sample, index), rs.state)
+    emitted = plan.algorithm.run.emit(jax.random.fold_in(plan.keys.sample, index), rs.state)
     return rs, (info, emitted, bad), all_finite((info, emitted)) & (bad < 0)
 
 
@@ -224,7 +224,7 @@ def _lower_chunk(plan: _Plan, rs_shape, chunk_size: int, data, guard: str, shard
     row_shape = _row_shape(plan, rs_shape, data_shape)
 
     def chunk(carry, start, data):
-        if guard == "loss" and shardings is None and plan.ends is None and plan.algorithm.member_step is not None:
+        if guard == "loss" and shardings is None and plan.ends is None and plan.algorithm.hooks.member_step is not None:
             carry, rows = _members_in_turn(plan, carry, start, data, chunk_size, num_units, row_shape)
         else:
             carry, rows = _scan_units(plan, carry, start, data, chunk_size, num_units, row_shape, guard)
@@ -295,13 +295,13 @@ def _members_in_turn(plan: _Plan, carry, start, data, chunk_size: int, num_units
 
     def one_member(args):
         m, state = args
-        step = lambda key, st, batch: algorithm.member_step(jax.random.fold_in(key, m), st, batch)
+        step = lambda key, st, batch: algorithm.hooks.member_step(jax.random.fold_in(key, m), st, batch)
         member_plan = plan._replace(algorithm=algorithm._replace(step=step))
         (r, halted, bad), rows = _scan_units(member_plan, (rs._replace(state=state), stopped, bad_unit), start, data,
                                              chunk_size, num_units, member_rows, "loss")
         return r.state, r.t, r.perm, rows, halted, jnp.where(halted, bad, jnp.iinfo(jnp.int32).max)
 
-    members = jnp.arange(algorithm.num_chains, dtype=jnp.int32)
+    members = jnp.arange(algorithm.run.num_chains, dtype=jnp.int32)
     states, ts, perms, rows, halted, bads = jax.lax.map(one_member, (members, rs.state))
     infos, _, flags = rows
     infos = jax.tree_util.tree_map(lambda a: jnp.moveaxis(a, 0, 1), infos)  # (M, chunk, ...) -> (chunk, M, ...)
@@ -365,8 +365,8 @@ def _trace(algorithm: Algorithm, root, x, y, guard: bool):
         rs, (info, emitted, _) = jax.lax.scan(body, _init(plan, data), jnp.arange(num_units, dtype=jnp.int32))
         last_info, stopped_at = jax.tree_util.tree_map(lambda a: a[-1], info), jnp.int32(-1)
     if plan.ends is None:
-        draws = algorithm.sample(plan.keys.sample, rs.state, algorithm.num_samples)
-        if algorithm.num_chains > 1:  # (chains, draws, ...) pooled
+        draws = algorithm.sample(plan.keys.sample, rs.state, algorithm.run.num_samples)
+        if algorithm.run.num_chains > 1:  # (chains, draws, ...) pooled
             draws = jax.tree_util.tree_map(lambda a: a.reshape(-1, *a.shape[2:]), draws)
         return draws, last_info, stopped_at
     kept = np.flatnonzero(plan.keep)

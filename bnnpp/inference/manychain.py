@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform
 from bnnpp.inference.nuts import noncentered
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
@@ -197,6 +197,7 @@ def max_bits(num_steps: int) -> int:
     return int(min(30, max(4, math.ceil(math.log2(num_steps + 2)) + 1)))
 
 
+# over 80 lines: init/step/emit are closures over one model, its sampler and the options
 def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Algorithm:
     """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring).
 
@@ -277,7 +278,9 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         }
 
     return Algorithm(
-        init, step, sample, num_steps=num_warmup + num_samples, num_samples=num_chains, name=name, num_chains=num_chains,
-        emit=emit, emit_steps=np.arange(num_warmup, num_warmup + num_samples), extras=extras,
-        postfix=lambda info: {"accept": f"{float(np.mean(info.acceptance_rate)):.2f}", "step": f"{float(np.mean(info.step_size)):.3g}"},
+        init, step, sample,
+        RunSpec(num_steps=num_warmup + num_samples, num_samples=num_chains, name=name, num_chains=num_chains,
+                emit=emit, emit_steps=np.arange(num_warmup, num_warmup + num_samples)),
+        Hooks(extras=extras, postfix=lambda info: {
+            "accept": f"{float(np.mean(info.acceptance_rate)):.2f}", "step": f"{float(np.mean(info.step_size)):.3g}"}),
     )

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -172,13 +172,13 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (num_samples, *jnp.shape(v))), values)
 
     return Algorithm(
-        init, step, sample, num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map",
-        point=lambda state: state.position, keys=map_keys,
-        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+        init, step, sample, RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map"),
+        Hooks(point=lambda state: state.position, keys=map_keys, postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}),
     )
 
 
-register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)"))
+register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)",
+                smoke={"num_steps": 60}))
 
 
 def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperparameters: str = "map"):

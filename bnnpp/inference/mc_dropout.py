@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 from numpyro.primitives import Messenger
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms, log_likelihood, site_log_prior
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -224,12 +224,16 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
 
     names = list(layers)
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size,
-        name="concrete dropout" if options.concrete else "mc dropout",
-        point=lambda state: state.position,
-        extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
-        postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size,
+                name="concrete dropout" if options.concrete else "mc dropout"),
+        Hooks(
+            point=lambda state: state.position,
+            extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
+            postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
+        ),
     )
 
 
-register(Method("mc_dropout", MCDropoutOptions, build=build, summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)"))
+register(Method("mc_dropout", MCDropoutOptions, build=build, summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)",
+                smoke={"num_steps": 60, "num_samples": 20}))

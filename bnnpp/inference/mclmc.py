@@ -128,4 +128,5 @@ def build(model, x, y, options: MCLMCOptions) -> Algorithm:
 
 
 register(Method("mclmc", MCLMCOptions, build=build,
-                summary="adjusted MCLMC / MAMS (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up"))
+                summary="adjusted MCLMC / MAMS (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
+                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"}))

@@ -42,6 +42,7 @@ parameters a ``UserWarning`` points to the methods that scale (``advi``, ``bbb``
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -55,7 +56,7 @@ from numpyro.infer.hmc import hmc
 from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn, potential_energy
 
-from bnnpp.inference.algorithm import Algorithm, Outcome
+from bnnpp.inference.algorithm import Algorithm, Hooks, Outcome, RunSpec
 from bnnpp.inference.joint import init_uniform
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import (
@@ -222,14 +223,7 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
     """
     sites = (info or ModelInfo.of(model, x, y)).sites
     n_params = num_parameters(sites)
-    if n_params > PARAMETER_WARNING:
-        warnings.warn(
-            f"NUTS on {n_params:,} parameters (above {PARAMETER_WARNING:,}) will be slow: every leapfrog step "
-            "takes a full-data gradient and a draw takes up to 2**max_tree_depth of them; for networks this "
-            "size use a method that scales: method='advi', 'bbb' or 'sgld'",
-            UserWarning,
-            stacklevel=5,  # the caller of bnnpp.fit
-        )
+    _warn_if_large(n_params)
     if start and options.noncentered:
         raise ValueError("init= names the model's sites and noncentered=True samples standardised ones: leave one of them unset")
     sampled = handlers.reparam(model, config=noncentered) if options.noncentered else model
@@ -269,25 +263,40 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
         }
         return jax.vmap(values)(state.z), stats
 
-    def finalize(key, state, data, outcome: Outcome) -> Outcome:
-        per_chain = [int(v) for v in np.asarray(outcome.sample_stats["diverging"]).sum(axis=1)]
-        if sum(per_chain):
-            warnings.warn(
-                f"{sum(per_chain)} of {outcome.sample_stats['diverging'].size} NUTS draws diverged (per chain: {per_chain}); "
-                f"the posterior may be biased: raise target_accept_prob (now {options.target_accept_prob}, e.g. to 0.95) "
-                "or reparameterise the model",
-                RuntimeWarning,
-                stacklevel=6,  # the caller of bnnpp.fit
-            )
-        platform = next(iter(jax.tree_util.tree_leaves(state)[0].devices())).platform
-        extras = {**outcome.extras, "num_parameters": n_params, "divergences": sum(per_chain),
-                  "divergences_per_chain": per_chain, "device": platform}
-        return outcome._replace(extras=extras)
-
     return Algorithm(
-        init, step, lambda key, state, num: jax.vmap(values)(state.z), num_steps=warmup + draws, name="nuts",
-        num_chains=chains, emit=emit, emit_steps=np.arange(warmup, warmup + draws), finalize=finalize,
+        init, step, lambda key, state, num: jax.vmap(values)(state.z),
+        RunSpec(num_steps=warmup + draws, name="nuts", num_chains=chains, emit=emit, emit_steps=np.arange(warmup, warmup + draws)),
+        Hooks(finalize=functools.partial(_finalize, float(options.target_accept_prob), n_params)),
     )
+
+
+def _warn_if_large(n_params: int) -> None:
+    if n_params > PARAMETER_WARNING:
+        warnings.warn(
+            f"NUTS on {n_params:,} parameters (above {PARAMETER_WARNING:,}) will be slow: every leapfrog step "
+            "takes a full-data gradient and a draw takes up to 2**max_tree_depth of them; for networks this "
+            "size use a method that scales: method='advi', 'bbb' or 'sgld'",
+            UserWarning,
+            stacklevel=6,  # the caller of bnnpp.fit
+        )
+
+
+def _finalize(target_accept_prob: float, n_params: int, key, state, data, outcome: Outcome) -> Outcome:
+    """The runner's last stage: warn about divergences; add ``num_parameters``, ``divergences``,
+    ``divergences_per_chain`` and ``device`` to the extras."""
+    per_chain = [int(v) for v in np.asarray(outcome.sample_stats["diverging"]).sum(axis=1)]
+    if sum(per_chain):
+        warnings.warn(
+            f"{sum(per_chain)} of {outcome.sample_stats['diverging'].size} NUTS draws diverged (per chain: {per_chain}); "
+            f"the posterior may be biased: raise target_accept_prob (now {target_accept_prob}, e.g. to 0.95) "
+            "or reparameterise the model",
+            RuntimeWarning,
+            stacklevel=6,  # the caller of bnnpp.fit
+        )
+    platform = next(iter(jax.tree_util.tree_leaves(state)[0].devices())).platform
+    extras = {**outcome.extras, "num_parameters": n_params, "divergences": sum(per_chain),
+              "divergences_per_chain": per_chain, "device": platform}
+    return outcome._replace(extras=extras)
 
 
 def _depth(num_steps: jax.Array) -> jax.Array:
@@ -296,4 +305,5 @@ def _depth(num_steps: jax.Array) -> jax.Array:
     return (32 - jax.lax.clz(steps)).astype(jnp.int32)
 
 
-register(Method("nuts", NUTSOptions, build=build, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks"))
+register(Method("nuts", NUTSOptions, build=build, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks",
+                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10}))

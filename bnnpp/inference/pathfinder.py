@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference.options import Options, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
@@ -221,11 +221,12 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
     def extras(state) -> dict:
         return {"elbo": [float(e) for e in np.asarray(state.elbo)]}
 
-    return Algorithm(init, step, sample, num_steps=1, num_samples=int(options.num_samples), name="pathfinder",
-                     num_chains=num_paths, extras=extras)
+    return Algorithm(init, step, sample, RunSpec(num_steps=1, num_samples=int(options.num_samples), name="pathfinder",
+                                                 num_chains=num_paths), Hooks(extras=extras))
 
 
 register(Method(
     "pathfinder", PathfinderOptions, build=build,
     summary="Pathfinder variational inference (BlackJAX): Gaussians along L-BFGS paths, one chain per path",
+    smoke={"num_paths": 2, "num_steps": 20, "num_samples": 20},
 ))

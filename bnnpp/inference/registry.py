@@ -9,7 +9,7 @@ import functools
 import inspect
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jax
@@ -38,16 +38,23 @@ class Method:
         options: the method's :class:`~bnnpp.inference.options.Options` dataclass.
         build: ``build(model, x, y, options[, start]) -> Algorithm``, which the runner drives.
         summary: one line for help texts.
+        smoke: options for a fit of seconds on a tiny network (``bnnpp compare --quick`` and the
+            test tables use them); checked against ``options`` when the method is made.
     """
 
     name: str
     options: type[Options]
     build: Callable[..., Algorithm]
     summary: str = ""
+    smoke: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
         if not callable(self.build):
             raise TypeError(f"method {self.name!r}: build must be a function build(model, x, y, options) -> Algorithm")
+        try:
+            self.options.parse(self.name, dict(self.smoke))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"method {self.name!r}: smoke settings: {e}") from None
 
     # -- options --------------------------------------------------------------------
 
@@ -115,7 +122,7 @@ class Method:
                 raise type(e)(f"validation_data: {e}") from None
         algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options,
                                **({"start": start} if start else {}), **({"info": info} if self.takes_info else {}))
-        if rows is not None and algorithm.finalize is not None:
+        if rows is not None and algorithm.hooks.finalize is not None:
             raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         recorded = _recorded(options)
         if start:

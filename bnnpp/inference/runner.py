@@ -9,7 +9,7 @@ It owns, once for all methods:
 * **chunked ``lax.scan``**: steps run in compiled chunks of ``chunk_size``; the progress bar
   moves between chunks, so there is no host round-trip per step. Every chunk has the same
   shape (steps past the end are masked), so it compiles once. Independent members with an
-  ``Algorithm.member_step`` (a deep ensemble on a CPU) are stepped in turn within a chunk,
+  ``Algorithm.hooks.member_step`` (a deep ensemble on a CPU) are stepped in turn within a chunk,
   each member through all of its steps, instead of all members every step.
 * **minibatches on the device** and **an output channel** for samplers that emit their draws
   (:mod:`bnnpp.inference.chunks`).
@@ -193,7 +193,7 @@ def run(
         progress: show a tqdm bar (updated between chunks).
         chunk_size: units per compiled chunk (steps; segments for emitting samplers).
             Default: about 20 bar updates, rounded to whole epochs with minibatches.
-        validation_data: ``(x_val, y_val)`` scored at ``algorithm.point`` after every chunk (with
+        validation_data: ``(x_val, y_val)`` scored at ``algorithm.hooks.point`` after every chunk (with
             minibatches and no ``chunk_size``: a chunk is one epoch, so every epoch is scored).
         checkpoint: save progress as :class:`~bnnpp.inference.checkpoints.Checkpointing` says
             (and on SIGINT/SIGTERM); without it a signal still stops cleanly after the chunk.
@@ -238,8 +238,8 @@ def run(
     t0 = time.perf_counter()
     rs, unit_rows, units_run, bad_unit, recompile = _drive(
         programs["chunk"], lambda: _lower_chunk(plan, fit.rs_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile(),
-        rs0, fit.data, fit.num_units, fit.chunk_size, progress=fit.progress, desc=algorithm.name or method,
-        postfix=algorithm.postfix or _mean_loss, after_chunk=after_chunk if validation_data is not None else None,
+        rs0, fit.data, fit.num_units, fit.chunk_size, progress=fit.progress, desc=algorithm.run.name or method,
+        postfix=algorithm.hooks.postfix or _mean_loss, after_chunk=after_chunk if validation_data is not None else None,
         total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0),
         start_unit=start_unit, pieces=pieces, checkpointer=checkpointer, val_log=val_log,
     )
@@ -252,8 +252,8 @@ def run(
     if validation_data is not None:
         outcome.extras["val_step"] = [s for s, _ in val_log]
         outcome.extras["val_error"] = [e for _, e in val_log]
-    if algorithm.finalize is not None:  # the method's own last stage (Laplace's curvature, NUTS's divergences)
-        outcome = algorithm.finalize(plan.keys.sample, rs.state, fit.data, outcome)
+    if algorithm.hooks.finalize is not None:  # the method's own last stage (Laplace's curvature, NUTS's divergences)
+        outcome = algorithm.hooks.finalize(plan.keys.sample, rs.state, fit.data, outcome)
     stats = FitStats(
         method=method, seed=seed, options=options, traces=_traces(unit_rows, ends), sample_stats=outcome.sample_stats,
         steps_run=steps_run, stopped_at=stopped_at, compile_seconds=compile_seconds, run_seconds=run_seconds,
@@ -282,14 +282,14 @@ class _Fit(NamedTuple):
 def _plan_fit(algorithm, x, y, method, seed, chunk_size, devices, mesh, share, checkpoint, progress, validation_data) -> _Fit:
     """Plan: where the fit runs, its keys, its units and the steps per compiled chunk."""
     n = int(x.shape[0]) if share is None else int(share.total)
-    place = sharding.where(devices, mesh, batch=algorithm.batch_size or n, n=n, num_chains=algorithm.num_chains, name=method)
+    place = sharding.where(devices, mesh, batch=algorithm.run.batch_size or n, n=n, num_chains=algorithm.run.num_chains, name=method)
     if share is not None:
         sharding.check_rows(place if place.placed else None, share, int(x.shape[0]))
     if place.placed:
         if checkpoint is not None and jax.process_count() > 1:
             raise ValueError("checkpoints are not written by multi-process fits: pass checkpoint_dir=None")
         progress = progress and jax.process_index() == 0
-    keys = _seed_keys(algorithm.keys or default_keys, np.uint32(seed))
+    keys = _seed_keys(algorithm.hooks.keys or default_keys, np.uint32(seed))
     keys, batch_sharding, local = place.plan_args(keys, jax.process_count() > 1 and place.placed and place.data > 1)
     plan = _plan(algorithm, keys, n, batch_sharding, local)
     num_units = _num_units(plan)
@@ -315,21 +315,21 @@ def _compile(fit: _Fit, model, validation_data):
     shardings = None if layouts is None else (RunState(*layouts[0]), *layouts[1:])
     lower = partial(place.lower, shardings)
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, fit.chunk_size, fit.data, "loss", shardings)}
-    approximate = algorithm.approximation or (lambda state: None)
-    if algorithm.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
-        draw = algorithm.sample if algorithm.finalize is None else (lambda k, s, num: {})
+    approximate = algorithm.hooks.approximation or (lambda state: None)
+    if algorithm.run.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
+        draw = algorithm.sample if algorithm.hooks.finalize is None else (lambda k, s, num: {})
         lowered["sample"] = lower(
-            lambda k, s: (draw(k, s, algorithm.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state
+            lambda k, s: (draw(k, s, algorithm.run.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state
         )
-    elif algorithm.approximation is not None:
+    elif algorithm.hooks.approximation is not None:
         lowered["approximation"] = lower(approximate, 0, rs_shape.state)
     val_args = ()
     if validation_data is not None:
-        if algorithm.point is None:
+        if algorithm.hooks.point is None:
             raise ValueError(f"method {fit.method!r} has no point estimate to validate: pass validation_data=None")
         val_args = tuple(place.put(a) for a in validation_batches(*validation_data))
         score = validation_error(model, int(validation_data[0].shape[0]))
-        lowered["val"] = lower(lambda s, *a: score(algorithm.point(s), *a), 0, rs_shape.state, *val_args)
+        lowered["val"] = lower(lambda s, *a: score(algorithm.hooks.point(s), *a), 0, rs_shape.state, *val_args)
     return fit._replace(rs_shape=rs_shape, shardings=shardings), compile_all(lowered), val_args
 
 
@@ -354,16 +354,16 @@ def _collect(fit: _Fit, programs, rs, unit_rows, units_run: int, bad_unit: int |
     """Collect: the draws (from ``sample``, or the emitted rows of the kept steps), their
     statistics, the approximation and the algorithm's extras, with the warnings of a NaN stop.
     Returns ``(outcome, steps_run, stopped_at)``."""
-    algorithm, plan, name = fit.algorithm, fit.plan, fit.algorithm.name or fit.method
+    algorithm, plan, name = fit.algorithm, fit.plan, fit.algorithm.run.name or fit.method
     _, emitted, bad_steps = unit_rows
     extras: dict[str, Any] = {}
-    if plan.num_batches > 1 or algorithm.batch_size is not None:
+    if plan.num_batches > 1 or algorithm.run.batch_size is not None:
         extras["num_batches"] = plan.num_batches
     if plan.ends is None:
         steps_run, stopped_at = units_run, bad_unit
         samples, approximation = sharding.to_host(programs["sample"](plan.keys.sample, rs.state))
         # one chain: sample gives (num_samples, ...); several (members): (num_chains, num_samples, ...)
-        samples = {k: np.asarray(v)[None] if algorithm.num_chains == 1 else np.asarray(v) for k, v in samples.items()}
+        samples = {k: np.asarray(v)[None] if algorithm.run.num_chains == 1 else np.asarray(v) for k, v in samples.items()}
         overflow = [k for k, v in samples.items() if v.dtype.kind == "f" and not np.all(np.isfinite(v))]
         if overflow:  # finite parameters whose draws are not (e.g. exp of a huge log-scale)
             warnings.warn(
@@ -392,10 +392,10 @@ def _collect(fit: _Fit, programs, rs, unit_rows, units_run: int, bad_unit: int |
         approximation = sharding.to_host(programs["approximation"](rs.state))
     if approximation is not None:
         approximation = jax.tree_util.tree_map(np.asarray, approximation)
-    if algorithm.extras is not None:
-        extras.update(algorithm.extras(sharding.to_host(rs.state)))
-    if algorithm.num_chains > 1 and algorithm.emit is None:  # how the independent members were stepped
-        extras["layout"] = "in_turn" if algorithm.member_step is not None and not fit.place.placed else "vmap"
+    if algorithm.hooks.extras is not None:
+        extras.update(algorithm.hooks.extras(sharding.to_host(rs.state)))
+    if algorithm.run.num_chains > 1 and algorithm.run.emit is None:  # how the independent members were stepped
+        extras["layout"] = "in_turn" if algorithm.hooks.member_step is not None and not fit.place.placed else "vmap"
     return Outcome(samples, approximation, sample_stats, extras), steps_run, stopped_at
 
 
@@ -412,10 +412,10 @@ def _kept(fit: _Fit, emitted, bad_steps, units_run: int, bad_unit: int | None):
     # (draws, chains, ...) -> (chains, draws, ...)
     samples = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in draws.items()}
     sample_stats = {k: np.ascontiguousarray(np.swapaxes(v, 0, 1)) for k, v in stats.items()}
-    if algorithm.kept_stats is not None:
-        kept_steps = np.asarray(algorithm.emit_steps)[: samples[next(iter(samples))].shape[1]]
-        for k, v in algorithm.kept_stats(kept_steps).items():
-            sample_stats[k] = np.broadcast_to(np.asarray(v), (algorithm.num_chains, len(kept_steps))).copy()
+    if algorithm.run.kept_stats is not None:
+        kept_steps = np.asarray(algorithm.run.emit_steps)[: samples[next(iter(samples))].shape[1]]
+        for k, v in algorithm.run.kept_stats(kept_steps).items():
+            sample_stats[k] = np.broadcast_to(np.asarray(v), (algorithm.run.num_chains, len(kept_steps))).copy()
     return samples, sample_stats, (int(ends[done - 1]) if done else 0), stopped_at
 
 
@@ -429,7 +429,7 @@ def _placement_facts(fit: _Fit, rs, x, compile_seconds: float, seconds_per_step:
     held = (0, int(x.shape[0])) if fit.share is None else (fit.share.start, fit.share.stop)
     return {
         **fit.place.facts(fit.plan.batch), "compile_seconds": compile_seconds, "seconds_per_step": seconds_per_step,
-        "chains_per_device": sharding.chains_per_device(rs.state, fit.algorithm.num_chains) if fit.algorithm.num_chains > 1 else {},
+        "chains_per_device": sharding.chains_per_device(rs.state, fit.algorithm.run.num_chains) if fit.algorithm.run.num_chains > 1 else {},
         "training_rows": fit.n, "rows_loaded": sharding.rows_loaded(*held),
         "minibatches": "full batch" if fit.plan.batch == fit.n else "each device from its own rows" if fit.plan.local is not None
         else "one permutation of all rows",

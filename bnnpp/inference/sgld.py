@@ -79,7 +79,7 @@ next ``B`` of them, so every batch is a uniformly random subset drawn without re
 Chains. ``num_chains`` chains run side by side (``vmap``), each started uniformly in
 (−``init_radius``, ``init_radius``) on the unconstrained space.
 
-Running. The kept draws are the algorithm's outputs (``Algorithm.emit``), not losses: the
+Running. The kept draws are the algorithm's outputs (``RunSpec.emit``), not losses: the
 runner groups the steps into segments that end at the kept steps and takes the chains'
 constrained values after each. ``sample_stats``: ``step_size`` of the kept step and ``lp``,
 the minibatch estimate of the log joint on the unconstrained space at the position the kept
@@ -112,7 +112,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bnnpp.inference.algorithm import Algorithm, Keys
+from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.joint import glorot_limits, init_glorot, joint_terms
 from bnnpp.inference.options import (
     Options,
@@ -285,6 +285,7 @@ def _keys(root) -> Keys:
     return Keys(init=key_init, steps=jax.random.fold_in(key_model, 1), data=jax.random.fold_in(key_model, 2), sample=key_model)
 
 
+# over 80 lines: init/step/emit of three variants are closures over one model, its schedule and the options
 def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algorithm:
     """Stochastic-gradient MCMC as an :class:`Algorithm` whose draws are emitted after every
     kept step (module docstring). ``start``: every chain starts at these sites' values
@@ -375,14 +376,16 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
         return constrained(key, state)
 
     return Algorithm(
-        init, step, sample, num_steps=sched.num_steps, num_samples=num_chains, batch_size=options.batch_size,
-        name=f"sgld ({variant})", num_chains=num_chains, emit=emit, emit_steps=sched.kept_steps(), keys=_keys,
-        kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)},
-        postfix=lambda info: {"log density": f"{-info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=sched.num_steps, num_samples=num_chains, batch_size=options.batch_size, name=f"sgld ({variant})",
+                num_chains=num_chains, emit=emit, emit_steps=sched.kept_steps(),
+                kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)}),
+        Hooks(keys=_keys, postfix=lambda info: {"log density": f"{-info.loss.mean():.4g}"}),
     )
 
 
 register(Method(
     "sgld", SGLDOptions, build=build,
     summary="stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
+    smoke={"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
 ))

@@ -40,7 +40,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.bbb import hierarchical_normal
 from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
@@ -207,6 +207,7 @@ def swag_draw(key, m: SWAGMoments) -> jax.Array:
     return m.mean + jnp.sqrt(var / 2.0) * z1 + low_rank
 
 
+# over 80 lines: init/step/sample are closures over one model, its sites and the options
 def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algorithm:
     """SWAG (``options.members == 1``) or MultiSWAG as an :class:`Algorithm`. ``start``: the
     (first member's) MAP pretraining starts there (:func:`bnnpp.inference.ensemble.vmapped_map`).
@@ -284,10 +285,11 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
         draws = jax.vmap(lambda k, m: member_draws(k, m, num_samples))(member_keys(key, members), state.moments)
         return {k: v[0] for k, v in draws.items()} if members == 1 else draws  # (M, S, *site)
     return Algorithm(
-        init, step, sample, num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
-        name="swag" if members == 1 else f"multiswag ({members})", num_chains=members,
-        extras=lambda state: _extras(state, members, options, n, small),
-        postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+        init, step, sample,
+        RunSpec(num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
+                name="swag" if members == 1 else f"multiswag ({members})", num_chains=members),
+        Hooks(extras=lambda state: _extras(state, members, options, n, small),
+              postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}),
     )
 
 
@@ -321,5 +323,7 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
     }
 
 
-register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)"))
-register(Method("multiswag", MultiSWAGOptions, build=build, summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)"))
+register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)",
+                smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10}))
+register(Method("multiswag", MultiSWAGOptions, build=build, summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)",
+                smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2}))

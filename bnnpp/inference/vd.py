@@ -70,7 +70,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpyro.primitives import Messenger
 
-from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -231,6 +231,7 @@ def vd_layers(model, x, y) -> dict[str, dict]:
     return latent_layers(model, x, y, "vd", "puts its noise on the weights of bnnpp layers")
 
 
+# over 80 lines: init/step/sample and the three variants are closures over one model, its layers and the options
 def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorithm:
     """Gaussian / variational / sparse variational dropout as an :class:`Algorithm`;
     ``start``: site → unconstrained start value of θ and the other sites
@@ -355,13 +356,14 @@ def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorit
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample, num_steps=steps_for(options, n), num_samples=options.num_samples,
-        batch_size=options.batch_size, name=f"vd ({variant})", point=lambda state: state.position,
-        approximation=approximation, extras=extras, postfix=postfix,
+        init, step, sample,
+        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name=f"vd ({variant})"),
+        Hooks(point=lambda state: state.position, approximation=approximation, extras=extras, postfix=postfix),
     )
 
 
 register(Method(
     "vd", VDOptions, build=build,
     summary="Gaussian / variational / sparse variational dropout, log-uniform prior (Kingma et al. 2015; Molchanov et al. 2017)",
+    smoke={"epochs": 60, "num_samples": 20},
 ))

@@ -337,7 +337,8 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
         mode = jax.device_get(jax.jit(lambda s: found.sample(key, s, 1))(state))  # {site: (1, *shape)}, constrained
         return _finalize(model, p, options, key, data, outcome._replace(samples={k: v[None] for k, v in mode.items()}))
 
-    return found._replace(sample=sample, num_samples=options.num_samples, name="laplace (MAP)", keys=keys, finalize=finalize)
+    return found._replace(sample=sample, run=found.run._replace(num_samples=options.num_samples, name="laplace (MAP)"),
+                          hooks=found.hooks._replace(keys=keys, finalize=finalize))
 
 
 def _draw(model, x, y, params, key, num_samples):
@@ -395,4 +396,5 @@ def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outc
     return Outcome(samples, approx, sample_stats, extras)
 
 
-register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior"))
+register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior",
+                smoke={"num_steps": 60, "num_samples": 20}))
