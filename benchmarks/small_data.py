@@ -101,12 +101,13 @@ def evaluate(post, p: dict) -> dict:
     sd = post.predict(np.asarray(p["inside"] + p["outside"], np.float32)).std
     train = post.predict(p["x"])
     noise = None if train.noise is None else float(np.sqrt(np.mean(np.asarray(train.noise, np.float64) ** 2)))
-    from bnnpp.inference.collapse import neighbour_noise_sd
+    from bnnpp.inference.collapse import local_linear_noise_sd, neighbour_noise_sd
 
     return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]), "noise_sd": noise,
             "train_rmse": float(np.sqrt(np.mean((np.asarray(train.mean, np.float64) - p["y"]) ** 2))),
             "train_predictive_sd": float(np.sqrt(np.mean(np.asarray(train.std, np.float64) ** 2))),
-            "neighbour_noise_sd": neighbour_noise_sd(p["x"], p["y"]), "target_sd": float(np.std(p["y"])),
+            "neighbour_noise_sd": neighbour_noise_sd(p["x"], p["y"]), "local_linear_noise_sd": local_linear_noise_sd(p["x"], p["y"]),
+            "target_sd": float(np.std(p["y"])),
             "collapse_warning": post.stats.extras.get("collapse_warning"),
             "overconfidence_warning": post.stats.extras.get("overconfidence_warning"),
             "small_data_check": post.stats.extras.get("small_data_check")}
@@ -150,17 +151,17 @@ def uci_check(sets: list[str], methods: list[str], data_dir: str | None, split: 
     """The collapse and over-fit checks on fits that are not small data: each UCI set's ``split`` (one hidden layer of
     50 ReLU units as ``benchmarks/uci.py``, learned noise, under ``N(0, 1)`` and a per-layer ``N(0, s²)``,
     ``s ~ HalfNormal(1)``), each method at its defaults. Rows: test NLL and RMSE in standardised units, the predictive
-    sd at the training inputs against the nearest-neighbour noise estimate, which warnings fired, and whether the
+    sd at the training inputs against the local-linear noise estimate, which warnings fired, and whether the
     over-fit check would fire without its row limit. Writes ``results/small_data_uci_check.{json,md}``."""
     import bnnpp
     from bnnpp import priors
     from bnnpp.data.uci_sets import uci
-    from bnnpp.inference.collapse import OVERFIT_RATIO, neighbour_noise_sd
+    from bnnpp.inference.collapse import OVERFIT_RATIO, local_linear_noise_sd
 
     rows = []
     for name in sets:
         d = uci(name, split, data_dir)
-        reference = neighbour_noise_sd(d.x_train, d.y_train)
+        reference = local_linear_noise_sd(d.x_train, d.y_train)
         for label, prior in (("N(0, 1)", priors.normal(1.0)), ("N(0, s²), s ~ HalfNormal(1)", priors.normal(priors.half_normal(1.0)))):
             model = bnnpp.models.mlp((50,), activation="relu", likelihood="gaussian", prior=prior)
             p = {"x": d.x_train, "y": d.y_train, "x_test": d.x_test, "y_test": d.y_test, "model": model,
@@ -171,15 +172,15 @@ def uci_check(sets: list[str], methods: list[str], data_dir: str | None, split: 
                          would_fire_without_row_limit=bool(r["train_predictive_sd"] < OVERFIT_RATIO * reference))
                 rows.append(r)
                 print(f"{name} {label} {method}: nll {r['nll']:.3f} rmse {r['rmse']:.3f} sd at train {r['train_predictive_sd']:.3f} "
-                      f"nn {reference:.3f} collapse {bool(r['collapse_warning'])} over-fit {bool(r['overconfidence_warning'])} "
+                      f"local-linear {reference:.3f} collapse {bool(r['collapse_warning'])} over-fit {bool(r['overconfidence_warning'])} "
                       f"(without the row limit {r['would_fire_without_row_limit']})", flush=True)
     command = "python benchmarks/" + shlex.join([os.path.basename(__file__), *sys.argv[1:]])
-    lines = ["| set | prior | method | test NLL | test RMSE | noise sd | predictive sd at the training inputs | nearest-neighbour estimate | "
+    lines = ["| set | prior | method | test NLL | test RMSE | noise sd | predictive sd at the training inputs | local-linear noise estimate | "
              "ratio | collapse warning | over-fit warning | would fire without the row limit |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        ratio = r["train_predictive_sd"] / r["neighbour_noise_sd"]
+        ratio = r["train_predictive_sd"] / r["local_linear_noise_sd"]
         lines.append(f"| {r['set']} {r['split']} | {r['prior']} | {r['method']} | {r['nll']:.3f} | {r['rmse']:.3f} | {r['noise_sd']:.3f} | "
-                     f"{r['train_predictive_sd']:.3f} | {r['neighbour_noise_sd']:.3f} | {ratio:.2f} | {'yes' if r['collapse_warning'] else 'no'} | "
+                     f"{r['train_predictive_sd']:.3f} | {r['local_linear_noise_sd']:.3f} | {ratio:.2f} | {'yes' if r['collapse_warning'] else 'no'} | "
                      f"{'yes' if r['overconfidence_warning'] else 'no'} | {'yes' if r['would_fire_without_row_limit'] else 'no'} |")
     md = (f"# The collapse and over-fit checks on UCI fits (standardised units)\n\n    {command}\n\n"
           f"{dt.date.today().isoformat()}, {machine()}\n\n" + "\n".join(lines) + "\n")
