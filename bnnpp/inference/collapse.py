@@ -18,9 +18,9 @@ the function's slope (on 20 points of the cubic y = x³ + N(0, 3²) it gave 5.6 
 of 3, and a good MAP fit looked over-fitted), the local-linear one with its curvature only. A
 Gaussian predictive of sd r·σ for data of noise sd σ loses log r + 1/(2r²) − 1/2 nats per
 point against the right sd (0.82 at r = 0.5) before any error of its mean. On more rows the
-check stays quiet: the estimate grows with the regression function's slope between neighbours
-(the UCI yacht set's is 0.37 of the targets' sd where good fits reach an sd of 0.05–0.1), so
-there it is no bound on the noise. The same holds on few rows of exact (noise-free) targets,
+check stays quiet: with several inputs the function varies between neighbours too (on the UCI
+yacht set, 6 inputs, the estimate is 0.35 of the targets' sd where good fits reach a predictive
+sd of 0.017–0.026; ``benchmarks/README.md``), so there it is no bound on the noise. The same holds on few rows of exact (noise-free) targets,
 where a fit with a tiny noise is right; the line says so. The same warning goes to a fit with
 draws whose predictive sd hardly grows away from the training inputs (:func:`outside_growth`):
 on small data the posterior over the function is wide outside the data (NUTS's sd grows 5–10×
