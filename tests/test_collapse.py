@@ -147,7 +147,7 @@ def test_overconfidence_warning_after_a_map_fit_and_in_metrics_json():
     Hernández-Lobato & Adams 2015; benchmarks/small_data.py) drives its learned noise sd far
     below the data's: one OverconfidenceWarning, recorded in stats.extras and written to metrics.json."""
     from bnnpp.inference.collapse import OverconfidenceWarning
-    from bnnpp.records import FitReport
+    from bnnpp.runs.fit_run import fit_record
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-4, 4, (20, 1)).astype(np.float32)
@@ -159,6 +159,5 @@ def test_overconfidence_warning_after_a_map_fit_and_in_metrics_json():
     lines = [str(w.message) for w in caught if issubclass(w.category, OverconfidenceWarning)]
     assert len(lines) == 1 and post.stats.extras["overconfidence_warning"] == lines[0]
     assert not any(issubclass(w.category, CollapseWarning) for w in caught)
-    report = FitReport(record={}, method="map", model={}, options={}, seed=0, steps_run=1, stopped_at=None, test={},
-                       fit_info={}, health=[], overconfidence_warning=lines[0])
+    report = fit_record(post, model, {}, seed=0, test={}, seconds={})  # what `bnnpp fit` writes as metrics.json
     assert report.to_json()["overconfidence_warning"] == lines[0]
