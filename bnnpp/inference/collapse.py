@@ -199,26 +199,31 @@ def collapse_message(posterior) -> str | None:
     )
 
 
-def outside_growth(posterior, x) -> float | None:
+def outside_growth(posterior, x, sd_at_data: float | None = None) -> float | None:
     """How the predictive sd grows away from the training inputs ``x`` ``(n, ...)``: the root
     mean predictive variance (noise² plus the variance of the mean over draws) at the half of
     the rows farthest from the inputs' mean (on standardised columns), each moved to twice its
-    distance from the mean, over the root mean predictive variance at every row. Returns a
-    float, or ``None`` for a fit with one draw (a point estimate has no spread to grow)."""
+    distance from the mean, over the root mean predictive variance at every row
+    (``sd_at_data`` when the caller has it). Returns a float, or ``None`` for a fit with one
+    draw (a point estimate has no spread to grow)."""
     draws = posterior.num_chains * posterior.num_draws
     if draws < 2:
         return None
-    flat = np.asarray(x, np.float64).reshape(np.shape(x)[0], -1)
+    x = np.asarray(x)
+    flat = x.astype(np.float64).reshape(x.shape[0], -1)
     centre, sd = flat.mean(axis=0), flat.std(axis=0)
     distance = np.sqrt(np.sum(((flat - centre) / np.where(sd > 0, sd, 1.0)) ** 2, axis=1))
-    outer = flat[distance >= np.median(distance)]
-    moved = (centre + 2.0 * (outer - centre)).astype(np.asarray(x).dtype).reshape(-1, *np.shape(x)[1:])
+    outer = distance >= np.median(distance)
+    moved = (centre + 2.0 * (flat - centre)).astype(x.dtype).reshape(x.shape)  # every row: the training inputs' shape
 
-    def variance(points):
+    def variance(points, rows):
         pred = posterior.predict(points, num_samples=min(MAX_DRAWS, draws))
-        return float(np.mean(np.asarray(pred.noise, np.float64) ** 2) + np.mean(np.asarray(pred.draws, np.float64).var(axis=0)))
+        noise2 = np.asarray(pred.noise, np.float64) ** 2
+        spread = np.asarray(pred.draws, np.float64).var(axis=0)
+        return float(np.mean(noise2.mean(axis=0)[rows]) + np.mean(spread[rows]))
 
-    return float(np.sqrt(variance(moved) / variance(np.asarray(x))))
+    at_data = sd_at_data**2 if sd_at_data is not None else variance(x, slice(None))
+    return float(np.sqrt(variance(moved, outer) / at_data))
 
 
 def overconfidence_message(posterior) -> str | None:
@@ -235,7 +240,7 @@ def overconfidence_message(posterior) -> str | None:
     if fit is None:
         return None
     reference = local_linear_noise_sd(fit["x"], fit["y"])
-    growth = outside_growth(posterior, fit["x"])
+    growth = outside_growth(posterior, fit["x"], fit["sd"])
     posterior.stats.extras["small_data_check"] = {"local_linear_noise_sd": reference, "training_sd": fit["sd"], "outside_growth": growth}
     if reference is not None and fit["sd"] < OVERFIT_RATIO * reference:
         return (
