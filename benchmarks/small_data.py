@@ -20,7 +20,7 @@ Problems (20–200 training points each; the data as a user would have them, not
 Per method (its registered defaults; ``bnnpp.models.mlp``'s default ``standardize=True``):
 test NLL of the predictive (per point), its ratio to NUTS's, RMSE of the predictive mean,
 growth of the total predictive sd from the inside to the outside point, and whether the
-collapse warning fired. The criteria of issue 35: NLL ≤ 1.5× NUTS and growth ≥ 2×.
+collapse or the over-fit warning fired (:mod:`bnnpp.inference.collapse`). The criteria of issue 35: NLL ≤ 1.5× NUTS and growth ≥ 2×.
 
 NUTS references (2 chains, 500 warm-up, 500 draws each) are cached in
 ``results/small_data/nuts_<problem>.json`` and reused while their settings match.
@@ -95,23 +95,34 @@ PROBLEMS = ("sinusoid", "blog", "cubic", "trend2d")
 
 
 def evaluate(post, p: dict) -> dict:
-    """Test NLL and RMSE, the sd growth from ``inside`` to ``outside``, the collapse warning."""
+    """Test NLL and RMSE, the sd growth from ``inside`` to ``outside``, the fit at the training inputs (noise sd,
+    RMSE, predictive sd) beside the nearest-neighbour noise estimate, the collapse and over-fit warnings."""
     scores = post.predict(p["x_test"]).scores(p["y_test"])
     sd = post.predict(np.asarray(p["inside"] + p["outside"], np.float32)).std
-    noise = post.predict(p["x"]).noise
-    noise = None if noise is None else float(np.sqrt(np.mean(np.asarray(noise, np.float64) ** 2)))
+    train = post.predict(p["x"])
+    noise = None if train.noise is None else float(np.sqrt(np.mean(np.asarray(train.noise, np.float64) ** 2)))
+    from bnnpp.inference.collapse import local_linear_noise_sd, neighbour_noise_sd
+
     return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]), "noise_sd": noise,
-            "collapse_warning": post.stats.extras.get("collapse_warning")}
+            "train_rmse": float(np.sqrt(np.mean((np.asarray(train.mean, np.float64) - p["y"]) ** 2))),
+            "train_predictive_sd": float(np.sqrt(np.mean(np.asarray(train.std, np.float64) ** 2))),
+            "neighbour_noise_sd": neighbour_noise_sd(p["x"], p["y"]), "local_linear_noise_sd": local_linear_noise_sd(p["x"], p["y"]),
+            "target_sd": float(np.std(p["y"])),
+            "collapse_warning": post.stats.extras.get("collapse_warning"),
+            "overconfidence_warning": post.stats.extras.get("overconfidence_warning"),
+            "small_data_check": post.stats.extras.get("small_data_check")}
 
 
 def run_fit(p: dict, method: str, options: dict, seed: int) -> dict:
     import bnnpp
 
     t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         post = bnnpp.fit(p["model"], (p["x"], p["y"]), method=method, seed=seed, progress=False, **options)
     out = evaluate(post, p)
+    out["warnings"] = sorted({f"{w.category.__name__}: {w.message}" for w in caught
+                              if not issubclass(w.category, (DeprecationWarning, PendingDeprecationWarning, FutureWarning))})
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -136,21 +147,62 @@ def nuts_reference(name: str, p: dict, quick: bool, data_seed: int = 0) -> dict:
     return {**scores, "cached": False}
 
 
+def uci_check(sets: list[str], methods: list[str], data_dir: str | None, split: int = 0) -> None:
+    """The collapse and over-fit checks on fits that are not small data: each UCI set's ``split`` (one hidden layer of
+    50 ReLU units as ``benchmarks/uci.py``, learned noise, under ``N(0, 1)`` and a per-layer ``N(0, s²)``,
+    ``s ~ HalfNormal(1)``), each method at its defaults. Rows: test NLL and RMSE in standardised units, the predictive
+    sd at the training inputs against the local-linear noise estimate, which warnings fired, and whether the
+    over-fit check would fire without its row limit. Writes ``results/small_data_uci_check.{json,md}``."""
+    import bnnpp
+    from bnnpp import priors
+    from bnnpp.data.uci_sets import uci
+    from bnnpp.inference.collapse import OVERFIT_RATIO, local_linear_noise_sd
+
+    rows = []
+    for name in sets:
+        d = uci(name, split, data_dir)
+        reference = local_linear_noise_sd(d.x_train, d.y_train)
+        for label, prior in (("N(0, 1)", priors.normal(1.0)), ("N(0, s²), s ~ HalfNormal(1)", priors.normal(priors.half_normal(1.0)))):
+            model = bnnpp.models.mlp((50,), activation="relu", likelihood="gaussian", prior=prior)
+            p = {"x": d.x_train, "y": d.y_train, "x_test": d.x_test, "y_test": d.y_test, "model": model,
+                 "inside": [list(map(float, d.x_train.mean(0)))], "outside": [list(map(float, d.x_train.mean(0) + 3.0))]}
+            for method in methods:
+                r = run_fit(p, method, {}, 0)
+                r.update(set=name, split=split, prior=label, method=method,
+                         would_fire_without_row_limit=bool(r["train_predictive_sd"] < OVERFIT_RATIO * reference))
+                rows.append(r)
+                print(f"{name} {label} {method}: nll {r['nll']:.3f} rmse {r['rmse']:.3f} sd at train {r['train_predictive_sd']:.3f} "
+                      f"local-linear {reference:.3f} collapse {bool(r['collapse_warning'])} over-fit {bool(r['overconfidence_warning'])} "
+                      f"(without the row limit {r['would_fire_without_row_limit']})", flush=True)
+    command = "python benchmarks/" + shlex.join([os.path.basename(__file__), *sys.argv[1:]])
+    lines = ["| set | prior | method | test NLL | test RMSE | noise sd | predictive sd at the training inputs | local-linear noise estimate | "
+             "ratio | collapse warning | over-fit warning | would fire without the row limit |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = r["train_predictive_sd"] / r["local_linear_noise_sd"]
+        lines.append(f"| {r['set']} {r['split']} | {r['prior']} | {r['method']} | {r['nll']:.3f} | {r['rmse']:.3f} | {r['noise_sd']:.3f} | "
+                     f"{r['train_predictive_sd']:.3f} | {r['local_linear_noise_sd']:.3f} | {ratio:.2f} | {'yes' if r['collapse_warning'] else 'no'} | "
+                     f"{'yes' if r['overconfidence_warning'] else 'no'} | {'yes' if r['would_fire_without_row_limit'] else 'no'} |")
+    md = (f"# The collapse and over-fit checks on UCI fits (standardised units)\n\n    {command}\n\n"
+          f"{dt.date.today().isoformat()}, {machine()}\n\n" + "\n".join(lines) + "\n")
+    write_results(os.path.join(HERE, "results"), "small_data_uci_check",
+                  {"command": command, "date": dt.date.today().isoformat(), "machine": machine(), "rows": rows}, md)
+
+
 def table(results: dict) -> str:
-    lines = ["| problem | method | test NLL | ratio to NUTS | RMSE | sd growth | meets both | collapse warning | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| problem | method | test NLL | ratio to NUTS | RMSE | sd growth | meets both | collapse warning | over-fit warning | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name, rows in results.items():
         ref = rows["nuts"]
-        lines.append(f"| {name} | nuts | {ref['nll']:.2f} | 1.00 | {ref['rmse']:.2f} | {ref['growth']:.1f}× | — | {'yes' if ref.get('collapse_warning') else 'no'} | {ref['seconds']:.0f} |")
+        lines.append(f"| {name} | nuts | {ref['nll']:.2f} | 1.00 | {ref['rmse']:.2f} | {ref['growth']:.1f}× | — | {'yes' if ref.get('collapse_warning') else 'no'} | {'yes' if ref.get('overconfidence_warning') else 'no'} | {ref['seconds']:.0f} |")
         for method, r in rows.items():
             if method == "nuts":
                 continue
             if "error" in r:
-                lines.append(f"| {name} | {method} | error: {r['error']} | | | | | | |")
+                lines.append(f"| {name} | {method} | error: {r['error']} | | | | | | | |")
                 continue
             ok = r["nll_ratio"] <= CRITERIA["nll_ratio"] and r["growth"] >= CRITERIA["growth"]
             lines.append(f"| {name} | {method} | {r['nll']:.2f} | {r['nll_ratio']:.2f} | {r['rmse']:.2f} | {r['growth']:.1f}× | "
-                         f"{'yes' if ok else 'no'} | {'yes' if r['collapse_warning'] else 'no'} | {r['seconds']:.0f} |")
+                         f"{'yes' if ok else 'no'} | {'yes' if r['collapse_warning'] else 'no'} | {'yes' if r.get('overconfidence_warning') else 'no'} | {r['seconds']:.0f} |")
     return "\n".join(lines)
 
 
@@ -164,7 +216,12 @@ def main(argv=None) -> None:
     ap.add_argument("--options", default="{}", help="JSON dict of options given to every method (a candidate's setting)")
     ap.add_argument("--label", default=None, help="row name for --options (default: the method's name)")
     ap.add_argument("--out", default=None, help="result name in benchmarks/results (default small_data, or small_data_quick)")
+    ap.add_argument("--uci", default=None, help="comma-separated UCI sets: run the collapse/over-fit checks on their split 0 "
+                    "with --methods instead (results/small_data_uci_check.*)")
+    ap.add_argument("--data-dir", default=None, help="where the UCI sets are (else $BNNPP_DATA_DIR)")
     args = ap.parse_args(argv)
+    if args.uci:
+        return uci_check(args.uci.split(","), args.methods.split(","), args.data_dir)
     options = json.loads(args.options)
     problems = ["sinusoid"] if args.quick else [t for t in args.problems.split(",") if t]
     methods = list(QUICK_METHODS) if args.quick else [t for t in args.methods.split(",") if t]
@@ -208,7 +265,7 @@ def main(argv=None) -> None:
             r["seed"] = args.seed
             rows[row] = r
             print(f"{name} {row}: nll {r['nll']:.3f} (x{r['nll_ratio']:.2f}) rmse {r['rmse']:.2f} growth {r['growth']:.2f} "
-                  f"warn {bool(r['collapse_warning'])} {r['seconds']:.0f} s", flush=True)
+                  f"collapse {bool(r['collapse_warning'])} over-fit {bool(r.get('overconfidence_warning'))} {r['seconds']:.0f} s", flush=True)
         result = {"commands": commands,
                   "date": dt.date.today().isoformat(), "machine": machine(), "nuts_settings": QUICK_NUTS if args.quick else NUTS,
                   "criteria": CRITERIA, "results": results}

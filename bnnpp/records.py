@@ -79,7 +79,7 @@ class FitReport(_JsonView):
         test: test metrics by name (:func:`bnnpp.runs.metrics_on_test_set`).
         fit_info: divergences, batches, parameters, PSIS k̂ ... by name.
         health: the fit's FitHealthWarning lines.
-        val_error, curves, collapse_warning, placement: written only when set (not :data:`ABSENT`).
+        val_error, curves, collapse_warning, overconfidence_warning, placement: written only when set (not :data:`ABSENT`).
         seconds: timings by name, in the order recorded.
         files: the file names written (set by :func:`bnnpp.runs.write_fit_run`).
     """
@@ -97,12 +97,13 @@ class FitReport(_JsonView):
     val_error: Any = ABSENT
     curves: Any = ABSENT
     collapse_warning: Any = ABSENT
+    overconfidence_warning: Any = ABSENT
     placement: Any = ABSENT
     seconds: dict[str, float] = field(default_factory=dict)
     files: Any = ABSENT
 
     _KEYS = ("method", "model", "options", "seed", "steps_run", "stopped_at", "test", "fit_info", "health", "val_error",
-             "curves", "collapse_warning", "placement", "seconds", "files")
+             "curves", "collapse_warning", "overconfidence_warning", "placement", "seconds", "files")
 
     def to_json(self) -> dict[str, Any]:
         """``metrics.json``'s dict: the record's keys, then the fit's."""

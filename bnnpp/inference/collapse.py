@@ -8,6 +8,24 @@ standardised columns (Rice 1984 for sorted 1-d inputs; Devroye et al. 2018, "A n
 neighbor estimate of the residual variance", in general). It is consistent for the noise
 variance of a smooth regression function and tends to the targets' variance when y does not
 depend on x, so a learned noise sd well above it means the fit left signal in the noise.
+
+The over-fit check is the other side: on small data (at most :data:`SMALL_DATA_ROWS` rows) a
+predictive whose sd at the training inputs (the observation noise together with the spread of
+the mean over draws) is far below the data's noise has fitted the training targets' noise, and
+is over-confident everywhere. The noise is estimated there by a local-linear fit to each row's
+nearest neighbours (:func:`local_linear_noise_sd`): the nearest-neighbour difference grows with
+the function's slope (on 20 points of the cubic y = x³ + N(0, 3²) it gave 5.6 for a noise sd
+of 3, and a good MAP fit looked over-fitted), the local-linear one with its curvature only. A
+Gaussian predictive of sd r·σ for data of noise sd σ loses log r + 1/(2r²) − 1/2 nats per
+point against the right sd (0.82 at r = 0.5) before any error of its mean. On more rows the
+check stays quiet: with several inputs the function varies between neighbours too (on the UCI
+yacht set, 6 inputs, the estimate is 0.35 of the targets' sd where good fits reach a predictive
+sd of 0.017–0.026; ``benchmarks/README.md``), so there it is no bound on the noise. The same holds on few rows of exact (noise-free) targets,
+where a fit with a tiny noise is right; the line says so. The same warning goes to a fit with
+draws whose predictive sd hardly grows away from the training inputs (:func:`outside_growth`):
+on small data the posterior over the function is wide outside the data (NUTS's sd grows 5–10×
+on ``benchmarks/small_data.py``'s problems), and a fit that is as sure there as at the data
+understates it. Point estimates (one draw) are not judged on that: they have no spread.
 """
 
 from __future__ import annotations
@@ -17,8 +35,8 @@ import warnings
 import numpy as np
 
 __all__ = [
-    "SMALL_DATA_ROWS", "COLLAPSE_NEIGHBOUR_RATIO", "COLLAPSE_NOISE_RATIO", "CollapseWarning", "collapse_message", "neighbour_noise_sd",
-    "warn_if_collapsed",
+    "SMALL_DATA_ROWS", "COLLAPSE_NEIGHBOUR_RATIO", "COLLAPSE_NOISE_RATIO", "OVERFIT_RATIO", "GROWTH_RATIO", "CollapseWarning", "OverconfidenceWarning",
+    "collapse_message", "local_linear_noise_sd", "neighbour_noise_sd", "outside_growth", "overconfidence_message", "warn_if_collapsed",
 ]
 
 COLLAPSE_NOISE_RATIO = 0.7
@@ -46,8 +64,26 @@ hierarchical prior by a method that does not suit the case says so after the fit
 the data; ``benchmarks/README.md``, small regression data)."""
 
 
+OVERFIT_RATIO = 0.5
+"""A fit on at most :data:`SMALL_DATA_ROWS` rows over-fitted when its predictive sd at the
+training inputs is below this share of the local-linear noise estimate
+(:func:`local_linear_noise_sd`; module docstring). Measured on ``benchmarks/small_data.py``:
+``benchmarks/README.md``, the over-confidence check."""
+
+
+GROWTH_RATIO = 1.5
+"""... and over-confident away from the data when its predictive sd grows less than this many
+times from the training inputs to the outer half of them moved to twice their distance from
+the inputs' mean (:func:`outside_growth`)."""
+
+
 class CollapseWarning(UserWarning):
     """A regression fit explained its training targets as noise."""
+
+
+class OverconfidenceWarning(UserWarning):
+    """A regression fit on small data is over-confident: its predictive sd is far below the
+    data's noise at the training inputs, or it does not grow away from them."""
 
 
 def neighbour_noise_sd(x, y) -> float:
@@ -66,12 +102,43 @@ def neighbour_noise_sd(x, y) -> float:
     return float(np.sqrt(0.5 * np.mean(diff**2)))
 
 
-def collapse_message(posterior) -> str | None:
-    """One line when ``posterior`` (a regression fit with a gaussian or student_t likelihood and
-    its training data) predicts its training targets with an observation sd of at least
-    :data:`COLLAPSE_NOISE_RATIO` of the targets' sd and :data:`COLLAPSE_NEIGHBOUR_RATIO` times
-    the nearest-neighbour noise estimate; ``None`` otherwise (a good fit, targets that do not
-    depend on the inputs, classification, counts, no data)."""
+def local_linear_noise_sd(x, y) -> float | None:
+    """A noise-sd estimate of ``y`` ``(n,)`` or ``(n, K)`` given ``x`` ``(n, ...)`` that the
+    regression function's slope does not inflate: each row's target is predicted by the least-
+    squares plane through its d + 2 nearest other rows (d inputs; Euclidean on standardised,
+    flattened inputs), and the squared errors e_i², divided by their variance factor 1 + ‖w_i‖²
+    (w_i the plane's weights on the neighbours' targets, so that Var e_i = σ²(1 + ‖w_i‖²) for
+    independent noise of sd σ), are averaged. In one dimension with the two neighbours on either
+    side it is the pseudo-residual estimate of Gasser, Sroka & Jennen-Steinmetz (1986), whose
+    bias is of the order of the function's curvature times the squared spacing, where
+    :func:`neighbour_noise_sd`'s is of its slope times the spacing. Returns a float, or ``None``
+    when there are fewer than d + 3 rows."""
+    x = np.asarray(x, np.float64).reshape(np.shape(x)[0], -1)
+    n, d = x.shape
+    k = d + 2
+    if n < k + 1:
+        return None
+    sd = x.std(axis=0)
+    x = (x - x.mean(axis=0)) / np.where(sd > 0, sd, 1.0)
+    y = np.asarray(y, np.float64).reshape(n, -1)
+    sq = np.sum(x**2, axis=1)
+    dist = sq[:, None] + sq[None, :] - 2.0 * x @ x.T
+    np.fill_diagonal(dist, np.inf)
+    terms = np.empty(n)
+    for i in range(n):
+        near = np.argpartition(dist[i], k - 1)[:k]
+        design = np.hstack([np.ones((k, 1)), x[near] - x[i]])
+        w = np.linalg.pinv(design)[0]  # the plane's value at x_i as weights on the neighbours' targets
+        terms[i] = np.mean((y[i] - w @ y[near]) ** 2) / (1.0 + w @ w)
+    return float(np.sqrt(np.mean(terms)))
+
+
+def _training_fit(posterior) -> dict | None:
+    """The predictive at (the first :data:`MAX_ROWS`) training inputs of a regression fit with a
+    gaussian or student_t likelihood: ``{"x", "y" (float64), "noise" (root mean observation
+    variance), "sd" (root mean of noise² plus the variance of the mean over draws), "r2" (of the
+    predictive mean), "target_sd"}``; ``None`` when the checks do not apply (classification,
+    counts, fewer than 5 rows, constant targets, no data)."""
     if not posterior.has_data or posterior.model is None or np.ndim(posterior.y) < 1:
         return None
     if getattr(posterior.model, "task", "regression") != "regression" or not np.issubdtype(np.asarray(posterior.y).dtype, np.floating):
@@ -86,33 +153,121 @@ def collapse_message(posterior) -> str | None:
     spread = float(np.sum((y - y.mean(axis=0)) ** 2))
     if not spread > 0:
         return None
-    r2 = 1.0 - float(np.sum((y - pred.mean) ** 2)) / spread
-    noise = float(np.sqrt(np.mean(np.asarray(pred.noise, np.float64) ** 2)))
-    target_sd = float(np.sqrt(spread / y.size))
+    noise2 = float(np.mean(np.asarray(pred.noise, np.float64) ** 2))
+    spread_of_mean = float(np.mean(np.asarray(pred.draws, np.float64).var(axis=0))) if getattr(pred, "draws", None) is not None else 0.0
+    return {"x": x, "y": y, "noise": float(np.sqrt(noise2)), "sd": float(np.sqrt(noise2 + spread_of_mean)),
+            "r2": 1.0 - float(np.sum((y - pred.mean) ** 2)) / spread, "target_sd": float(np.sqrt(spread / y.size))}
+
+
+def _fix(posterior, collapsed: bool = False) -> str:
+    """The fix a collapse (``collapsed``) or over-confidence line names (the method or option
+    that does fit)."""
+    standardize = getattr(posterior.model, "standardize", None)
+    if standardize is False:
+        return "fit with standardize=True (bnnpp.models.mlp's default; the CLI without --no-standardize), or method='nuts'"
+    if standardize is None:  # a custom model sees the data as given
+        return "standardise x and y to unit scale before fitting, or fit with method='nuts'"
+    stats = getattr(posterior, "stats", None)
+    if collapsed and posterior.method in ("map", "laplace", "ensemble") and getattr(stats, "options", {}).get("init_loc") == "glorot":
+        # map, laplace and ensemble from Glorot weights under a hierarchical prior collapsed on the sinusoid and cubic of
+        # benchmarks/small_data.py where the U(±2) start fitted (benchmarks/README.md, the Glorot start on small data)
+        return "fit again with init_loc='uniform' (the Glorot start's small weights let the prior's scales shrink), or with method='nuts'"
+    others = " or ".join(f"method='{m}'" for m in ("laplace", "ensemble") if m != posterior.method)
+    return f"fit with {others} (they keep the data on small sets), or method='nuts' (exact on small data)"
+
+
+def collapse_message(posterior) -> str | None:
+    """One line when ``posterior`` (a regression fit with a gaussian or student_t likelihood and
+    its training data) predicts its training targets with an observation sd of at least
+    :data:`COLLAPSE_NOISE_RATIO` of the targets' sd and :data:`COLLAPSE_NEIGHBOUR_RATIO` times
+    the nearest-neighbour noise estimate; ``None`` otherwise (a good fit, targets that do not
+    depend on the inputs, classification, counts, no data)."""
+    fit = _training_fit(posterior)
+    if fit is None:
+        return None
+    noise, target_sd, x, y = fit["noise"], fit["target_sd"], fit["x"], fit["y"]
     if not noise >= COLLAPSE_NOISE_RATIO * target_sd:
         return None
     reference = neighbour_noise_sd(x[:MAX_NEIGHBOUR_ROWS], y[:MAX_NEIGHBOUR_ROWS])
     if not noise >= COLLAPSE_NEIGHBOUR_RATIO * reference:
         return None
-    standardize = getattr(posterior.model, "standardize", None)
-    if standardize is False:
-        fix = "fit with standardize=True (bnnpp.models.mlp's default; the CLI without --no-standardize), or method='nuts'"
-    elif standardize is None:  # a custom model sees the data as given
-        fix = "standardise x and y to unit scale before fitting, or fit with method='nuts'"
-    else:
-        others = " or ".join(f"method='{m}'" for m in ("laplace", "ensemble") if m != posterior.method)
-        fix = f"fit with {others} (they keep the data on small sets), or method='nuts' (exact on small data)"
+    r2 = fit["r2"]
+    fix = _fix(posterior, collapsed=True)
     return (
         f"the {posterior.method} fit explains the training targets as noise (noise sd {noise:.3g} against the targets' "
         f"sd {target_sd:.3g} and a nearest-neighbour noise estimate of {reference:.3g}; R² of the mean {r2:.2f}): {fix}"
     )
 
 
+def outside_growth(posterior, x, sd_at_data: float | None = None) -> float | None:
+    """How the predictive sd grows away from the training inputs ``x`` ``(n, ...)``: the root
+    mean predictive variance (noise² plus the variance of the mean over draws) at the half of
+    the rows farthest from the inputs' mean (on standardised columns), each moved to twice its
+    distance from the mean, over the root mean predictive variance at every row
+    (``sd_at_data`` when the caller has it). Returns a float, or ``None`` for a fit with one
+    draw (a point estimate has no spread to grow)."""
+    draws = posterior.num_chains * posterior.num_draws
+    if draws < 2:
+        return None
+    x = np.asarray(x)
+    flat = x.astype(np.float64).reshape(x.shape[0], -1)
+    centre, sd = flat.mean(axis=0), flat.std(axis=0)
+    distance = np.sqrt(np.sum(((flat - centre) / np.where(sd > 0, sd, 1.0)) ** 2, axis=1))
+    outer = distance >= np.median(distance)
+    moved = (centre + 2.0 * (flat - centre)).astype(x.dtype).reshape(x.shape)  # every row: the training inputs' shape
+
+    def variance(points, rows):
+        pred = posterior.predict(points, num_samples=min(MAX_DRAWS, draws))
+        noise2 = np.asarray(pred.noise, np.float64) ** 2
+        spread = np.asarray(pred.draws, np.float64).var(axis=0)
+        return float(np.mean(noise2.mean(axis=0)[rows]) + np.mean(spread[rows]))
+
+    at_data = sd_at_data**2 if sd_at_data is not None else variance(x, slice(None))
+    return float(np.sqrt(variance(moved, outer) / at_data))
+
+
+def overconfidence_message(posterior) -> str | None:
+    """One line when ``posterior`` (a regression fit as :func:`collapse_message`'s, on at most
+    :data:`SMALL_DATA_ROWS` rows) is over-confident: at the training inputs, a predictive sd
+    (noise and the spread of the mean over draws) below :data:`OVERFIT_RATIO` times the
+    local-linear noise estimate (:func:`local_linear_noise_sd`); away from them (a fit with draws), an sd that grows less
+    than :data:`GROWTH_RATIO` times (:func:`outside_growth`). ``None`` otherwise (more rows,
+    classification, counts, no data). Records the measures in
+    ``posterior.stats.extras["small_data_check"]``."""
+    if not posterior.has_data or np.shape(posterior.y)[0] > SMALL_DATA_ROWS:
+        return None
+    fit = _training_fit(posterior)
+    if fit is None:
+        return None
+    reference = local_linear_noise_sd(fit["x"], fit["y"])
+    growth = outside_growth(posterior, fit["x"], fit["sd"])
+    posterior.stats.extras["small_data_check"] = {"local_linear_noise_sd": reference, "training_sd": fit["sd"], "outside_growth": growth}
+    if reference is not None and fit["sd"] < OVERFIT_RATIO * reference:
+        return (
+            f"the {posterior.method} fit on {fit['y'].shape[0]} rows fitted the training targets' noise (predictive sd "
+            f"{fit['sd']:.3g} at the training inputs against a local-linear noise estimate of {reference:.3g}; R² of "
+            f"the mean {fit['r2']:.2f}), so it is over-confident (unless the targets are exact): {_fix(posterior)}"
+        )
+    if growth is not None and growth < GROWTH_RATIO:
+        return (
+            f"the {posterior.method} fit on {fit['y'].shape[0]} rows is about as sure away from the training inputs as at "
+            f"them (its predictive sd grows {growth:.2f}× at twice their distance from their mean, under "
+            f"{GROWTH_RATIO}×): {_fix(posterior)}"
+        )
+    return None
+
+
 def warn_if_collapsed(posterior) -> str | None:
-    """Warn (:class:`CollapseWarning`) with :func:`collapse_message` and record the line in
-    ``posterior.stats.extras["collapse_warning"]``; returns the line or ``None``."""
+    """Warn (:class:`CollapseWarning`) with :func:`collapse_message`, else (:class:`OverconfidenceWarning`)
+    with :func:`overconfidence_message`, and record the line in ``posterior.stats.extras`` under
+    ``"collapse_warning"`` or ``"overconfidence_warning"``; returns the line or ``None``."""
     message = collapse_message(posterior)
     if message is not None:
         posterior.stats.extras["collapse_warning"] = message
         warnings.warn(message, CollapseWarning, stacklevel=3)
+        return message
+    message = overconfidence_message(posterior)
+    if message is not None:
+        posterior.stats.extras["overconfidence_warning"] = message
+        warnings.warn(message, OverconfidenceWarning, stacklevel=3)
     return message

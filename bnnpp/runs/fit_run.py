@@ -218,6 +218,7 @@ def fit_record(posterior, model, record: dict, *, seed: int, test: dict, seconds
         :class:`~bnnpp.inference.health.FitHealthWarning` lines, empty when it looks done), ``val_error`` (when the fit tracked it),
         ``curves`` (a minibatch fit: :func:`training_curves`),
         ``collapse_warning`` (when the fit explained its targets as noise: :mod:`bnnpp.inference.collapse`),
+        ``overconfidence_warning`` (when a fit on small data fitted its targets' noise: the same module),
         ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
@@ -237,6 +238,7 @@ def fit_record(posterior, model, record: dict, *, seed: int, test: dict, seconds
         val_error=_last(info.get("val_error")) if info.get("val_error") is not None else ABSENT,
         curves=curves if curves else ABSENT,
         collapse_warning=info["collapse_warning"] if info.get("collapse_warning") else ABSENT,
+        overconfidence_warning=info["overconfidence_warning"] if info.get("overconfidence_warning") else ABSENT,
         placement=info["placement"] if "placement" in info else ABSENT,  # devices, mesh, per-device batch, step time
         seconds=dict(seconds),
     )
