@@ -53,6 +53,7 @@ from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     fraction,
+    init_loc_option,
     optimizer,
     optimizer_of,
     option,
@@ -60,7 +61,6 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
-    init_loc_option,
     temperature_option,
 )
 from bnnpp.inference.registry import Method, register

@@ -27,6 +27,7 @@ from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
+    init_loc_option,
     optimizer,
     optimizer_of,
     option,
@@ -34,7 +35,6 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
-    init_loc_option,
     temperature_option,
 )
 from bnnpp.inference.registry import Method, register

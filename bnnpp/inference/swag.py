@@ -50,6 +50,7 @@ from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
     check_batch_size,
+    init_loc_option,
     non_negative_int,
     optimizer,
     option,
@@ -57,7 +58,6 @@ from bnnpp.inference.options import (
     positive_float,
     positive_int,
     steps_for,
-    init_loc_option,
     temperature_option,
 )
 from bnnpp.inference.registry import Method, register
