@@ -214,7 +214,8 @@ MOONS_OPTIONS = {
 
 @pytest.mark.parametrize(
     "method",
-    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc") else m for m in bnnpp.registered()],
+    # advi: the same fit (model, seed, defaults) is tests/test_advi.py::test_moons_accuracy, fast, which checks more
+    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc", "advi") else m for m in bnnpp.registered()],
 )
 def test_moons_accuracy(method, moons):
     model = bnnpp.models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))

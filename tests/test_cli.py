@@ -35,6 +35,9 @@ def test_fit_end_to_end(tmp_path):
     assert (out / "uncertainty.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+# slow: advi's evidence start compiles and runs two fits; the fast set fits a regression through the CLI in
+# tests/test_cli_data.py::test_csv_round_trip_fit_predict_config (bbb, the same test metrics checked there)
+@pytest.mark.slow
 def test_fit_sinusoid_regression(tmp_path):
     out = tmp_path / "sin"
     code = main(["fit", "--data", "sinusoid", "--hidden", "20", "--prior", "normal", "--hyperprior", "half-normal",

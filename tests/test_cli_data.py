@@ -112,6 +112,7 @@ def test_csv_round_trip_fit_predict_config(houses, tmp_path, monkeypatch, capsys
     assert main(["fit", "--data", str(houses), "--target", "price", *flags, "--out", str(run)]) == 0
     report = json.loads((run / "metrics.json").read_text())
     assert report["preprocessing"]["features"] == ["area", "rooms"] and report["sha256"] == data.file_sha256(houses)
+    assert set(report["test"]) >= {"rmse", "nll", "coverage_95"}
     assert {"config.toml", "uncertainty.png"} <= {p.name for p in run.iterdir()}  # predicted vs observed, calibration, residuals
     # new rows with the columns in another order and no target
     area, rooms, price = _houses(20, seed=9)

@@ -22,6 +22,31 @@ def test_readme_test_command_is_what_ci_runs():
     assert "bnnpp fit --data moons" in readme
 
 
+def test_ci_refuses_in_one_line_without_python_3_12(tmp_path):
+    """.ci/run-matrix finds each leg's Python under pyenv's versions; a pyenv shim on PATH that fails
+    (python3.12 when 3.12 is not selected) does not count, and a missing 3.12 stops the run
+    before any venv with one line naming it."""
+    repo = tmp_path / "repo"
+    (repo / ".ci").mkdir(parents=True)
+    (repo / ".ci" / "run").write_text((ROOT / ".ci" / "run-matrix").read_text())
+    fake = tmp_path / "pyenv-root" / "versions" / "3.11.7" / "bin" / "python3"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\n[ "$1" = "-c" ] && echo 3.11 || echo "Python 3.11.7"\n')
+    bin_ = tmp_path / "bin"  # only what the script needs: no real Python can be found
+    bin_.mkdir()
+    (bin_ / "pyenv").write_text(f'#!/bin/sh\necho "{fake.parents[3]}"\n')
+    (bin_ / "python3.12").write_text('#!/bin/sh\necho "pyenv: python3.12: command not found" >&2\nexit 127\n')
+    for tool in ("ls", "sort", "dirname", "mktemp", "rm", "chmod"):
+        (bin_ / tool).symlink_to(subprocess.run(["which", tool], capture_output=True, text=True, check=True).stdout.strip())
+    for p in (fake, bin_ / "pyenv", bin_ / "python3.12"):
+        p.chmod(0o755)
+    proc = subprocess.run(["/bin/bash", str(repo / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                          env={"PATH": str(bin_), "HOME": str(tmp_path)})
+    assert proc.returncode == 1 and proc.stdout == "", proc
+    assert proc.stderr.count("\n") == 1 and "no Python 3.12 found" in proc.stderr, proc.stderr
+    assert not (repo / ".venv").exists()
+
+
 def test_readme_python_example_runs(tmp_path, monkeypatch):
     readme = (ROOT / "README.md").read_text()
     code = readme.split("```python\n", 1)[1].split("```", 1)[0]
