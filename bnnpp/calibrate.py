@@ -75,8 +75,10 @@ TEMPERATURE_BOUNDS = (1e-2, 1e2)
 
 def check_alpha(alpha) -> float:
     """``alpha`` as a float; one-line ValueError unless it lies strictly between 0 and 1."""
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(alpha) and 0 < alpha < 1
+    if (
+        isinstance(alpha, bool)
+        or not isinstance(alpha, (int, float, np.integer, np.floating))
+        or not (math.isfinite(alpha) and 0 < alpha < 1)
     ):
         raise ValueError(f"alpha is the miscoverage in (0, 1), e.g. 0.1 for 90% intervals or sets, got {alpha!r}")
     return float(alpha)
@@ -198,8 +200,7 @@ def fit_temperature(probs, y) -> float:
     logp = np.log(np.maximum(p, np.finfo(np.float64).tiny))
     y = np.asarray(y, np.int64)
     lo, hi = np.log(TEMPERATURE_BOUNDS)
-    result = minimize_scalar(lambda t: _tempered_nll(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded",
-                             options={"xatol": 1e-5})
+    result = minimize_scalar(lambda t: _tempered_nll(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
     return float(math.exp(result.x))
 
 
@@ -242,10 +243,15 @@ class Calibration:
         """The inverse of :meth:`to_dict`; ValueError naming the bad entry."""
         try:
             cal = cls(
-                task=str(d["task"]), n=int(d["n"]), alpha=None if d.get("alpha") is None else float(d["alpha"]),
-                score=d.get("score"), threshold=tuple(float(t) for t in d.get("threshold", ())),
-                temperature=float(d.get("temperature", 1.0)), randomized=bool(d.get("randomized", False)),
-                raps_lambda=float(d.get("raps_lambda", 0.0)), raps_k=int(d.get("raps_k", 0)),
+                task=str(d["task"]),
+                n=int(d["n"]),
+                alpha=None if d.get("alpha") is None else float(d["alpha"]),
+                score=d.get("score"),
+                threshold=tuple(float(t) for t in d.get("threshold", ())),
+                temperature=float(d.get("temperature", 1.0)),
+                randomized=bool(d.get("randomized", False)),
+                raps_lambda=float(d.get("raps_lambda", 0.0)),
+                raps_k=int(d.get("raps_k", 0)),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"the saved calibration is damaged ({type(e).__name__}: {e})") from None
@@ -290,8 +296,18 @@ class Calibration:
         return self.attach(self.scale(prediction), seed)
 
 
-def fit(prediction, y, alpha: float | None = 0.1, *, score: str | None = None, temperature_scaling: bool | None = None,
-        randomized: bool = False, raps_lambda: float = 0.01, raps_k: int = 1, seed: int = 0) -> Calibration:
+def fit(
+    prediction,
+    y,
+    alpha: float | None = 0.1,
+    *,
+    score: str | None = None,
+    temperature_scaling: bool | None = None,
+    randomized: bool = False,
+    raps_lambda: float = 0.01,
+    raps_k: int = 1,
+    seed: int = 0,
+) -> Calibration:
     """Fit a :class:`Calibration` from the uncalibrated ``prediction`` at the calibration
     inputs and their targets ``y``.
 
@@ -347,8 +363,9 @@ def fit(prediction, y, alpha: float | None = 0.1, *, score: str | None = None, t
         mean = scale_probs(probs, temperature).mean(axis=0)
         u = np.random.default_rng(seed).random(n) if randomized else None
         q = conformal_quantile(aps_scores(mean, y, u, raps_lambda=lam, raps_k=k), alpha)
-        return dataclasses.replace(cal, alpha=alpha, score=score, threshold=(float(q),), randomized=bool(randomized),
-                                   raps_lambda=lam, raps_k=k)
+        return dataclasses.replace(
+            cal, alpha=alpha, score=score, threshold=(float(q),), randomized=bool(randomized), raps_lambda=lam, raps_k=k
+        )
     shape = np.shape(prediction.draws)[1:]
     if y.shape != shape:
         raise ValueError(f"y must have shape {shape} (one target per calibration row), got {y.shape}")

@@ -27,6 +27,7 @@ __all__ = ["COMPARE_DEFAULTS", "REFERENCE_OPTIONS", "base_options", "check_metho
 #: methods on moons finish within 10 minutes on 2 CPU cores (NUTS at its defaults takes ~7).
 COMPARE_DEFAULTS: dict[str, dict] = {"nuts": {"num_warmup": 500, "num_samples": 500}}
 
+
 def base_options(methods, quick: bool) -> dict[str, dict]:
     """Method → the options a comparison starts from: each method's smoke settings
     (:attr:`~bnnpp.inference.registry.Method.smoke`, a fit of seconds) with ``quick``, else
@@ -102,8 +103,9 @@ def compare_methods(
     methods = check_methods(methods)
     task = getattr(model, "task", dataset.task)
     if task != dataset.task:
-        raise ValueError(f"the model is a {task} network but {dataset.name!r} is a {dataset.task} dataset: "
-                         "build the model with a matching likelihood")
+        raise ValueError(
+            f"the model is a {task} network but {dataset.name!r} is a {dataset.task} dataset: build the model with a matching likelihood"
+        )
     base = base_options(methods, quick)
     per_method = {m: {**base[m], **((options or {}).get(m, {}))} for m in methods}
     for m in methods:  # every option checked before the first fit compiles
@@ -179,14 +181,24 @@ def _ranking(methods: Sequence[str], posteriors: dict) -> list[dict]:
         if unreliable:  # said once, here, where the ArviZ warnings above were silenced
             warnings.warn(
                 f"compare: the LOO ranking is unreliable: Pareto k̂ > 0.7 for some observations of {', '.join(unreliable)}; "
-                "compare those methods on the test scores instead", diagnostics.UnreliableComparisonWarning, stacklevel=3,
+                "compare those methods on the test scores instead",
+                diagnostics.UnreliableComparisonWarning,
+                stacklevel=3,
             )
         for name, r in table.iterrows():
-            rows.append({
-                "method": str(name), "rank": int(r["rank"]), "elpd_loo": float(r["elpd_loo"]),
-                "elpd_diff": float(r["elpd_diff"]), "dse": float(r["dse"]), "weight": float(r["weight"]),
-                "p_loo": float(r["p_loo"]), "khat_above_0.7": int(r["khat_above_0.7"]), "unreliable": bool(r["unreliable"]),
-            })
+            rows.append(
+                {
+                    "method": str(name),
+                    "rank": int(r["rank"]),
+                    "elpd_loo": float(r["elpd_loo"]),
+                    "elpd_diff": float(r["elpd_diff"]),
+                    "dse": float(r["dse"]),
+                    "weight": float(r["weight"]),
+                    "p_loo": float(r["p_loo"]),
+                    "khat_above_0.7": int(r["khat_above_0.7"]),
+                    "unreliable": bool(r["unreliable"]),
+                }
+            )
     return rows
 
 

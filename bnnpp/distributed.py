@@ -84,8 +84,12 @@ def initialize(
         process_id = _env_int("BNNPP_PROCESS_ID")
     try:
         jax.distributed.initialize(
-            coordinator_address, num_processes, process_id, local_device_ids=local_device_ids,
-            cluster_detection_method=cluster_detection_method, initialization_timeout=initialization_timeout,
+            coordinator_address,
+            num_processes,
+            process_id,
+            local_device_ids=local_device_ids,
+            cluster_detection_method=cluster_detection_method,
+            initialization_timeout=initialization_timeout,
         )
     except ValueError as e:
         raise ValueError(

@@ -38,8 +38,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import IO
 
-__all__ = ["PublishInterrupted", "atomic_file", "atomic_path", "bnnpp_files", "check_free_space", "check_writable", "publish_folder",
-           "publish_run", "real_folder", "run_folder_lock"]
+__all__ = [
+    "PublishInterrupted",
+    "atomic_file",
+    "atomic_path",
+    "bnnpp_files",
+    "check_free_space",
+    "check_writable",
+    "publish_folder",
+    "publish_run",
+    "real_folder",
+    "run_folder_lock",
+]
 
 
 def _fsync(path: str) -> None:

@@ -28,9 +28,21 @@ from bnnpp.inference.vd import VariationalDropout
 from bnnpp.posterior import MeanFieldGaussian, Posterior
 from bnnpp.reports import pruning_table_markdown
 
-__all__ = ["RULES", "check_fraction", "check_rule", "log_alpha_table", "magnitude", "prune", "pruning_table", "snr", "table_markdown", "weight_sites"]
+__all__ = [
+    "RULES",
+    "check_fraction",
+    "check_rule",
+    "log_alpha_table",
+    "magnitude",
+    "prune",
+    "pruning_table",
+    "snr",
+    "table_markdown",
+    "weight_sites",
+]
 
 RULES = ("snr", "magnitude")
+
 
 def weight_sites(posterior: Posterior) -> list[str]:
     """Names of the posterior's weight-matrix sites (``<layer>.w``, or a Flax layer's
@@ -85,8 +97,10 @@ def magnitude(posterior: Posterior) -> dict[str, np.ndarray]:
 
 def check_fraction(fraction) -> float:
     """``fraction`` as a float; ValueError unless it is a number in [0, 1]."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(fraction) and 0 <= fraction <= 1
+    if (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, (int, float, np.integer, np.floating))
+        or not (math.isfinite(fraction) and 0 <= fraction <= 1)
     ):
         raise ValueError(f"fraction must be a number in [0, 1] (0.95 prunes 95% of the weights), got {fraction!r}")
     return float(fraction)
@@ -147,9 +161,9 @@ def _apply(posterior: Posterior, scores: dict[str, np.ndarray], fraction: float,
         samples[site] = np.where(keep, posterior.samples[site], 0).astype(posterior.samples[site].dtype)
     q = posterior.approximation
     if isinstance(q, MeanFieldGaussian):
-        q = q.with_loc({
-            site: np.where(keep, q.loc[site], 0).astype(np.asarray(q.loc[site]).dtype) for site, keep in masks.items() if site in q.loc
-        })
+        q = q.with_loc(
+            {site: np.where(keep, q.loc[site], 0).astype(np.asarray(q.loc[site]).dtype) for site, keep in masks.items() if site in q.loc}
+        )
     total = sum(m.size for m in masks.values())
     pruning = {"fraction": fraction, "rule": rule, "removed": removed, "remaining": total - removed}
     options = posterior.stats.options
@@ -260,8 +274,12 @@ def log_alpha_table(
         probs = predict_probs(post, x_test, num_samples=s, seed=seed, batch_size=batch_size)
         errors[name] = float(np.mean(probs.mean(axis=0).argmax(axis=-1) != y_test))
     return {
-        "threshold": float(q.threshold), "layers": layers, "weights": total, "nonzero": nonzero,
-        "compression": float(total / max(1, nonzero)), **errors,
+        "threshold": float(q.threshold),
+        "layers": layers,
+        "weights": total,
+        "nonzero": nonzero,
+        "compression": float(total / max(1, nonzero)),
+        **errors,
     }
 
 
@@ -273,8 +291,10 @@ def log_alpha_markdown(table: dict) -> str:
         The table, ending in a newline.
     """
     lines = [
-        f"log alpha rule: weights with log alpha > {table['threshold']:g} dropped", "",
-        "| layer | # weights | # nonzero | compression |", "|---|---|---|---|",
+        f"log alpha rule: weights with log alpha > {table['threshold']:g} dropped",
+        "",
+        "| layer | # weights | # nonzero | compression |",
+        "|---|---|---|---|",
     ]
     for r in table["layers"]:
         lines.append(f"| {r['site']} | {r['weights']:,} | {r['nonzero']:,} | {r['compression']:.1f}× |")

@@ -102,8 +102,24 @@ class FitReport(_JsonView):
     seconds: dict[str, float] = field(default_factory=dict)
     files: Any = ABSENT
 
-    _KEYS = ("method", "model", "options", "seed", "steps_run", "stopped_at", "test", "fit_info", "health", "val_error",
-             "curves", "collapse_warning", "overconfidence_warning", "placement", "seconds", "files")
+    _KEYS = (
+        "method",
+        "model",
+        "options",
+        "seed",
+        "steps_run",
+        "stopped_at",
+        "test",
+        "fit_info",
+        "health",
+        "val_error",
+        "curves",
+        "collapse_warning",
+        "overconfidence_warning",
+        "placement",
+        "seconds",
+        "files",
+    )
 
     def to_json(self) -> dict[str, Any]:
         """``metrics.json``'s dict: the record's keys, then the fit's."""

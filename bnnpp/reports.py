@@ -56,8 +56,8 @@ def compare_markdown(results: CompareResult | dict) -> str:
         loo = "—" if r["loo_elpd"] is None else f"{r['loo_elpd']:.1f} ± {r['loo_se']:.1f}"
         scores = (
             f"{_fmt(r['rmse'])} | {_fmt(r['nll'])} | {_fmt(r['coverage_95'])} | {_fmt(r['mean_sd'])} | {_fmt(r['mean_epistemic_sd'])}"
-            if regression else
-            f"{_fmt(r['accuracy'])} | {_fmt(r['nll'])} | {_fmt(r['brier'])} | {_fmt(r['ece'])} | "
+            if regression
+            else f"{_fmt(r['accuracy'])} | {_fmt(r['nll'])} | {_fmt(r['brier'])} | {_fmt(r['ece'])} | "
             f"{_fmt(r['mean_entropy'])} | {_fmt(r['mean_mutual_information'])}"
         )
         lines.append(
@@ -76,21 +76,30 @@ def compare_markdown(results: CompareResult | dict) -> str:
     if results.reference:
         lines += reference_markdown(results)
     if results.ranking:
-        lines += ["", "## az.compare (PSIS-LOO)", "",
-                  "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo | LOO reliable |", "|---|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## az.compare (PSIS-LOO)",
+            "",
+            "| rank | method | elpd_loo | elpd_diff | dse | weight | p_loo | LOO reliable |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in results.ranking:
-            reliable = "—" if "unreliable" not in r else (
-                f"**no**: k̂ > 0.7 for {r['khat_above_0.7']}" if r["unreliable"] else "yes")
+            reliable = "—" if "unreliable" not in r else (f"**no**: k̂ > 0.7 for {r['khat_above_0.7']}" if r["unreliable"] else "yes")
             lines.append(
                 f"| {r['rank']} | {r['method']} | {r['elpd_loo']:.1f} | {r['elpd_diff']:.1f} | {r['dse']:.1f} | "
                 f"{r['weight']:.2f} | {r['p_loo']:.1f} | {reliable} |"
             )
         unreliable = [r["method"] for r in results.ranking if r.get("unreliable")]
         if unreliable:
-            lines += ["", (f"**This ranking is unreliable**: {', '.join(unreliable)} "
-                           f"{'has' if len(unreliable) == 1 else 'have'} observations with Pareto k̂ > 0.7, whose "
-                           "LOO terms cannot be trusted (Vehtari et al. 2017; an ensemble's few members are too few draws "
-                           "for Pareto smoothing). Compare on the test scores above.")]
+            lines += [
+                "",
+                (
+                    f"**This ranking is unreliable**: {', '.join(unreliable)} "
+                    f"{'has' if len(unreliable) == 1 else 'have'} observations with Pareto k̂ > 0.7, whose "
+                    "LOO terms cannot be trusted (Vehtari et al. 2017; an ensemble's few members are too few draws "
+                    "for Pareto smoothing). Compare on the test scores above."
+                ),
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -105,24 +114,36 @@ def reference_markdown(results: CompareResult | dict) -> list[str]:
         "",
         f"## Agreement with the reference posterior ({ref['method']}: {opts})",
         "",
-        (f"Reference: {ref['num_chains']} chains × {ref['num_draws']} draws, max R-hat {_fmt(ref['max_r_hat'])}, "
-        f"min ESS {_fmt(ref['min_ess_bulk'], '.0f')}, divergences {_fmt(ref['divergences'], 'd')} — {verdict}."),
+        (
+            f"Reference: {ref['num_chains']} chains × {ref['num_draws']} draws, max R-hat {_fmt(ref['max_r_hat'])}, "
+            f"min ESS {_fmt(ref['min_ess_bulk'], '.0f')}, divergences {_fmt(ref['divergences'], 'd')} — {verdict}."
+        ),
         "",
     ]
     if results.task == "regression":
         lines += ["| method | W2 to reference | sd ratio | epistemic sd ratio |", "|---|---|---|---|"]
         for m, r in results.methods.items():
             lines.append(f"| {m} | {_fmt(r.get('ref_w2'))} | {_fmt(r.get('ref_sd_ratio'))} | {_fmt(r.get('ref_epistemic_sd_ratio'))} |")
-        lines += ["", ("W2: the 2-Wasserstein distance between the predictive marginals at each test input (target units), "
-                  "mean over inputs. sd ratios: geometric mean over inputs of sd / the reference's; 1 is right, below 1 "
-                  "overconfident (Izmailov et al. 2021 measure approximations against HMC this way).")]
+        lines += [
+            "",
+            (
+                "W2: the 2-Wasserstein distance between the predictive marginals at each test input (target units), "
+                "mean over inputs. sd ratios: geometric mean over inputs of sd / the reference's; 1 is right, below 1 "
+                "overconfident (Izmailov et al. 2021 measure approximations against HMC this way)."
+            ),
+        ]
     else:
         lines += ["| method | top-1 agreement | total variation |", "|---|---|---|"]
         for m, r in results.methods.items():
             lines.append(f"| {m} | {_fmt(r.get('ref_agreement'))} | {_fmt(r.get('ref_total_variation'))} |")
-        lines += ["", ("Top-1 agreement: share of test inputs where the method's and the reference's predictive "
-                  "distributions pick the same class; total variation: ½ Σ|p − p_ref| of the predictive probabilities, "
-                  "mean over test inputs (Izmailov et al. 2021, sec. 5). Agreement 1 and TV 0 are exact.")]
+        lines += [
+            "",
+            (
+                "Top-1 agreement: share of test inputs where the method's and the reference's predictive "
+                "distributions pick the same class; total variation: ½ Σ|p − p_ref| of the predictive probabilities, "
+                "mean over test inputs (Izmailov et al. 2021, sec. 5). Agreement 1 and TV 0 are exact."
+            ),
+        ]
     return lines
 
 
@@ -168,8 +189,10 @@ def evaluation_markdown(report: EvaluationReport | dict) -> str:
         "",
         "| test set | n | error | NLL | Brier | ECE | rejected | mean entropy | mean MI |",
         "|---|---|---|---|---|---|---|---|---|",
-        (f"| {'test' if report.data is ABSENT else report.data} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
-        f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"),
+        (
+            f"| {'test' if report.data is ABSENT else report.data} | {t['n']} | {t['error']:.2%} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
+            f"{t['rejected']:.2%} | {t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"
+        ),
         "",
     ]
     lines += selective_markdown(report.selective, "accuracy")
@@ -185,12 +208,22 @@ def evaluation_markdown(report: EvaluationReport | dict) -> str:
             )
         lines.append("")
     if report.shift:
-        lines += [f"Under dataset shift (the first {report.shift['n']} test images; Ovadia et al. 2019):", "",
-                  "| shift | level | accuracy | ECE | NLL | mean entropy | mean MI |", "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['shift']} | {r['level']:g} | {r['accuracy']:.4f} | {r['ece']:.4f} | {r['nll']:.4f} | {r['mean_entropy']:.4f} | "
-                  f"{r['mean_mutual_information']:.4f} |" for r in report.shift["rows"]]
+        lines += [
+            f"Under dataset shift (the first {report.shift['n']} test images; Ovadia et al. 2019):",
+            "",
+            "| shift | level | accuracy | ECE | NLL | mean entropy | mean MI |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['shift']} | {r['level']:g} | {r['accuracy']:.4f} | {r['ece']:.4f} | {r['nll']:.4f} | {r['mean_entropy']:.4f} | "
+            f"{r['mean_mutual_information']:.4f} |"
+            for r in report.shift["rows"]
+        ]
         lines.append("")
-    for key, label in (("sure_but_wrong", "Misclassified images the model was surest of"), ("lowest_confidence", "Lowest-confidence images")):
+    for key, label in (
+        ("sure_but_wrong", "Misclassified images the model was surest of"),
+        ("lowest_confidence", "Lowest-confidence images"),
+    ):
         lines += [f"{label} (test index: label → predicted, expected error rate):", ""]
         lines += [f"- {e['index']}: {e['label']} → {e['predicted']}, {e['expected_error_rate']:.4f}" for e in t[key]] or ["- none"]
         lines.append("")
@@ -208,10 +241,13 @@ def selective_markdown(selective: dict | None, score: str) -> list[str]:
         return []
     levels = list(next(iter(selective.values()))["at"])
     better = "higher" if score == "accuracy" else "lower"
-    lines = [f"Selective prediction: {score} of the inputs kept when the most uncertain are refused ({better} is better; "
-             "area: mean over every coverage; oracle: refusing by the true loss).", "",
-             "| uncertainty measure | area | " + " | ".join(f"{score} at {c}" for c in levels) + " |",
-             "|---|---|" + "---|" * len(levels)]
+    lines = [
+        f"Selective prediction: {score} of the inputs kept when the most uncertain are refused ({better} is better; "
+        "area: mean over every coverage; oracle: refusing by the true loss).",
+        "",
+        "| uncertainty measure | area | " + " | ".join(f"{score} at {c}" for c in levels) + " |",
+        "|---|---|" + "---|" * len(levels),
+    ]
     for name, r in selective.items():
         label = f"{name} (constant: index order)" if r.get("constant") and name != "oracle" else name
         lines.append(f"| {label} | {r['area']:.4g} | " + " | ".join(f"{r['at'][c]:.4g}" for c in levels) + " |")
@@ -224,19 +260,31 @@ def table_evaluation_markdown(report: dict) -> str:
     t = report["test"]
     if report["task"] == "classification":
         head = "| rows | n | accuracy | NLL | Brier | ECE | mean entropy | mean MI |"
-        row = (f"| {report['data']} | {t['n']} | {t['accuracy']:.4f} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
-               f"{t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |")
+        row = (
+            f"| {report['data']} | {t['n']} | {t['accuracy']:.4f} | {t['nll']:.4f} | {t['brier']:.4f} | {t['ece']:.4f} | "
+            f"{t['mean_entropy']:.4f} | {t['mean_mutual_information']:.4f} |"
+        )
     else:
         head = "| rows | n | RMSE | NLL | 95% coverage | mean sd | mean epistemic sd |"
-        row = (f"| {report['data']} | {t['n']} | {_fmt(t['rmse'], '.4g')} | {t['nll']:.4f} | {t['coverage_95']:.3f} | "
-               f"{_fmt(t['mean_sd'], '.4g')} | {_fmt(t['mean_epistemic_sd'], '.4g')} |")
-    return "\n".join([
-        f"# Evaluation of {report['run_dir']} ({report['method']})", "",
-        f"{report['num_samples']} posterior draws per prediction; regression scores in the target's units.", "",
-        head, "|" + "---|" * (head.count("|") - 1), row, "",
-        *selective_markdown(report.get("selective"), "accuracy" if report["task"] == "classification" else "rmse"),
-        f"Figures: {', '.join(report.get('figures', [])) or 'none'}.", "",
-    ])
+        row = (
+            f"| {report['data']} | {t['n']} | {_fmt(t['rmse'], '.4g')} | {t['nll']:.4f} | {t['coverage_95']:.3f} | "
+            f"{_fmt(t['mean_sd'], '.4g')} | {_fmt(t['mean_epistemic_sd'], '.4g')} |"
+        )
+    return "\n".join(
+        [
+            f"# Evaluation of {report['run_dir']} ({report['method']})",
+            "",
+            f"{report['num_samples']} posterior draws per prediction; regression scores in the target's units.",
+            "",
+            head,
+            "|" + "---|" * (head.count("|") - 1),
+            row,
+            "",
+            *selective_markdown(report.get("selective"), "accuracy" if report["task"] == "classification" else "rmse"),
+            f"Figures: {', '.join(report.get('figures', [])) or 'none'}.",
+            "",
+        ]
+    )
 
 
 def _count(n: int) -> str:
@@ -309,8 +357,10 @@ def prune_markdown(report: dict, note: str | None = None) -> str:
     md = [
         f"# Pruning of {report['run_dir']}",
         "",
-        (f"{report['data']}, {report['method']}: {report['num_weights']:,} weights (biases are kept), pooled over layers; "
-        f"test error of the mean prediction over {report['num_samples']} posterior draws."),
+        (
+            f"{report['data']}, {report['method']}: {report['num_weights']:,} weights (biases are kept), pooled over layers; "
+            f"test error of the mean prediction over {report['num_samples']} posterior draws."
+        ),
         "",
         pruning_table_markdown(report["rows"]).rstrip("\n"),
         "",

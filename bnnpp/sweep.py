@@ -237,8 +237,10 @@ def sweep(
         raise ValueError(f"seeds must be a non-empty list of integers ≥ 0, got {seeds!r}")
     for d in datasets:
         if d.task != "classification":
-            raise ValueError(f"sweep scores classifiers; dataset {d.name!r} is {d.task}: compare priors on it with "
-                             "bnnpp compare --prior ... or fit each with bnnpp fit")
+            raise ValueError(
+                f"sweep scores classifiers; dataset {d.name!r} is {d.task}: compare priors on it with "
+                "bnnpp compare --prior ... or fit each with bnnpp fit"
+            )
     chosen = get_method(method)
     parsed = chosen.parse(options)
     for d in datasets:
@@ -253,7 +255,9 @@ def sweep(
         work = [(d, g) for d in datasets for g in groups.values()]
         for d, group in tqdm(work, desc=f"sweep ({method}, vmapped groups)", disable=not progress, leave=False):
             cells = [(c, s) for c in group for s in seeds]
-            numbers = np.stack([_numbers(c.prior) for c, _ in cells]) if _numbers(group[0].prior).size else np.zeros((len(cells), 0), np.float32)
+            numbers = (
+                np.stack([_numbers(c.prior) for c, _ in cells]) if _numbers(group[0].prior).size else np.zeros((len(cells), 0), np.float32)
+            )
             probs, _, stops = jax.device_get(
                 _vmapped_group(chosen, d, group[0].prior, numbers, [s for _, s in cells], hidden, activation, parsed, model_fn)
             )
@@ -265,7 +269,8 @@ def sweep(
                 f"{method}: {len(stopped)} of {len(runs)} sweep fits met a NaN/inf loss and stopped there, keeping the "
                 f"state before it (e.g. {stopped[0]['label']}, seed {stopped[0]['seed']}, at step {stopped[0]['stopped_at']}; "
                 "each run's 'stopped_at'). Lower the learning rate or use a tighter prior.",
-                RuntimeWarning, stacklevel=2,
+                RuntimeWarning,
+                stacklevel=2,
             )
     else:
         work = [(d, c, s) for d in datasets for c in configs for s in seeds]
@@ -303,12 +308,19 @@ def summarise(runs: list[dict]) -> list[dict]:
     for (data, wp, hp, scale), rs in cells.items():
         acc = np.array([r["accuracy"] for r in rs])
         nll = np.array([r["nll"] for r in rs])
-        stats.append({
-            "data": data, "weight_prior": wp, "hyperprior": hp, "scale": scale,
-            "accuracy_mean": float(acc.mean()), "accuracy_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
-            "nll_mean": float(nll.mean()), "nll_sd": float(nll.std(ddof=1)) if nll.size > 1 else 0.0,
-            "seeds": len(rs),
-        })
+        stats.append(
+            {
+                "data": data,
+                "weight_prior": wp,
+                "hyperprior": hp,
+                "scale": scale,
+                "accuracy_mean": float(acc.mean()),
+                "accuracy_sd": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+                "nll_mean": float(nll.mean()),
+                "nll_sd": float(nll.std(ddof=1)) if nll.size > 1 else 0.0,
+                "seeds": len(rs),
+            }
+        )
     best: dict[tuple, dict] = {}
     for row in stats:
         key = (row["data"], row["weight_prior"], row["hyperprior"])

@@ -43,8 +43,9 @@ def run_transform(report: dict, posterior) -> data.FileTransform:
         try:
             return data.FileTransform.from_dict(report["preprocessing"])
         except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise ValueError(f"the run's metrics.json has a malformed preprocessing record ({type(e).__name__}: {e}): "
-                             "fit the run again") from None
+            raise ValueError(
+                f"the run's metrics.json has a malformed preprocessing record ({type(e).__name__}: {e}): fit the run again"
+            ) from None
     shape = tuple(posterior.x.shape[1:])
     task = "classification" if posterior.y.dtype.kind in "iu" else "regression"  # class labels are int32
     features = tuple(f"x{i}" for i in range(int(np.prod(shape))))
@@ -60,14 +61,17 @@ def check_levels(values, name: str) -> tuple[float, ...]:
         raise ValueError(f"{name} takes numbers between 0 and 1 such as 0.05,0.5,0.95, got {values!r}") from None
     bad = [v for v in levels if not 0 < v < 1]
     if not levels or bad:
-        raise ValueError(f"{name} takes numbers strictly between 0 and 1 such as 0.05,0.5,0.95, got {', '.join(map(str, levels)) or 'none'}")
+        raise ValueError(
+            f"{name} takes numbers strictly between 0 and 1 such as 0.05,0.5,0.95, got {', '.join(map(str, levels)) or 'none'}"
+        )
     if len(set(levels)) != len(levels):
         raise ValueError(f"{name} names a level twice: {', '.join(map(str, levels))}")
     return levels
 
 
-def prediction_table(prediction: Prediction, transform: data.FileTransform, classes: tuple | None = None, *,
-                     quantiles=(), intervals=()) -> dict[str, np.ndarray]:
+def prediction_table(
+    prediction: Prediction, transform: data.FileTransform, classes: tuple | None = None, *, quantiles=(), intervals=()
+) -> dict[str, np.ndarray]:
     """Column name → ``(n,)`` array of the per-row summaries (module docstring) of
     ``prediction``, regression values mapped back to the original units with ``transform``'s
     ``y_shift``/``y_scale``; ``classes``: the labels of the class indices (default
@@ -170,8 +174,10 @@ def read_labelled(path: str | os.PathLike, transform: data.FileTransform, target
     text = [str(int(float(v))) if isinstance(classes[0], int) and _is_number(v) else str(v) for v in labels.tolist()]
     unknown = sorted({t for t in text if t not in index})
     if unknown:
-        raise ValueError(f"{path}: {name} holds label(s) {', '.join(unknown[:5])} the run was not fitted on; its classes are "
-                         f"{', '.join(map(str, classes))}")
+        raise ValueError(
+            f"{path}: {name} holds label(s) {', '.join(unknown[:5])} the run was not fitted on; its classes are "
+            f"{', '.join(map(str, classes))}"
+        )
     return x, np.asarray([index[t] for t in text], np.int32)
 
 
@@ -191,9 +197,17 @@ def _is_number(v) -> bool:
     return True
 
 
-def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name: bool = True,
-                num_samples: int | None = None, seed: int = 0, quantiles=(), intervals=(),
-                keep_columns: bool = True) -> dict[str, np.ndarray]:
+def predict_run(
+    run_dir: str | os.PathLike,
+    path: str | os.PathLike,
+    *,
+    by_name: bool = True,
+    num_samples: int | None = None,
+    seed: int = 0,
+    quantiles=(),
+    intervals=(),
+    keep_columns: bool = True,
+) -> dict[str, np.ndarray]:
     """Predict every row of a file with a ``bnnpp fit`` run.
 
     Args:
@@ -237,8 +251,10 @@ def predict_run(run_dir: str | os.PathLike, path: str | os.PathLike, *, by_name:
     else:
         b = block_rows(posterior, x)
         parts = [posterior.predict(x[i : i + b], num_samples=num_samples, seed=seed) for i in range(0, len(x), b)]
-        joined = {k: None if getattr(parts[0], k) is None else np.concatenate([getattr(p, k) for p in parts], axis=1)
-                  for k in ("draws", "noise", "df")}
+        joined = {
+            k: None if getattr(parts[0], k) is None else np.concatenate([getattr(p, k) for p in parts], axis=1)
+            for k in ("draws", "noise", "df")
+        }
         prediction = Prediction("regression", likelihood=parts[0].likelihood, **joined)
     if posterior.calibration is not None:  # probs are temperature-scaled already: add the intervals or sets
         prediction = posterior.calibration.attach(prediction, seed)

@@ -22,9 +22,6 @@ def test_ruff_check():
     assert proc.returncode == 0, proc.stdout[-3000:]
 
 
-# coordinator reformats after merge: `ruff format bnnpp/` runs once on the merged tree, not on a
-# branch whose files other branches also edit
-@pytest.mark.xfail(strict=False, reason="coordinator reformats after merge (ruff format bnnpp/)")
 def test_ruff_format():
     proc = _ruff("format", "--check")
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -28,11 +28,20 @@ def add_file_flags(group) -> None:
     """Add ``--target``, ``--task`` and ``--test-fraction`` (your own file's flags) to an
     argparse parser or argument group; each defaults to ``None`` (unset)."""
     group.add_argument("--target", default=None, help="a .csv's target column")
-    group.add_argument("--task", default=None, choices=list(TASKS), help="your file's task (default: inferred: text or integer "
-                       "labels with at most 10 values are classes, other numbers regression)")
-    group.add_argument("--test-fraction", type=float, default=None, help="your file without x_test: share of rows held out "
-                       "for testing, a random subset drawn with --seed (default 0.2); inputs (and regression targets) are "
-                       "standardised with the training rows' mean and sd")
+    group.add_argument(
+        "--task",
+        default=None,
+        choices=list(TASKS),
+        help="your file's task (default: inferred: text or integer labels with at most 10 values are classes, other numbers regression)",
+    )
+    group.add_argument(
+        "--test-fraction",
+        type=float,
+        default=None,
+        help="your file without x_test: share of rows held out "
+        "for testing, a random subset drawn with --seed (default 0.2); inputs (and regression targets) are "
+        "standardised with the training rows' mean and sd",
+    )
 
 
 def check_builtin(name: str, target=None, task=None, test_fraction=None) -> None:
@@ -64,6 +73,11 @@ def file_record(path: str, target: str | None, task: str | None, test_fraction: 
     if path.endswith(".csv") and target is None:
         raise ValueError(f"--data {path} needs --target COLUMN: the column to predict")
     absolute = os.path.abspath(path)
-    return {"data": absolute, "target": target, "task": task,
-            "test_fraction": 0.2 if test_fraction is None else test_fraction, "seed": seed,
-            "sha256": data.file_sha256(absolute)}
+    return {
+        "data": absolute,
+        "target": target,
+        "task": task,
+        "test_fraction": 0.2 if test_fraction is None else test_fraction,
+        "seed": seed,
+        "sha256": data.file_sha256(absolute),
+    }

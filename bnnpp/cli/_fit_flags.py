@@ -13,11 +13,17 @@ from bnnpp.inference.registry import command_line_options
 IMAGE_NUM_SAMPLES = 100
 MIN_TEST_DRAWS = 10
 
+
 def _shown_default(option: str, default) -> str:
     """A method's default in the flag help: ``None`` spelt out where it has a meaning."""
     if default is None:
-        return {"batch_size": "full batch", "num_steps": "unset", "epochs": "unset", "learning_rate": "step_size",
-                "step_size": "by variant"}.get(option, "None")
+        return {
+            "batch_size": "full batch",
+            "num_steps": "unset",
+            "epochs": "unset",
+            "learning_rate": "step_size",
+            "step_size": "by variant",
+        }.get(option, "None")
     return str(default)
 
 
@@ -28,10 +34,7 @@ def method_flags() -> list[tuple[str, str, dict]]:
     help text lists the methods that take each flag, with their defaults."""
     out = []
     for cli in command_line_options():
-        takers = ", ".join(
-            m if isinstance(d, bool) else f"{m}={_shown_default(cli.option, d)}"
-            for m, d in cli.takers.items()
-        )
+        takers = ", ".join(m if isinstance(d, bool) else f"{m}={_shown_default(cli.option, d)}" for m, d in cli.takers.items())
         kwargs: dict = {"help": f"{cli.help} [{takers}]"}
         if cli.type is bool:
             kwargs.update(action="store_const", const=True)

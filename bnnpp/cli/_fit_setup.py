@@ -41,8 +41,13 @@ def has_checkpoint(folder: str) -> bool:
 def _file_record(args) -> dict:
     """The data record of a user's .csv/.npz (see :func:`bnnpp.runs.dataset_from_record`)."""
     check_file(args.data)
-    for flag, value in (("--data-noise", args.data_noise), ("--data-dir", args.data_dir), ("--normalize", args.normalize),
-                        ("--validation", args.validation), ("--train-subset", args.train_subset)):
+    for flag, value in (
+        ("--data-noise", args.data_noise),
+        ("--data-dir", args.data_dir),
+        ("--normalize", args.normalize),
+        ("--validation", args.validation),
+        ("--train-subset", args.train_subset),
+    ):
         if value is not None:
             raise ValueError(f"{flag} applies to the built-in sets, not to your file {args.data}")
     if args.model != "mlp":
@@ -57,7 +62,12 @@ def _data_record(args) -> dict:
     check_builtin(args.data, args.target, args.task, args.test_fraction)
     image_flags = [
         flag
-        for flag, value in (("--data-dir", args.data_dir), ("--normalize", args.normalize), ("--validation", args.validation), ("--train-subset", args.train_subset))
+        for flag, value in (
+            ("--data-dir", args.data_dir),
+            ("--normalize", args.normalize),
+            ("--validation", args.validation),
+            ("--train-subset", args.train_subset),
+        )
         if value is not None
     ]
     if args.data in IMAGE_SETS:
@@ -99,10 +109,12 @@ def _model(args, prior, task: str, num_classes: int | None):
     # near-constant border pixels by sds of 1e-3 and magnify any noise there a thousandfold
     standardize = not args.no_standardize and not image
     if task == "classification":
-        return bnnpp.models.mlp(hidden, activation=activation, likelihood="categorical", num_classes=num_classes, prior=prior,
-                                standardize=standardize)
-    return bnnpp.models.mlp(hidden, activation=activation, likelihood="gaussian", noise=args.obs_noise, prior=prior,
-                            standardize=not args.no_standardize)
+        return bnnpp.models.mlp(
+            hidden, activation=activation, likelihood="categorical", num_classes=num_classes, prior=prior, standardize=standardize
+        )
+    return bnnpp.models.mlp(
+        hidden, activation=activation, likelihood="gaussian", noise=args.obs_noise, prior=prior, standardize=not args.no_standardize
+    )
 
 
 def _build(args) -> tuple[Any, Any, dict, dict]:
@@ -142,9 +154,7 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     wrong = [_flag(dest) for dest, opt in given if opt not in backend.defaults]
     if wrong:
         takes = [spec.cli_flag for spec in backend.options.specs() if spec.flag is not None]  # in the method's order
-        raise ValueError(
-            f"{', '.join(wrong)} does not apply to --method {args.method}; it takes {', '.join(takes)}"
-        )
+        raise ValueError(f"{', '.join(wrong)} does not apply to --method {args.method}; it takes {', '.join(takes)}")
     options = {opt: getattr(args, dest) for dest, opt in given}
     if image and "num_samples" in backend.defaults:
         options.setdefault("num_samples", IMAGE_NUM_SAMPLES)

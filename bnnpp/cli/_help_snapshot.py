@@ -40,18 +40,17 @@ def sources() -> dict[str, str]:
 
     out = {}
     for name in COMMANDS:
-        out[f"{name}.py"] = (
-            f'{GENERATED} ``bnnpp {name} --help``."""\n\n'
-            f"HELP = {pprint.pformat(render(name), width=110)}\n"
-        )
+        out[f"{name}.py"] = f'{GENERATED} ``bnnpp {name} --help``."""\n\nHELP = {pprint.pformat(render(name), width=110)}\n'
     from bnnpp.inference.registry import registered
 
     modules = sorted(COMMANDS)
     out["__init__.py"] = (
-        f'{GENERATED} Each command\'s\n``--help`` text, printed without importing the command (see :mod:`bnnpp.cli`), and\n'
+        f"{GENERATED} Each command's\n``--help`` text, printed without importing the command (see :mod:`bnnpp.cli`), and\n"
         '``METHODS``, the registered methods it was made with."""\n\n'
         + f"from bnnpp.cli._help_text import {', '.join(modules)}\n\n"
-        + "HELP = {\n" + "".join(f'    "{m}": {m}.HELP,\n' for m in COMMANDS) + "}\n"
+        + "HELP = {\n"
+        + "".join(f'    "{m}": {m}.HELP,\n' for m in COMMANDS)
+        + "}\n"
         + f"METHODS = {registered()!r}\n"
     )
     return out

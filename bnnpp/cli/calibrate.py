@@ -28,13 +28,22 @@ def add_parser(sub) -> None:
         formatter_class=DefaultsOnce,
     )
     p.add_argument("run_dir", metavar="RUN", help="run folder written by `bnnpp fit --out RUN`")
-    p.add_argument("--data", required=True, metavar="FILE", help="held-out labelled rows: a .csv with the features and the "
-                   "target column (any order; other columns ignored) or an .npz with x and y")
+    p.add_argument(
+        "--data",
+        required=True,
+        metavar="FILE",
+        help="held-out labelled rows: a .csv with the features and the "
+        "target column (any order; other columns ignored) or an .npz with x and y",
+    )
     p.add_argument("--target", default=None, help="the --data CSV's target column (default: the run's target)")
     p.add_argument("--alpha", type=float, default=0.1, help="miscoverage of the intervals or sets (0.1: 90%%)")
     p.add_argument("--no-conformal", action="store_true", help="classification: fit the temperature only, no sets")
-    p.add_argument("--score", default=None, choices=SCORES, help="conformity score (default: normalized for a Gaussian "
-                   "likelihood, cqr for Student-t and Poisson, aps for classifiers)")
+    p.add_argument(
+        "--score",
+        default=None,
+        choices=SCORES,
+        help="conformity score (default: normalized for a Gaussian likelihood, cqr for Student-t and Poisson, aps for classifiers)",
+    )
     p.add_argument("--no-temperature", action="store_true", help="classification: no temperature scaling")
     p.add_argument("--randomized", action="store_true", help="randomised APS/RAPS sets (coverage exactly 1 − alpha on average)")
     p.add_argument("--raps-lambda", type=float, default=0.01, help="RAPS: penalty per class beyond --raps-k")
@@ -61,9 +70,17 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(e)) from None
     try:
         result = runs.calibrate_run(
-            args.run_dir, args.data, target=args.target, alpha=alpha, score=args.score,
-            temperature_scaling=False if args.no_temperature else None, randomized=args.randomized,
-            raps_lambda=args.raps_lambda, raps_k=args.raps_k, num_samples=args.num_samples, seed=args.seed,
+            args.run_dir,
+            args.data,
+            target=args.target,
+            alpha=alpha,
+            score=args.score,
+            temperature_scaling=False if args.no_temperature else None,
+            randomized=args.randomized,
+            raps_lambda=args.raps_lambda,
+            raps_k=args.raps_k,
+            num_samples=args.num_samples,
+            seed=args.seed,
         )
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None

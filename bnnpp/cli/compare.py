@@ -60,10 +60,18 @@ def add_parser(sub) -> None:
         "trace_<method>.png (MCMC methods), reference.png.",
         formatter_class=DefaultsOnce,
     )
-    p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); a [METHOD] table sets that method's options; flags typed override it")
-    p.add_argument("--data", default="moons", metavar="{" + ",".join(COMPARE_SETS) + ",PATH}",
-                   help="built-in dataset (sinusoid: 1-D regression) or your own .csv (header row; --target names the "
-                   "target, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file of option = value lines (the flags' names with _); a [METHOD] table sets that method's options; flags typed override it",
+    )
+    p.add_argument(
+        "--data",
+        default="moons",
+        metavar="{" + ",".join(COMPARE_SETS) + ",PATH}",
+        help="built-in dataset (sinusoid: 1-D regression) or your own .csv (header row; --target names the "
+        "target, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)",
+    )
     add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
     p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")
@@ -72,14 +80,32 @@ def add_parser(sub) -> None:
     p.add_argument("--prior", default="normal", choices=list(priors.PRIORS), help="weight prior family")
     p.add_argument("--hyperprior", default="inverse-gamma", choices=["fixed", *priors.HYPERPRIORS], help="prior on each layer's scale")
     p.add_argument("--scale", type=float, default=None, help="the fixed prior scale with --hyperprior fixed (default 1)")
-    p.add_argument("--set", dest="sets", type=_set, action="append", default=[], metavar="METHOD.OPTION=VALUE",
-                   help="override one method option, e.g. --set nuts.num_samples=1000 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="sets",
+        type=_set,
+        action="append",
+        default=[],
+        metavar="METHOD.OPTION=VALUE",
+        help="override one method option, e.g. --set nuts.num_samples=1000 (repeatable)",
+    )
     p.add_argument("--noise", type=float, default=None, help="regression: the known observation sd (default: learned)")
-    p.add_argument("--reference", default=None, metavar="METHOD",
-                   help="fit METHOD (normally nuts) with long chains (4 × 1000 + 1000; R-hat checked) and report each "
-                   "method's predictive agreement with it")
-    p.add_argument("--set-reference", dest="reference_sets", type=_set_reference, action="append", default=[],
-                   metavar="OPTION=VALUE", help="override one option of the reference fit, e.g. num_samples=2000 (repeatable)")
+    p.add_argument(
+        "--reference",
+        default=None,
+        metavar="METHOD",
+        help="fit METHOD (normally nuts) with long chains (4 × 1000 + 1000; R-hat checked) and report each "
+        "method's predictive agreement with it",
+    )
+    p.add_argument(
+        "--set-reference",
+        dest="reference_sets",
+        type=_set_reference,
+        action="append",
+        default=[],
+        metavar="OPTION=VALUE",
+        help="override one option of the reference fit, e.g. num_samples=2000 (repeatable)",
+    )
     p.add_argument("--quick", action="store_true", help="tiny settings for every method (a smoke test, not a result)")
     p.add_argument("--seed", type=int, default=0, help="seed for data and every fit")
     p.add_argument("--out", required=True, help="output folder (created; the files written are replaced)")
@@ -162,8 +188,15 @@ def run(args) -> int:
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
     results, posteriors = compare_methods(
-        model, dataset, methods, seed=args.seed, options=options, quick=args.quick, progress=not args.quiet,
-        reference=args.reference, reference_options=reference_options,
+        model,
+        dataset,
+        methods,
+        seed=args.seed,
+        options=options,
+        quick=args.quick,
+        progress=not args.quiet,
+        reference=args.reference,
+        reference_options=reference_options,
     )
     results = CompareResult.from_json(results)
     results.model = model.spec()
@@ -172,7 +205,9 @@ def run(args) -> int:
     results.quick = args.quick
     runs.write_compare_run(args.out, results, posteriors, dataset, started=t0)
     print(reports.compare_markdown(results))
-    print(f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results.figures)} figures in {time.perf_counter() - t0:.0f} s")
+    print(
+        f"wrote {os.path.join(args.out, 'compare.md')}, compare.json and {len(results.figures)} figures in {time.perf_counter() - t0:.0f} s"
+    )
     return 0
 
 

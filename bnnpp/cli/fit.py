@@ -60,22 +60,61 @@ def add_parser(sub) -> None:
         formatter_class=DefaultsOnce,
     )
     g = p.add_argument_group("data")
-    g.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the names of the flags below, with _; "
-                   "flags typed override it); a run folder's config.toml repeats that run")
-    g.add_argument("--data", default="moons", metavar="{" + ",".join([*sorted(SYNTHETIC), *IMAGE_SETS]) + ",PATH}",
-                   help="built-in dataset (generated locally), MNIST / Fashion-MNIST (read from local files), or your "
-                   "own .csv (header row; --target names the target, every other column is a numeric feature) or .npz "
-                   "(arrays x, y, optional x_test, y_test)")
+    g.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML file of option = value lines (the names of the flags below, with _; "
+        "flags typed override it); a run folder's config.toml repeats that run",
+    )
+    g.add_argument(
+        "--data",
+        default="moons",
+        metavar="{" + ",".join([*sorted(SYNTHETIC), *IMAGE_SETS]) + ",PATH}",
+        help="built-in dataset (generated locally), MNIST / Fashion-MNIST (read from local files), or your "
+        "own .csv (header row; --target names the target, every other column is a numeric feature) or .npz "
+        "(arrays x, y, optional x_test, y_test)",
+    )
     add_file_flags(g)
-    g.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: the dataset's: moons 0.3, circles 0.2, sinusoid 1.0)")
-    g.add_argument("--data-dir", default=None, help="mnist/fashion_mnist: folder with the four IDX .gz files, or its parent (default: a tensorflow-datasets copy prepared in $TFDS_DATA_DIR or ~/tensorflow_datasets, else $BNNPP_DATA_DIR/<data>)")
-    g.add_argument("--normalize", default=None, choices=list(NORMALIZATIONS), help="mnist/fashion_mnist pixels: /255, /126 (Blundell et al.) or standardised with the training mean and sd (default 255)")
-    g.add_argument("--validation", type=int, default=None, help="mnist/fashion_mnist: last N training images held out for validation (default 10000; 0 for none)")
+    g.add_argument(
+        "--data-noise",
+        type=float,
+        default=None,
+        help="noise of the generated data (default: the dataset's: moons 0.3, circles 0.2, sinusoid 1.0)",
+    )
+    g.add_argument(
+        "--data-dir",
+        default=None,
+        help="mnist/fashion_mnist: folder with the four IDX .gz files, or its parent (default: a tensorflow-datasets copy prepared in $TFDS_DATA_DIR or ~/tensorflow_datasets, else $BNNPP_DATA_DIR/<data>)",
+    )
+    g.add_argument(
+        "--normalize",
+        default=None,
+        choices=list(NORMALIZATIONS),
+        help="mnist/fashion_mnist pixels: /255, /126 (Blundell et al.) or standardised with the training mean and sd (default 255)",
+    )
+    g.add_argument(
+        "--validation",
+        type=int,
+        default=None,
+        help="mnist/fashion_mnist: last N training images held out for validation (default 10000; 0 for none)",
+    )
     g.add_argument("--train-subset", type=int, default=None, help="mnist/fashion_mnist: train on the first N training images only")
     g = p.add_argument_group("model")
-    g.add_argument("--model", default="mlp", choices=list(MODELS), help="network: MLP, or for mnist/fashion_mnist the convolutional cnn / lenet5")
-    g.add_argument("--hidden", type=_hidden, default=None, help="MLP hidden layer widths, comma-separated (default 5,5; 400,400 for mnist/fashion_mnist)")
-    g.add_argument("--activation", default=None, choices=sorted(bnnpp.models.ACTIVATIONS), help="hidden activation (default tanh; relu for an MLP on mnist/fashion_mnist; cnn tanh, lenet5 relu)")
+    g.add_argument(
+        "--model", default="mlp", choices=list(MODELS), help="network: MLP, or for mnist/fashion_mnist the convolutional cnn / lenet5"
+    )
+    g.add_argument(
+        "--hidden",
+        type=_hidden,
+        default=None,
+        help="MLP hidden layer widths, comma-separated (default 5,5; 400,400 for mnist/fashion_mnist)",
+    )
+    g.add_argument(
+        "--activation",
+        default=None,
+        choices=sorted(bnnpp.models.ACTIVATIONS),
+        help="hidden activation (default tanh; relu for an MLP on mnist/fashion_mnist; cnn tanh, lenet5 relu)",
+    )
     g.add_argument("--prior", default="normal", choices=list(priors.PRIORS), help="weight prior family")
     g.add_argument(
         "--hyperprior",
@@ -83,13 +122,24 @@ def add_parser(sub) -> None:
         choices=["fixed", *priors.HYPERPRIORS],
         help="prior on each layer's scale (inverse-gamma is on the variance); 'fixed' uses --scale",
     )
-    g.add_argument("--hyperprior-params", type=_floats, default=None, help="hyperprior parameters: s for half-normal/half-cauchy, a,b for inverse-gamma (default 1 / 1,1)")
+    g.add_argument(
+        "--hyperprior-params",
+        type=_floats,
+        default=None,
+        help="hyperprior parameters: s for half-normal/half-cauchy, a,b for inverse-gamma (default 1 / 1,1)",
+    )
     g.add_argument("--scale", type=float, default=None, help="the fixed prior scale with --hyperprior fixed (default 1)")
     g.add_argument("--per", default=None, choices=["layer", "network", "unit"], help="scope of a sampled scale (default layer)")
-    g.add_argument("--obs-noise", type=float, default=None, help="regression: fix the observation sd, in the targets' units (default: learn it)")
-    g.add_argument("--no-standardize", action="store_true", help="MLP on a table: feed the data as given (default: inputs, and regression "
-                   "targets, standardised on the training rows inside the model, recorded with it; predictions stay in the data's units). "
-                   "Images are never standardised pixel by pixel: they come as --normalize scales them")
+    g.add_argument(
+        "--obs-noise", type=float, default=None, help="regression: fix the observation sd, in the targets' units (default: learn it)"
+    )
+    g.add_argument(
+        "--no-standardize",
+        action="store_true",
+        help="MLP on a table: feed the data as given (default: inputs, and regression "
+        "targets, standardised on the training rows inside the model, recorded with it; predictions stay in the data's units). "
+        "Images are never standardised pixel by pixel: they come as --normalize scales them",
+    )
     g = p.add_argument_group(
         "inference",
         "Every flag is passed to the chosen --method; a flag the method does not take is an error. "
@@ -97,39 +147,106 @@ def add_parser(sub) -> None:
         "their defaults.",
     )
     g.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
-    g.add_argument("--init", default=None, metavar="PATH", help="start from these weights instead of at random: a run "
-                   "folder or posterior .nc (its mean draw), or an .npz of site arrays; laplace with --steps 0 takes the Laplace "
-                   "approximation at them without fitting")
+    g.add_argument(
+        "--init",
+        default=None,
+        metavar="PATH",
+        help="start from these weights instead of at random: a run "
+        "folder or posterior .nc (its mean draw), or an .npz of site arrays; laplace with --steps 0 takes the Laplace "
+        "approximation at them without fitting",
+    )
     for dest, _option, kwargs in method_flags():
         kwargs = dict(kwargs)
         g.add_argument(_flag(dest), *kwargs.pop("aliases"), dest=dest, default=argparse.SUPPRESS, **kwargs)
     g = p.add_argument_group("run")
     g.add_argument("--seed", type=int, default=0, help="seed for data generation and inference")
-    g.add_argument("--out", required=True, help="output folder (created; a refit replaces the files bnnpp wrote there and keeps yours; a symbolic link is followed)")
+    g.add_argument(
+        "--out",
+        required=True,
+        help="output folder (created; a refit replaces the files bnnpp wrote there and keeps yours; a symbolic link is followed)",
+    )
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--allow-nan-stop", action="store_true", help="exit 0 when training stopped early on a NaN/inf (default: exit 3)")
-    g.add_argument("--resume", action="store_true", help="continue an interrupted fit from its checkpoint (.OUT.checkpoints beside OUT; same flags)")
-    g.add_argument("--fresh", action="store_true", help="discard an interrupted fit's checkpoint and start from step 0 (without --resume "
-                   "or --fresh a fit whose checkpoint exists is refused)")
-    g.add_argument("--checkpoint-every", type=int, default=None, metavar="STEPS", help="also checkpoint every STEPS steps (nuts: warm-up and draws); Ctrl-C and SIGTERM always checkpoint")
+    g.add_argument(
+        "--resume", action="store_true", help="continue an interrupted fit from its checkpoint (.OUT.checkpoints beside OUT; same flags)"
+    )
+    g.add_argument(
+        "--fresh",
+        action="store_true",
+        help="discard an interrupted fit's checkpoint and start from step 0 (without --resume "
+        "or --fresh a fit whose checkpoint exists is refused)",
+    )
+    g.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="STEPS",
+        help="also checkpoint every STEPS steps (nuts: warm-up and draws); Ctrl-C and SIGTERM always checkpoint",
+    )
     g.add_argument("--checkpoint-minutes", type=float, default=10.0, metavar="M", help="checkpoint every M minutes")
     g.add_argument("--no-cache", action="store_true", help="do not use JAX's persistent compilation cache")
     g = p.add_argument_group("devices", "Run on a device mesh (bnnpp.inference.sharding); with --distributed on every process's devices.")
-    g.add_argument("--devices", type=int, default=None, metavar="N", help="use N devices: chains/members one block per device when they divide evenly, else the minibatch split over them")
-    g.add_argument("--mesh", default=None, metavar="SPEC", help="mesh axis sizes, e.g. data=2,members=2 (data splits each minibatch, members/chains the ensemble members or chains)")
-    g.add_argument("--distributed", action="store_true", help="join a multi-process run (jax.distributed) before fitting; process 0 writes --out (default mesh: every device, no checkpoints)")
-    g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="--distributed: process 0's address (default $JAX_COORDINATOR_ADDRESS or the cluster's)")
-    g.add_argument("--num-processes", type=int, default=None, help="--distributed: processes in the run (default $BNNPP_NUM_PROCESSES or the cluster's)")
-    g.add_argument("--process-id", type=int, default=None, help="--distributed: this process, 0..num-processes-1 (default $BNNPP_PROCESS_ID or the cluster's)")
+    g.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="use N devices: chains/members one block per device when they divide evenly, else the minibatch split over them",
+    )
+    g.add_argument(
+        "--mesh",
+        default=None,
+        metavar="SPEC",
+        help="mesh axis sizes, e.g. data=2,members=2 (data splits each minibatch, members/chains the ensemble members or chains)",
+    )
+    g.add_argument(
+        "--distributed",
+        action="store_true",
+        help="join a multi-process run (jax.distributed) before fitting; process 0 writes --out (default mesh: every device, no checkpoints)",
+    )
+    g.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help="--distributed: process 0's address (default $JAX_COORDINATOR_ADDRESS or the cluster's)",
+    )
+    g.add_argument(
+        "--num-processes",
+        type=int,
+        default=None,
+        help="--distributed: processes in the run (default $BNNPP_NUM_PROCESSES or the cluster's)",
+    )
+    g.add_argument(
+        "--process-id",
+        type=int,
+        default=None,
+        help="--distributed: this process, 0..num-processes-1 (default $BNNPP_PROCESS_ID or the cluster's)",
+    )
     p.set_defaults(handler=run)
 
 
-
 #: ``bnnpp fit`` flags that control the command, not the run: left out of a run's config.toml.
-NOT_CONFIG = frozenset({"out", "quiet", "resume", "fresh", "checkpoint_every", "checkpoint_minutes", "no_cache", "allow_nan_stop",
-                        "config", "handler", "argv", "command", "import_seconds",
-                        "distributed", "coordinator", "num_processes", "process_id"})  # how a fit is launched
-
+NOT_CONFIG = frozenset(
+    {
+        "out",
+        "quiet",
+        "resume",
+        "fresh",
+        "checkpoint_every",
+        "checkpoint_minutes",
+        "no_cache",
+        "allow_nan_stop",
+        "config",
+        "handler",
+        "argv",
+        "command",
+        "import_seconds",
+        "distributed",
+        "coordinator",
+        "num_processes",
+        "process_id",
+    }
+)  # how a fit is launched
 
 
 def resolved_config(args, options: dict) -> str:
@@ -183,16 +300,22 @@ def _fit_and_write(args, dataset, model, options, record) -> FitReport | dict:
         # cache every program, not only those over JAX's default 1 s: a warm start loads them all
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     checkpoint_dir = checkpoint_folder(args.out)
-    checkpointing = {"checkpoint_dir": checkpoint_dir, "checkpoint_every": args.checkpoint_every,
-                     "checkpoint_minutes": args.checkpoint_minutes, "resume": args.resume}
+    checkpointing = {
+        "checkpoint_dir": checkpoint_dir,
+        "checkpoint_every": args.checkpoint_every,
+        "checkpoint_minutes": args.checkpoint_minutes,
+        "resume": args.resume,
+    }
     runs.preload_writers()  # ArviZ and netCDF load while the network trains, not after
     if args.distributed:  # no checkpoints across processes; the mesh defaults to every device
         checkpointing = {}
     elif args.resume and not has_checkpoint(checkpoint_dir):
         print(f"bnnpp fit: --resume: no checkpoint in {checkpoint_dir}; training from step 0", file=sys.stderr)
     elif not args.resume and not args.fresh and has_checkpoint(checkpoint_dir):  # never discard a stopped fit's progress unasked
-        raise CLIError(f"a checkpoint of an interrupted fit to {args.out} exists in {checkpoint_dir}: add --resume to continue it "
-                       "or --fresh to discard it and start over")
+        raise CLIError(
+            f"a checkpoint of an interrupted fit to {args.out} exists in {checkpoint_dir}: add --resume to continue it "
+            "or --fresh to discard it and start over"
+        )
     mesh = {"devices": args.devices, "mesh": args.mesh}
     if args.distributed and args.devices is None and args.mesh is None:
         mesh["devices"] = jax.device_count()
@@ -201,10 +324,21 @@ def _fit_and_write(args, dataset, model, options, record) -> FitReport | dict:
         # warnings are shown once the fit returns: a fit that fails says so in one line only
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            post = bnnpp.fit(model, dataset, method=args.method, seed=args.seed, progress=not args.quiet, **options,
-                             **checkpointing, **mesh, **({"init": start_values(args.init)} if args.init else {}))
+            post = bnnpp.fit(
+                model,
+                dataset,
+                method=args.method,
+                seed=args.seed,
+                progress=not args.quiet,
+                **options,
+                **checkpointing,
+                **mesh,
+                **({"init": start_values(args.init)} if args.init else {}),
+            )
     except (ValueError, RuntimeError) as e:  # a checkpoint of another fit; chains NaN before the first draw
-        raise CLIError(str(e).replace("delete the folder to start over", "delete the folder or run with --fresh (not --resume) to start over")) from None
+        raise CLIError(
+            str(e).replace("delete the folder to start over", "delete the folder or run with --fresh (not --resume) to start over")
+        ) from None
     overflow = [str(w.message) for w in caught if "overflow to NaN/inf" in str(w.message)]
     if overflow:  # draws that are not numbers make every metric meaningless
         raise CLIError(overflow[0])
@@ -284,8 +418,11 @@ def run(args) -> int:
     )
     print(f"wrote {os.path.join(args.out, report.files[0])}, {', '.join(report.files[1:])}")
     if stopped is not None and not args.allow_nan_stop:
-        print(f"bnnpp fit: training stopped at step {stopped} on a NaN/inf (exit 3; --allow-nan-stop exits 0): "
-              "lower the learning rate or use a tighter prior", file=sys.stderr)
+        print(
+            f"bnnpp fit: training stopped at step {stopped} on a NaN/inf (exit 3; --allow-nan-stop exits 0): "
+            "lower the learning rate or use a tighter prior",
+            file=sys.stderr,
+        )
         return EXIT_NAN_STOP
     return 0
 

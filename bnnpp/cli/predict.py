@@ -26,14 +26,27 @@ def add_parser(sub) -> None:
     )
     p.add_argument("run_dir", metavar="RUN", help="run folder written by `bnnpp fit --out RUN`")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", help="a .csv with a header naming the training features (any order; other columns "
-                     "such as the target are ignored) or an .npz with array x")
+    src.add_argument(
+        "--data",
+        help="a .csv with a header naming the training features (any order; other columns "
+        "such as the target are ignored) or an .npz with array x",
+    )
     src.add_argument("--x", help="a header-less .csv of feature values in the training column order, or .npy/.npz (array x)")
     p.add_argument("--out", required=True, help="the file to write: .csv or .npz")
-    p.add_argument("--quantiles", type=_levels, default=None, metavar="P,P,...",
-                   help="regression: add columns q_P of the predictive distribution's quantiles, e.g. 0.05,0.5,0.95")
-    p.add_argument("--intervals", type=_levels, default=None, metavar="L,L,...",
-                   help="regression: add central predictive intervals lower_<pct>, upper_<pct>, e.g. 0.5,0.9")
+    p.add_argument(
+        "--quantiles",
+        type=_levels,
+        default=None,
+        metavar="P,P,...",
+        help="regression: add columns q_P of the predictive distribution's quantiles, e.g. 0.05,0.5,0.95",
+    )
+    p.add_argument(
+        "--intervals",
+        type=_levels,
+        default=None,
+        metavar="L,L,...",
+        help="regression: add central predictive intervals lower_<pct>, upper_<pct>, e.g. 0.5,0.9",
+    )
     p.add_argument("--num-samples", type=int, default=None, help="posterior draws to use (default: all the run kept)")
     p.add_argument("--seed", type=int, default=0, help="seed of any randomness in the model while predicting")
     p.set_defaults(handler=run)
@@ -77,17 +90,25 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise CLIError(f"--out {args.out}: {e}") from None
     try:
-        table = tables.predict_run(args.run_dir, source, by_name=args.data is not None,
-                                   num_samples=args.num_samples, seed=args.seed,
-                                   quantiles=args.quantiles or (), intervals=args.intervals or ())
+        table = tables.predict_run(
+            args.run_dir,
+            source,
+            by_name=args.data is not None,
+            num_samples=args.num_samples,
+            seed=args.seed,
+            quantiles=args.quantiles or (),
+            intervals=args.intervals or (),
+        )
         tables.write_table(args.out, table)  # atomic: a failed write leaves an existing file as it was
     except (ValueError, TypeError) as e:
         if isinstance(e, MissingColumnError):  # the hint names this command's flag, not the Python argument
             raise CLIError(str(MissingColumnError(e.detail, "--x FILE instead of --data"))) from None
         raise CLIError(str(e)) from None
     except OSError as e:  # a full disk, a folder made read-only meanwhile
-        raise CLIError(f"could not write --out {args.out} ({e.strerror or e}); any earlier {os.path.basename(args.out)} "
-                       "is unchanged: free some space or choose another path") from None
+        raise CLIError(
+            f"could not write --out {args.out} ({e.strerror or e}); any earlier {os.path.basename(args.out)} "
+            "is unchanged: free some space or choose another path"
+        ) from None
     n = len(next(iter(table.values())))
     print(f"wrote {args.out}: {n} rows, columns {', '.join(table)}")
     return 0

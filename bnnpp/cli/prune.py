@@ -44,23 +44,37 @@ def add_parser(sub) -> None:
     )
     p.add_argument("dir", help="run folder written by `bnnpp fit --out DIR` (posterior.nc, metrics.json)")
     p.add_argument("--rule", type=_rules, default="snr,magnitude", help="comma-separated pruning rules: snr, magnitude")
-    p.add_argument("--fractions", type=_percents, default="0,25,50,75,95,98", help="comma-separated percentages of weights removed, e.g. 0,25,50,75,95,98")
+    p.add_argument(
+        "--fractions",
+        type=_percents,
+        default="0,25,50,75,95,98",
+        help="comma-separated percentages of weights removed, e.g. 0,25,50,75,95,98",
+    )
     p.add_argument("--data-dir", default=None, help="folder with the IDX files or their parent (default: the one in DIR/metrics.json)")
     p.add_argument("--num-samples", type=int, default=10, help="posterior draws per prediction")
-    p.add_argument("--batch-size", type=int, default=None, help="images per prediction call (default: bounded by draws × image size, at most 1000)")
+    p.add_argument(
+        "--batch-size", type=int, default=None, help="images per prediction call (default: bounded by draws × image size, at most 1000)"
+    )
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     try:
         report = runs.prune_run(
-            args.dir, rules=args.rule, fractions=args.fractions, data_dir=args.data_dir, num_samples=args.num_samples, batch_size=args.batch_size
+            args.dir,
+            rules=args.rule,
+            fractions=args.fractions,
+            data_dir=args.data_dir,
+            num_samples=args.num_samples,
+            batch_size=args.batch_size,
         )
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
     except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
-        raise CLIError(f"could not write the pruning results into {args.dir} ({e.strerror or e}); nothing half-written was left: "
-                       "free some space or make it writable") from None
+        raise CLIError(
+            f"could not write the pruning results into {args.dir} ({e.strerror or e}); nothing half-written was left: "
+            "free some space or make it writable"
+        ) from None
     print(reports.pruning_table_markdown(report["rows"]), end="")
     if "log_alpha" in report:  # a vd run: per-layer nonzero weights, compression ×, test error
         print("\n" + pruning.log_alpha_markdown(report["log_alpha"]), end="")

@@ -42,13 +42,19 @@ def add_parser(sub) -> None:
         formatter_class=DefaultsOnce,
     )
     p.add_argument("--config", metavar="FILE", help="TOML file of option = value lines (the flags' names with _); flags typed override it")
-    p.add_argument("--data", type=_names, default=["moons", "circles"],
-                   help="comma-separated: moons, circles, or your own classification .csv (header row; --target names the "
-                   "label column, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)")
+    p.add_argument(
+        "--data",
+        type=_names,
+        default=["moons", "circles"],
+        help="comma-separated: moons, circles, or your own classification .csv (header row; --target names the "
+        "label column, every other column is a numeric feature) or .npz (arrays x, y, optional x_test, y_test)",
+    )
     add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data (default: each set's)")
     p.add_argument("--priors", type=_names, default=["normal", "laplace", "cauchy", "flat"], help="weight priors")
-    p.add_argument("--hyperpriors", type=_names, default=list(sweep.HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)")
+    p.add_argument(
+        "--hyperpriors", type=_names, default=list(sweep.HYPERPRIOR_CHOICES), help="scale hyperpriors ('fixed' uses --fixed-scales)"
+    )
     p.add_argument("--fixed-scales", type=_numbers, default=[0.1, 0.3, 1.0, 3.0, 10.0], help="the fixed scales tried")
     p.add_argument("--method", default="advi", choices=list(registered()), help="inference method")
     p.add_argument("--num-steps", "--steps", dest="num_steps", type=int, default=None, help="optimisation steps (default: the method's)")
@@ -83,8 +89,10 @@ def _build(args):
     backend.check_options(options)
     kwargs = {} if args.data_noise is None else {"noise": args.data_noise}
     file_records = iter(records)  # the data stay fixed over --seeds: a file's test split is drawn with seed 0
-    datasets = [runs.dataset_from_record(next(file_records)) if is_file_data(d) else bnnpp.data.load_synthetic(d, seed=0, **kwargs)
-                for d in args.data]
+    datasets = [
+        runs.dataset_from_record(next(file_records)) if is_file_data(d) else bnnpp.data.load_synthetic(d, seed=0, **kwargs)
+        for d in args.data
+    ]
     return datasets, configs, options, records
 
 
@@ -93,15 +101,26 @@ def run(args) -> int:
     try:
         datasets, configs, options, records = _build(args)
         result = sweep.sweep(
-            datasets, configs, method=args.method, seeds=args.seeds, hidden=args.hidden,
-            vmap=not args.no_vmap, progress=not args.quiet, **options,
+            datasets,
+            configs,
+            method=args.method,
+            seeds=args.seeds,
+            hidden=args.hidden,
+            vmap=not args.no_vmap,
+            progress=not args.quiet,
+            **options,
         )
     except (ValueError, TypeError) as e:
         raise CLIError(str(e)) from None
     table = sweep.summarise(result["runs"])
     meta = {
-        "method": args.method, "options": options, "seeds": args.seeds, "vmap": not args.no_vmap,
-        "runs": len(result["runs"]), "seconds": result["seconds"], "compiled_groups": result["compiled_groups"],
+        "method": args.method,
+        "options": options,
+        "seeds": args.seeds,
+        "vmap": not args.no_vmap,
+        "runs": len(result["runs"]),
+        "seconds": result["seconds"],
+        "compiled_groups": result["compiled_groups"],
         "hidden": list(args.hidden),
         **({"data_files": records} if records else {}),  # each file's path and SHA-256
     }

@@ -61,4 +61,3 @@ __all__ = [
     "uci",
     "uci_num_splits",
 ]
-

@@ -74,8 +74,11 @@ def shard_rows(total: int, shard: tuple[int, int]) -> Rows:
     Raises:
         ValueError: a bad ``shard``, or ``total`` not divisible by ``P`` (one line, naming a fix).
     """
-    if not (isinstance(shard, (tuple, list)) and len(shard) == 2
-            and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in shard)):
+    if not (
+        isinstance(shard, (tuple, list))
+        and len(shard) == 2
+        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in shard)
+    ):
         raise TypeError(f"shard must be (process, processes), two integers, got {shard!r}")
     p, procs = int(shard[0]), int(shard[1])
     if procs < 1 or not 0 <= p < procs:

@@ -54,9 +54,7 @@ def _gunzip(path: str, limit: int = MAX_IDX_BYTES) -> bytes:
         with gzip.open(path, "rb") as f:
             raw = f.read(limit + 1)
     except (EOFError, OSError, zlib.error) as e:
-        raise ValueError(
-            f"{path} is truncated or not gzip data ({e}): replace it with the original {os.path.basename(path)}"
-        ) from None
+        raise ValueError(f"{path} is truncated or not gzip data ({e}): replace it with the original {os.path.basename(path)}") from None
     if len(raw) > limit:
         raise ValueError(
             f"{path} inflates to more than {limit // 2**20} MiB, far more than an MNIST-format IDX file: "
@@ -80,8 +78,7 @@ def _idx_shape(raw: bytes, size: int, path: str, images: bool) -> tuple[int, ...
     if found is not None and found != magic:
         other = {_IMAGE_MAGIC: "an images file", _LABEL_MAGIC: "a labels file"}.get(found, "not an IDX file of unsigned bytes")
         raise ValueError(
-            f"{path} has IDX magic number {found}, expected {magic} ({kind}): it is {other}; "
-            f"use the original {os.path.basename(path)}"
+            f"{path} has IDX magic number {found}, expected {magic} ({kind}): it is {other}; use the original {os.path.basename(path)}"
         )
     if size < header:
         raise ValueError(f"{path} is truncated ({size} bytes, shorter than the IDX header): replace it with the original file")

@@ -122,8 +122,7 @@ def _check_load_args(name, data_dir, normalize, validation, flatten, seed, tfds_
         if value is not None and not isinstance(value, (str, os.PathLike)):
             raise TypeError(f"{arg} must be a folder path, got {value!r}")
 
-    if train_subset is not None and (isinstance(train_subset, bool) or not isinstance(train_subset, (int, np.integer))
-                                     or train_subset < 1):
+    if train_subset is not None and (isinstance(train_subset, bool) or not isinstance(train_subset, (int, np.integer)) or train_subset < 1):
         raise ValueError(f"train_subset must be an integer ≥ 1 (the first N training images), got {train_subset!r}")
     return normalize
 

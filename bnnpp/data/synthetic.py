@@ -56,8 +56,7 @@ def moons(n: int = 1000, noise: float = 0.3, seed: int = 0, *, shard: tuple[int,
     return _take(_split_standardise(x, y, rng, "moons"), shard)
 
 
-def circles(n: int = 1000, noise: float = 0.2, factor: float = 0.5, seed: int = 0, *,
-            shard: tuple[int, int] | None = None) -> Dataset:
+def circles(n: int = 1000, noise: float = 0.2, factor: float = 0.5, seed: int = 0, *, shard: tuple[int, int] | None = None) -> Dataset:
     """A large circle around a smaller one (radius ``factor``) with Gaussian noise; labels 0
     (outer) and 1 (inner). Returns a :class:`Dataset` split 70/30 (``shard``: as :func:`moons`)."""
     n, noise = _check_n(n, 4), _check_noise(noise)
@@ -73,8 +72,7 @@ def circles(n: int = 1000, noise: float = 0.2, factor: float = 0.5, seed: int = 
     return _take(_split_standardise(x, y, rng, "circles"), shard)
 
 
-def sinusoid(n: int = 32, noise: float = 1.0, seed: int = 0, n_test: int = 300, *,
-             shard: tuple[int, int] | None = None) -> Dataset:
+def sinusoid(n: int = 32, noise: float = 1.0, seed: int = 0, n_test: int = 300, *, shard: tuple[int, int] | None = None) -> Dataset:
     """y = 10·sin(2πx) + ε, ε ~ N(0, noise²), with ``n`` training x uniform in [−0.5, 0.5].
 
     The test set is an even grid of ``n_test`` points on [−1.5, 1.5] (with noisy targets), so

@@ -67,17 +67,23 @@ class FileTransform:
             bad = ~np.isfinite(x).reshape(len(x), -1)
             j = int(np.flatnonzero(bad.any(0))[0])
             name = self.features[j] if j < len(self.features) else f"x[..., {j}]"
-            raise ValueError(f"feature {name!r} of row {int(np.flatnonzero(bad[:, j])[0])} is NaN, inf or beyond float32 after "
-                             f"standardisation (training mean {self.x_mean.ravel()[j]:.3g}, sd {self.x_sd.ravel()[j]:.3g}): "
-                             "drop or fix that row")
+            raise ValueError(
+                f"feature {name!r} of row {int(np.flatnonzero(bad[:, j])[0])} is NaN, inf or beyond float32 after "
+                f"standardisation (training mean {self.x_mean.ravel()[j]:.3g}, sd {self.x_sd.ravel()[j]:.3g}): "
+                "drop or fix that row"
+            )
         return x
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (``metrics.json``'s ``preprocessing``); :meth:`from_dict` reads it."""
         return {
-            "features": list(self.features), "target": self.target, "task": self.task,
-            "x_mean": self.x_mean.tolist(), "x_sd": self.x_sd.tolist(),
-            "y_shift": self.y_shift, "y_scale": self.y_scale,
+            "features": list(self.features),
+            "target": self.target,
+            "task": self.task,
+            "x_mean": self.x_mean.tolist(),
+            "x_sd": self.x_sd.tolist(),
+            "y_shift": self.y_shift,
+            "y_scale": self.y_scale,
             "classes": None if self.classes is None else list(self.classes),
         }
 
@@ -85,8 +91,14 @@ class FileTransform:
     def from_dict(cls, d: dict) -> FileTransform:
         """The transform written by :meth:`to_dict`."""
         return cls(
-            tuple(d["features"]), d["target"], d["task"], np.asarray(d["x_mean"], np.float64), np.asarray(d["x_sd"], np.float64),
-            float(d["y_shift"]), float(d["y_scale"]), None if d.get("classes") is None else tuple(d["classes"]),
+            tuple(d["features"]),
+            d["target"],
+            d["task"],
+            np.asarray(d["x_mean"], np.float64),
+            np.asarray(d["x_sd"], np.float64),
+            float(d["y_shift"]),
+            float(d["y_scale"]),
+            None if d.get("classes") is None else tuple(d["classes"]),
         )
 
 
@@ -198,7 +210,9 @@ def _read_table(path: str, target: str | None) -> tuple[tuple[str, ...], str, np
     if path.endswith(".npz"):
         arrays = load_npz(path)
         if "x" not in arrays or "y" not in arrays:
-            raise ValueError(f"{path}: an .npz needs arrays 'x' (inputs, one row each) and 'y' (targets); it has {', '.join(arrays) or 'none'}")
+            raise ValueError(
+                f"{path}: an .npz needs arrays 'x' (inputs, one row each) and 'y' (targets); it has {', '.join(arrays) or 'none'}"
+            )
         if target not in (None, "y"):
             raise ValueError(f"target={target!r} applies to CSV files; an .npz's targets are its array 'y'")
         if ("x_test" in arrays) != ("y_test" in arrays):
@@ -216,8 +230,14 @@ def _read_table(path: str, target: str | None) -> tuple[tuple[str, ...], str, np
                 raise ValueError(f"{path}: {name} must have shape ({len(rows)},), one target per row, got {a.shape}")
             if a is not None and a.dtype.kind in "fc" and not np.all(np.isfinite(a)):
                 raise ValueError(f"{path}: {name} holds NaN or inf: drop or impute those rows")
-        return tuple(f"x{i}" for i in range(int(np.prod(x.shape[1:])))), "y", x.astype(np.float64), y, \
-            None if xt is None else xt.astype(np.float64), yt
+        return (
+            tuple(f"x{i}" for i in range(int(np.prod(x.shape[1:])))),
+            "y",
+            x.astype(np.float64),
+            y,
+            None if xt is None else xt.astype(np.float64),
+            yt,
+        )
     if target is None:
         raise ValueError(f"{path}: name the target column (target=..., CLI --target COLUMN)")
     header, rows = read_csv(path, (target,))
@@ -324,8 +344,21 @@ def from_file(
         classes, num_classes = None, None
     transform = FileTransform(features, target, task, mean, sd, shift, scale, classes)
     name = os.path.splitext(os.path.basename(path))[0]
-    return _take(Dataset(transform.inputs(x), ys, transform.inputs(x_test), yts, task, num_classes, name,
-                         y_shift=shift, y_scale=scale, transform=transform), shard)
+    return _take(
+        Dataset(
+            transform.inputs(x),
+            ys,
+            transform.inputs(x_test),
+            yts,
+            task,
+            num_classes,
+            name,
+            y_shift=shift,
+            y_scale=scale,
+            transform=transform,
+        ),
+        shard,
+    )
 
 
 def _check_standardisable(path: str, features: tuple[str, ...], x: np.ndarray, mean: np.ndarray, sd: np.ndarray) -> None:
@@ -336,8 +369,9 @@ def _check_standardisable(path: str, features: tuple[str, ...], x: np.ndarray, m
         j = int(np.flatnonzero(bad.ravel())[0])
         name = features[j] if len(features) == bad.size else f"x[..., {j}]"
         top = float(np.max(np.abs(x.reshape(len(x), -1)[:, j])))
-        raise ValueError(f"{path}: column {name!r} holds values too large to standardise (up to {top:.3g}): rescale it, "
-                         "e.g. to thousands or millions")
+        raise ValueError(
+            f"{path}: column {name!r} holds values too large to standardise (up to {top:.3g}): rescale it, e.g. to thousands or millions"
+        )
 
 
 def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: bool = True) -> np.ndarray:
@@ -379,9 +413,13 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
         if not rows:
             raise ValueError(f"{path}: no rows")
         if any(len(r) != len(transform.features) for r in rows):
-            raise ValueError(f"{path}: every row must hold the {len(transform.features)} feature values ({', '.join(transform.features)}), no header")
+            raise ValueError(
+                f"{path}: every row must hold the {len(transform.features)} feature values ({', '.join(transform.features)}), no header"
+            )
         cols = list(zip(*rows, strict=True))
         x = np.stack([numeric_column(path, f, [c.strip() for c in cols[i]]) for i, f in enumerate(transform.features)], axis=1)
     if x.ndim < 2 or x.shape[1:] != transform.x_mean.shape:
-        raise ValueError(f"{path}: inputs must have {_row_shape(transform.x_mean.shape)} per row like the training data, got shape {x.shape}")
+        raise ValueError(
+            f"{path}: inputs must have {_row_shape(transform.x_mean.shape)} per row like the training data, got shape {x.shape}"
+        )
     return x

@@ -33,8 +33,7 @@ def _tfds_builder(name: str, tfds_dir: str):
     fmt = getattr(fmt, "value", fmt)
     if fmt not in _RANDOM_ACCESS_FORMATS:
         return None, (
-            f"{name} is prepared there as {fmt}, which tfds.data_source cannot read; "
-            f"prepare it again with --file_format=array_record"
+            f"{name} is prepared there as {fmt}, which tfds.data_source cannot read; prepare it again with --file_format=array_record"
         )
     return builder, ""
 

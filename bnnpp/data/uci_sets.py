@@ -33,8 +33,7 @@ def _uci_folder(name: str, data_dir) -> str:
         env = os.environ.get("BNNPP_DATA_DIR")
         if env is None:
             raise ValueError(
-                f"no UCI data folder: pass data_dir=DIR (CLI: --data-dir DIR) holding {folder}/ (or uci/{folder}/), "
-                "or set BNNPP_DATA_DIR"
+                f"no UCI data folder: pass data_dir=DIR (CLI: --data-dir DIR) holding {folder}/ (or uci/{folder}/), or set BNNPP_DATA_DIR"
             )
         data_dir = env
     elif not isinstance(data_dir, (str, os.PathLike)):
@@ -133,10 +132,22 @@ def uci(
     def ys(rows):
         return ((y[rows] - y_mu) / y_sd).astype(f)
 
-    return _take(Dataset(
-        xs(train), ys(train), xs(test), ys(test), "regression", None, short,
-        xs(val) if val.size else None, ys(val) if val.size else None, y_mu, y_sd,
-    ), shard)
+    return _take(
+        Dataset(
+            xs(train),
+            ys(train),
+            xs(test),
+            ys(test),
+            "regression",
+            None,
+            short,
+            xs(val) if val.size else None,
+            ys(val) if val.size else None,
+            y_mu,
+            y_sd,
+        ),
+        shard,
+    )
 
 
 def _read_split(folder: str, short: str, split: int) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:

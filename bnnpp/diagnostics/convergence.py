@@ -106,8 +106,16 @@ def summary(posterior, x_ref: np.ndarray | None = None, num_ref: int = 20) -> di
         "divergences": posterior.stats.extras.get("divergences"),
     }
     if posterior.num_draws < 4:
-        out.update({"scales": {}, "weights": None, "predictive": None, "max_r_hat": None, "min_ess_bulk": None,
-                    "note": "fewer than 4 draws per chain: R-hat and ESS are undefined"})
+        out.update(
+            {
+                "scales": {},
+                "weights": None,
+                "predictive": None,
+                "max_r_hat": None,
+                "min_ess_bulk": None,
+                "note": "fewer than 4 draws per chain: R-hat and ESS are undefined",
+            }
+        )
         return out
     out["scales"] = _scale_stats(posterior)
     multi = posterior.num_chains >= 2

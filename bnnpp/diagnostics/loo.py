@@ -105,14 +105,18 @@ def loo(posterior) -> Loo:
     """
     if not arviz_compat.is_arviz_data(posterior):
         if not posterior.has_data:
-            raise ValueError("loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True")
+            raise ValueError(
+                "loo needs a log_likelihood group: this posterior was saved without its training data; save with include_data=True"
+            )
         if posterior.num_chains * posterior.num_draws < 2:
             raise ValueError(f"loo of method {posterior.method!r}: {POINT_ESTIMATE_NOTE}")
     idata = _idata(posterior)
     groups = arviz_compat.groups(idata)
     if "log_likelihood" not in groups:
         note = groups["posterior"].attrs.get("bnnpp_no_log_likelihood")
-        raise ValueError(f"loo: {note}" if note else "loo needs a log_likelihood group: build it with Posterior.to_arviz() (training data included)")
+        raise ValueError(
+            f"loo: {note}" if note else "loo needs a log_likelihood group: build it with Posterior.to_arviz() (training data included)"
+        )
     ll = groups["log_likelihood"]
     draws = ll.sizes.get("chain", 1) * ll.sizes.get("draw", 1)
     if draws < 2:
@@ -122,10 +126,17 @@ def loo(posterior) -> Loo:
     k = np.asarray(res.pareto_k)
     bad = int(np.sum(~(k <= 0.7)))  # inf and NaN count as unreliable
     if bad:
-        few = (f"; {draws} draws are too few for Pareto smoothing (an ensemble has one per member): compare such fits on "
-               "held-out data (Prediction.scores)" if draws < LOO_MIN_DRAWS else "")
-        warnings.warn(f"loo: Pareto k̂ > 0.7 for {bad} of {k.size} observations, whose LOO terms are unreliable "
-                      f"(Loo.pareto_k){few}", UserWarning, stacklevel=2)
+        few = (
+            f"; {draws} draws are too few for Pareto smoothing (an ensemble has one per member): compare such fits on "
+            "held-out data (Prediction.scores)"
+            if draws < LOO_MIN_DRAWS
+            else ""
+        )
+        warnings.warn(
+            f"loo: Pareto k̂ > 0.7 for {bad} of {k.size} observations, whose LOO terms are unreliable (Loo.pareto_k){few}",
+            UserWarning,
+            stacklevel=2,
+        )
     return Loo(res.elpd, res.se, res.p_loo, int(k.size), k, res.warning)
 
 
@@ -163,7 +174,9 @@ def compare(posteriors: dict[str, Any]):
     if bad:
         warnings.warn(
             f"compare: Pareto k̂ > 0.7 for {', '.join(bad)}: their LOO estimates are unreliable, and so is the ranking; "
-            "compare such fits on held-out data (Prediction.scores)", UnreliableComparisonWarning, stacklevel=2,
+            "compare such fits on held-out data (Prediction.scores)",
+            UnreliableComparisonWarning,
+            stacklevel=2,
         )
     return table
 

@@ -35,8 +35,12 @@ def reference_check(reference_post, x: np.ndarray, num_ref: int = 20) -> dict:
     s = summary(reference_post, x_ref=np.asarray(x[:num_ref], np.float32))
     r = s["max_r_hat"]
     return {
-        "method": reference_post.method, "num_chains": reference_post.num_chains, "num_draws": reference_post.num_draws,
-        "max_r_hat": r, "min_ess_bulk": s["min_ess_bulk"], "divergences": s["divergences"],
+        "method": reference_post.method,
+        "num_chains": reference_post.num_chains,
+        "num_draws": reference_post.num_draws,
+        "max_r_hat": r,
+        "min_ess_bulk": s["min_ess_bulk"],
+        "divergences": s["divergences"],
         "converged": r is not None and r < RHAT_THRESHOLD,
     }
 
@@ -85,8 +89,13 @@ def reference(post, reference_post, x: np.ndarray, *, check: dict | None = None,
     if p.task == "classification":
         agree = metrics.top1_agreement(p.mean, q.mean)
         tv = metrics.total_variation(p.mean, q.mean)
-        out.update({"agreement": float(agree.mean()), "total_variation": float(tv.mean()),
-                    "per_point": {"agreement": agree.tolist(), "total_variation": tv.tolist()}})
+        out.update(
+            {
+                "agreement": float(agree.mean()),
+                "total_variation": float(tv.mean()),
+                "per_point": {"agreement": agree.tolist(), "total_variation": tv.tolist()},
+            }
+        )
         return out
     if p.likelihood != "gaussian" or q.likelihood != "gaussian" or p.draws.ndim != 2:
         raise ValueError(
@@ -96,9 +105,12 @@ def reference(post, reference_post, x: np.ndarray, *, check: dict | None = None,
     w2 = metrics.wasserstein2(metrics.predictive_quantiles(p.draws, p.noise), metrics.predictive_quantiles(q.draws, q.noise))
     ratio = p.std / q.std
     epi = p.epistemic_std / np.maximum(q.epistemic_std, 1e-12)
-    out.update({
-        "w2": float(w2.mean()), "sd_ratio": float(np.exp(np.mean(np.log(ratio)))),
-        "epistemic_sd_ratio": float(np.exp(np.mean(np.log(np.maximum(epi, 1e-12))))),
-        "per_point": {"w2": w2.tolist(), "sd_ratio": ratio.tolist()},
-    })
+    out.update(
+        {
+            "w2": float(w2.mean()),
+            "sd_ratio": float(np.exp(np.mean(np.log(ratio)))),
+            "epistemic_sd_ratio": float(np.exp(np.mean(np.log(np.maximum(epi, 1e-12))))),
+            "per_point": {"w2": w2.tolist(), "sd_ratio": ratio.tolist()},
+        }
+    )
     return out

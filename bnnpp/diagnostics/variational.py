@@ -19,7 +19,9 @@ from bnnpp.posterior import MeanFieldGaussian, arviz_compat
 def _negative_elbo_trace(posterior) -> np.ndarray:
     trace = posterior.stats.negative_elbo
     if trace is None:
-        raise ValueError(f"method {posterior.method!r} has no loss trace to read as a negative ELBO: ELBO convergence is for variational fits (advi, bbb)")
+        raise ValueError(
+            f"method {posterior.method!r} has no loss trace to read as a negative ELBO: ELBO convergence is for variational fits (advi, bbb)"
+        )
     return np.asarray(trace, np.float64)
 
 

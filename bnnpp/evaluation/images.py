@@ -96,7 +96,6 @@ def evaluation_report(
     return report, figs, per_image
 
 
-
 def evaluate(
     posterior: Posterior,
     x_test: np.ndarray,
@@ -117,9 +116,20 @@ def evaluate(
         ``(report, figures, per_image)``: the report as ``evaluation.json`` holds it
         (:meth:`~bnnpp.records.EvaluationReport.to_json`), file name → Figure, per-image arrays.
     """
-    report, figs, per_image = evaluation_report(posterior, x_test, y_test, ood=ood, num_samples=num_samples, tau=tau, seed=seed,
-                                                batch_size=batch_size, num_images=num_images, figures=figures)
+    report, figs, per_image = evaluation_report(
+        posterior,
+        x_test,
+        y_test,
+        ood=ood,
+        num_samples=num_samples,
+        tau=tau,
+        seed=seed,
+        batch_size=batch_size,
+        num_images=num_images,
+        figures=figures,
+    )
     return report.to_json(), figs, per_image
+
 
 def _test_report(s: dict[str, np.ndarray], predicted: np.ndarray, y_test: np.ndarray, tau: float, num_images: int) -> dict[str, Any]:
     """:func:`evaluate`'s ``test`` entry from the test set's :func:`_uncertainty_scores` ``s`` and
@@ -140,18 +150,29 @@ def _test_report(s: dict[str, np.ndarray], predicted: np.ndarray, y_test: np.nda
         "mean_expected_error_rate": float(s["expected_error_rate"].mean()),
         "mean_variance": float(s["variance"].mean()),
         "sure_but_wrong": [
-            {"index": int(i), "label": int(y_test[i]), "predicted": int(predicted[i]), "expected_error_rate": float(s["expected_error_rate"][i])}
+            {
+                "index": int(i),
+                "label": int(y_test[i]),
+                "predicted": int(predicted[i]),
+                "expected_error_rate": float(s["expected_error_rate"][i]),
+            }
             for i in sure_wrong
         ],
         "lowest_confidence": [
-            {"index": int(i), "label": int(y_test[i]), "predicted": int(predicted[i]), "expected_error_rate": float(s["expected_error_rate"][i])}
+            {
+                "index": int(i),
+                "label": int(y_test[i]),
+                "predicted": int(predicted[i]),
+                "expected_error_rate": float(s["expected_error_rate"][i]),
+            }
             for i in least_confident
         ],
     }
 
 
-def _ood_report(posterior: Posterior, ood: dict[str, np.ndarray], s: dict[str, np.ndarray], draws: int, seed: int,
-                batch_size: int | None, tau: float) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+def _ood_report(
+    posterior: Posterior, ood: dict[str, np.ndarray], s: dict[str, np.ndarray], draws: int, seed: int, batch_size: int | None, tau: float
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """:func:`evaluate`'s ``ood`` entry (per set: size, rejected share, mean entropy and mutual
     information, their AUROC against the test set's scores ``s``) and each set's scores."""
     ood_report, ood_scores = {}, {}
@@ -188,7 +209,11 @@ def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
         figs["ood.png"] = plots.ood_histograms(
             {"entropy": s["entropy"], "mutual information": s["mutual_information"], "max probability": s["mean_probs"].max(-1)},
             {
-                name: {"entropy": so["entropy"], "mutual information": so["mutual_information"], "max probability": so["mean_probs"].max(-1)}
+                name: {
+                    "entropy": so["entropy"],
+                    "mutual information": so["mutual_information"],
+                    "max probability": so["mean_probs"].max(-1),
+                }
                 for name, so in ood_scores.items()
             },
             tau=tau,
@@ -196,8 +221,15 @@ def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     return figs
 
 
-def write_report(out_dir: str | os.PathLike, report: EvaluationReport | dict, figures: dict, per_image: dict | None = None, *,
-                 name: str = "evaluation", markdown=reports.evaluation_markdown) -> list[str]:
+def write_report(
+    out_dir: str | os.PathLike,
+    report: EvaluationReport | dict,
+    figures: dict,
+    per_image: dict | None = None,
+    *,
+    name: str = "evaluation",
+    markdown=reports.evaluation_markdown,
+) -> list[str]:
     """Write ``<name>.json`` (``report``'s JSON, its ``figures`` set to the names written),
     ``<name>.md`` (``markdown(report)``), the figures (PNG) and
     ``<name>.npz`` (the per-image arrays) into ``out_dir``: everything goes to a temporary

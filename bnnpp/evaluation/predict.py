@@ -24,9 +24,7 @@ def check_count(value, name: str) -> int:
 
 def check_tau(tau) -> float:
     """``tau`` as a float; ValueError unless it lies strictly between 0 and 1."""
-    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not (
-        math.isfinite(tau) and 0 < tau < 1
-    ):
+    if isinstance(tau, bool) or not isinstance(tau, (int, float, np.integer, np.floating)) or not (math.isfinite(tau) and 0 < tau < 1):
         raise ValueError(f"tau must be a number in (0, 1) (the default 0.2 rejects max class probability < 0.2), got {tau!r}")
     return float(tau)
 
@@ -99,4 +97,3 @@ def _uncertainty_scores(probs: np.ndarray) -> dict[str, np.ndarray]:
         "entropy": metrics.predictive_entropy(probs),
         "mutual_information": metrics.mutual_information(probs),
     }
-

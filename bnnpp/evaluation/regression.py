@@ -18,8 +18,13 @@ def in_original_units(prediction: Prediction, shift: float = 0.0, scale: float =
         return prediction
     if prediction.likelihood == "poisson":
         raise ValueError("Poisson counts are not standardised: there are no original units to map back to")
-    return Prediction("regression", draws=np.asarray(prediction.draws) * scale + shift, noise=np.asarray(prediction.noise) * scale,
-                      likelihood=prediction.likelihood, df=prediction.df)
+    return Prediction(
+        "regression",
+        draws=np.asarray(prediction.draws) * scale + shift,
+        noise=np.asarray(prediction.noise) * scale,
+        likelihood=prediction.likelihood,
+        df=prediction.df,
+    )
 
 
 def predictive_cdf(prediction: Prediction, y) -> np.ndarray:
@@ -90,6 +95,13 @@ def regression_checks(prediction: Prediction, y, *, level: float = 0.9, levels=C
     mean = np.asarray(prediction.mean, np.float64)
     pit = predictive_cdf(prediction, y)
     levels = np.asarray(levels, np.float64)
-    return {"mean": mean, "lower": lower, "upper": upper, "residual": y - mean, "pit": pit, "level": float(level),
-            "levels": levels, "coverage": central_interval_coverage(pit, levels)}
-
+    return {
+        "mean": mean,
+        "lower": lower,
+        "upper": upper,
+        "residual": y - mean,
+        "pit": pit,
+        "level": float(level),
+        "levels": levels,
+        "coverage": central_interval_coverage(pit, levels),
+    }

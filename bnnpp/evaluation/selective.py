@@ -55,8 +55,11 @@ def selective_prediction(loss, measures: dict[str, np.ndarray], *, score: str = 
         coverage, risk = selective_curve(loss, u)
         values = 1.0 - risk if score == "accuracy" else np.sqrt(risk)
         idx = np.maximum(np.ceil(np.asarray(SELECTIVE_COVERAGES) * len(loss)).astype(int) - 1, 0)
-        out[name] = {"area": float(values.mean()), "at": {f"{100 * c:g}%": float(values[i]) for c, i in zip(SELECTIVE_COVERAGES, idx, strict=True)},
-                     "constant": bool(np.ptp(np.asarray(u, np.float64)) == 0)}
+        out[name] = {
+            "area": float(values.mean()),
+            "at": {f"{100 * c:g}%": float(values[i]) for c, i in zip(SELECTIVE_COVERAGES, idx, strict=True)},
+            "constant": bool(np.ptp(np.asarray(u, np.float64)) == 0),
+        }
     return out
 
 
@@ -74,4 +77,3 @@ def classification_measures(probs_mean: np.ndarray, s: dict[str, np.ndarray]) ->
     """The uncertainty measures selective prediction ranks a classifier's inputs by, from
     :func:`_uncertainty_scores`: entropy, mutual information, 1 − max probability."""
     return {"entropy": s["entropy"], "mutual_information": s["mutual_information"], "1 - max probability": 1.0 - probs_mean.max(-1)}
-

@@ -107,7 +107,15 @@ def shift_report(
         xs = np.asarray(to_inputs(shifted(images, kind, level, seed)), np.float32)
         s = _uncertainty_scores(predict_probs(posterior, xs, num_samples=draws, seed=seed, batch_size=batch_size))
         mean = s["mean_probs"]
-        rows.append({"shift": kind, "level": level, "accuracy": metrics.accuracy(mean, y), "ece": metrics.ece(mean, y),
-                     "nll": metrics.nll(mean, y), "mean_entropy": float(s["entropy"].mean()),
-                     "mean_mutual_information": float(s["mutual_information"].mean())})
+        rows.append(
+            {
+                "shift": kind,
+                "level": level,
+                "accuracy": metrics.accuracy(mean, y),
+                "ece": metrics.ece(mean, y),
+                "nll": metrics.nll(mean, y),
+                "mean_entropy": float(s["entropy"].mean()),
+                "mean_mutual_information": float(s["mutual_information"].mean()),
+            }
+        )
     return rows

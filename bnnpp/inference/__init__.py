@@ -143,8 +143,10 @@ def fit(
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir: the folder the interrupted fit wrote its checkpoints to")
     if resume is None and checkpoint_dir is not None and has_checkpoint(os.fspath(checkpoint_dir)):
-        raise ValueError(f"checkpoint_dir {os.fspath(checkpoint_dir)} holds a checkpoint of an earlier fit: pass resume=True to "
-                         "continue it or resume=False to delete it and start over")
+        raise ValueError(
+            f"checkpoint_dir {os.fspath(checkpoint_dir)} holds a checkpoint of an earlier fit: pass resume=True to "
+            "continue it or resume=False to delete it and start over"
+        )
     resume = bool(resume)
     checkpoint = None
     if checkpoint_dir is not None:
@@ -162,8 +164,21 @@ def fit(
         if not chosen.takes_start:
             raise ValueError(f"method {method!r} cannot start from given values: leave init unset (its build has no start argument)")
         start = start_position(model, x, y, init)
-    posterior = chosen.run(model, x, y, parsed, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                           devices=devices, mesh=mesh, rows=rows, start=start, info=info)
+    posterior = chosen.run(
+        model,
+        x,
+        y,
+        parsed,
+        seed=seed,
+        progress=progress,
+        checkpoint=checkpoint,
+        resume=resume,
+        devices=devices,
+        mesh=mesh,
+        rows=rows,
+        start=start,
+        info=info,
+    )
     warn_if_collapsed(posterior)
     return posterior
 
@@ -189,8 +204,7 @@ def __getattr__(name: str):
     # the module of method "map" was bnnpp.inference.map, which shadowed a builtin
     if name == "map":
         warnings.warn(
-            "bnnpp.inference.map is now bnnpp.inference.map_estimate (method='map' is unchanged); "
-            "the old name goes in the next release",
+            "bnnpp.inference.map is now bnnpp.inference.map_estimate (method='map' is unchanged); the old name goes in the next release",
             DeprecationWarning,
             stacklevel=2,
         )

@@ -45,8 +45,10 @@ class _Info(NamedTuple):
 
 def _plan(step: Callable, state: Any, num_steps: int):
     algorithm = Algorithm(
-        lambda key, data: state, lambda key, s, batch: (lambda out: (out[0], _Info(out[1])))(step(s)),
-        lambda key, s, n: {}, RunSpec(num_steps=num_steps),
+        lambda key, data: state,
+        lambda key, s, batch: (lambda out: (out[0], _Info(out[1])))(step(s)),
+        lambda key, s, n: {},
+        RunSpec(num_steps=num_steps),
     )
     zero = jnp.zeros(2, jnp.uint32)
     plan = runner._plan(algorithm, Keys(zero, zero, zero, zero), 1)
@@ -62,8 +64,9 @@ def lower_guarded(step: Callable, state: Any, num_steps: int, chunk_size: int, c
     return lowered, lambda: runner._lower_chunk(plan, rs, chunk_size, data, "step").compile()
 
 
-def run_chunked(step: Callable, state: Any, num_steps: int, *, progress: bool, desc: str, chunk_size: int | None = None,
-                postfix: Callable | None = None) -> LoopResult:
+def run_chunked(
+    step: Callable, state: Any, num_steps: int, *, progress: bool, desc: str, chunk_size: int | None = None, postfix: Callable | None = None
+) -> LoopResult:
     """Run ``step(state) -> (state, loss)`` ``num_steps`` times in compiled chunks with the
     runner's NaN guard; warns with the step index when training stops early."""
     chunk_size = chunk_size or runner.default_chunk_size(num_steps)
@@ -74,8 +77,17 @@ def run_chunked(step: Callable, state: Any, num_steps: int, *, progress: bool, d
     compile_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     rs, rows, units_run, bad_unit, _ = runner._drive(
-        compiled, recover, rs, data, num_steps, chunk_size, progress=progress, desc=desc,
-        postfix=runner._mean_loss, after_chunk=None, total_steps=lambda u: u,
+        compiled,
+        recover,
+        rs,
+        data,
+        num_steps,
+        chunk_size,
+        progress=progress,
+        desc=desc,
+        postfix=runner._mean_loss,
+        after_chunk=None,
+        total_steps=lambda u: u,
     )
     if bad_unit is not None:
         warnings.warn(

@@ -100,9 +100,7 @@ class SortedTraceELBO(Trace_ELBO):
             guide_lp, guide_trace = compute_log_probs(seed(guide, guide_seed), args, kwargs, param_map)
             if any(site["type"] == "mutable" for site in guide_trace.values()):
                 raise TypeError("advi does not support numpyro.mutable sites in the guide")
-            model_lp, model_trace = compute_log_probs(
-                replay(seed(model, model_seed), guide_trace), args, kwargs, param_map
-            )
+            model_lp, model_trace = compute_log_probs(replay(seed(model, model_seed), guide_trace), args, kwargs, param_map)
             check_model_guide_match(model_trace, guide_trace)
             elbo = jnp.array(0.0)
             for name in sorted(set(model_lp) | set(guide_lp)):
@@ -122,7 +120,9 @@ class ADVIOptions(Options):
     exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("epochs", "num_steps"))
 
     num_steps: int = option(10_000, "optimisation steps", check=positive_int, flag="steps")
-    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
+    epochs: int | None = option(
+        None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int
+    )
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate (the start of the schedule)", check=positive_float)
     schedule: str = schedule_option()
@@ -132,20 +132,26 @@ class ADVIOptions(Options):
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     init_scale: float = option(0.01, "initial sd of the variational factors", check=positive_float)
     init_loc: str = option(
-        "glorot", "initial means: glorot (bnnpp layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites "
+        "glorot",
+        "initial means: glorot (bnnpp layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites "
         "U(±init_radius) on the unconstrained space), uniform (every site U(±init_radius)) or map (a short "
-        "evidence-trained MAP fit of map_steps steps)", choices=("glorot", "uniform", "map"),
+        "evidence-trained MAP fit of map_steps steps)",
+        choices=("glorot", "uniform", "map"),
     )
     map_steps: int = option(5000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
     init_radius: float = option(
-        2.0, "start values uniform in (-r, r) on the unconstrained space (a start near zero lets hierarchical "
-        "scales collapse to a near-linear optimum)", check=positive_float,
+        2.0,
+        "start values uniform in (-r, r) on the unconstrained space (a start near zero lets hierarchical "
+        "scales collapse to a near-linear optimum)",
+        check=positive_float,
     )
     hyperparameters: str = option(
-        "auto", "the sites outside the layers (prior scales, a learned noise sd): variational (factors of q), evidence "
+        "auto",
+        "the sites outside the layers (prior scales, a learned noise sd): variational (factors of q), evidence "
         "(held at the values of an evidence-trained MAP of map_steps steps, which the means also start from; q over "
         "the weights only; guide='normal'), auto (evidence under a hierarchical Normal prior with guide='normal', "
-        "else variational)", choices=("variational", "evidence", "auto"),
+        "else variational)",
+        choices=("variational", "evidence", "auto"),
     )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
@@ -234,7 +240,9 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
         return GuideParameters(params)
 
     return Algorithm(
-        init, step, sample,
+        init,
+        step,
+        sample,
         RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="advi"),
         Hooks(point=point, approximation=approximation, keys=_keys, postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"}),
     )
@@ -303,5 +311,12 @@ def _unpack_loc(guide, params) -> dict:
     return guide._unpack_latent(params[f"{guide.prefix}_loc"])
 
 
-register(Method("advi", ADVIOptions, build=build, summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
-                smoke={"num_steps": 60, "num_samples": 20, "map_steps": 50}))
+register(
+    Method(
+        "advi",
+        ADVIOptions,
+        build=build,
+        summary="mean-field / low-rank / full-rank ADVI (NumPyro SVI + autoguide)",
+        smoke={"num_steps": 60, "num_samples": 20, "map_steps": 50},
+    )
+)

@@ -84,11 +84,19 @@ _find_layers = find_layers  # its name in bnnpp 0.1
 HYPERPARAMETERS = ("variational", "point", "evidence", "auto")
 
 __all__ = [
-    "DEFAULTS", "HYPERPARAMETERS",
-    "BBBInfo", "BBBOptions", "BBBState", "blundell_weights", "build", "conv_preactivations", "dense_preactivations",
-    "gaussian_kl", "kl_weights", "negative_elbo_terms",
+    "DEFAULTS",
+    "HYPERPARAMETERS",
+    "BBBInfo",
+    "BBBOptions",
+    "BBBState",
+    "blundell_weights",
+    "build",
+    "conv_preactivations",
+    "dense_preactivations",
+    "gaussian_kl",
+    "kl_weights",
+    "negative_elbo_terms",
 ]
-
 
 
 def unit_interval(name: str, value) -> None:
@@ -101,7 +109,9 @@ def unit_interval(name: str, value) -> None:
 class BBBOptions(Options):
     """Options of ``method="bbb"`` (see :func:`build`)."""
 
-    refused: ClassVar[dict[str, str]] = {"temperature": "bbb does not take a temperature yet (its closed-form KL is computed outside the tempered log density): fit advi, nuts or sgld for a tempered posterior"}
+    refused: ClassVar[dict[str, str]] = {
+        "temperature": "bbb does not take a temperature yet (its closed-form KL is computed outside the tempered log density): fit advi, nuts or sgld for a tempered posterior"
+    }
 
     exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("optimizer", "rho_lr_factor"), ("num_steps", "epochs"))
 
@@ -112,15 +122,18 @@ class BBBOptions(Options):
     schedule: str = schedule_option()
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate and schedule)", check=optimizer, flag=False)
     rho_lr_factor: float = option(
-        1.0, "the σ's (ρ) step size as a share of the means' (below 1 keeps the σ's from drifting to the prior's wide "
-        "component over long minibatch runs; benchmarks/README.md, mnist_bbb)", check=positive_float,
+        1.0,
+        "the σ's (ρ) step size as a share of the means' (below 1 keeps the σ's from drifting to the prior's wide "
+        "component over long minibatch runs; benchmarks/README.md, mnist_bbb)",
+        check=positive_float,
     )
     num_particles: int = option(1, "Monte-Carlo samples per ELBO estimate", check=positive_int)
     kl: str = option("analytic", "closed-form KL where prior and q are Gaussian, or Monte-Carlo", choices=("analytic", "mc"))
     kl_weighting: str = option("uniform", "KL weight per minibatch: 1/M or 2^(M-i)/(2^M-1)", choices=("uniform", "blundell"))
     estimator: str = option("local", "gradient estimator for dense and conv layers", choices=ESTIMATORS)
     init_loc: str = option(
-        "glorot", "initial variational means: glorot, uniform, or map (a short evidence-trained MAP fit of map_steps steps)",
+        "glorot",
+        "initial variational means: glorot, uniform, or map (a short evidence-trained MAP fit of map_steps steps)",
         choices=("glorot", "uniform", "map"),
     )
     map_steps: int = option(5000, "MAP steps of init_loc='map' and of hyperparameters='evidence'", check=positive_int)
@@ -128,14 +141,17 @@ class BBBOptions(Options):
     init_scale: float = option(0.05, "initial sd of the variational factors", check=positive_float)
     learn_prior: bool = option(False, "train the scale mixture's pi, sigma1, sigma2", check=boolean)
     kl_warmup: float = option(
-        0.0, "share of the steps over which the KL weight rises linearly from 0 to 1 (KL annealing; 0: none)",
+        0.0,
+        "share of the steps over which the KL weight rises linearly from 0 to 1 (KL annealing; 0: none)",
         check=unit_interval,
     )
     hyperparameters: str = option(
-        "auto", "the sites outside the layers (prior scales, a learned noise sd): variational (a Gaussian factor each), "
+        "auto",
+        "the sites outside the layers (prior scales, a learned noise sd): variational (a Gaussian factor each), "
         "point (point estimates on the ELBO; q over the weights only), evidence (held at the values of an "
         "evidence-trained MAP of map_steps steps, which the means also start from; q over the weights only), auto "
-        "(evidence under a hierarchical Normal prior, else variational)", choices=HYPERPARAMETERS,
+        "(evidence under a hierarchical Normal prior, else variational)",
+        choices=HYPERPARAMETERS,
     )
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
@@ -186,8 +202,8 @@ def hierarchical_normal(layers: dict) -> bool:
     away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
     half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
     kinds = [lay["prior"] for lay in layers.values()]
-    return bool(kinds) and all(getattr(p, "kind", None) == "normal" for p in kinds) and any(
-        getattr(p, "hierarchical", False) for p in kinds
+    return (
+        bool(kinds) and all(getattr(p, "kind", None) == "normal" for p in kinds) and any(getattr(p, "hierarchical", False) for p in kinds)
     )
 
 
@@ -221,8 +237,6 @@ def _sigma(rho: dict, point: tuple) -> dict:
 
 def _softplus_inv(y: float) -> float:
     return float(y + math.log(-math.expm1(-y)))
-
-
 
 
 # --------------------------------------------------------------------------------------
@@ -331,9 +345,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             if options.init_loc == "glorot" and name in layer_sites:
                 layer, part = layer_sites[name]
                 lim = math.sqrt(6.0 / (layers[layer]["fan_in"] + layers[layer]["fan_out"]))
-                loc[name] = (
-                    jax.random.uniform(keys[name], info.shape, minval=-lim, maxval=lim) if part == 0 else jnp.zeros(info.shape)
-                )
+                loc[name] = jax.random.uniform(keys[name], info.shape, minval=-lim, maxval=lim) if part == 0 else jnp.zeros(info.shape)
             else:
                 r = options.init_radius
                 loc[name] = jax.random.uniform(keys[name], info.shape, minval=-r, maxval=r)
@@ -353,7 +365,15 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
 
     def particle(params, key, xb, yb, kl_weight):
         nll, kl = negative_elbo_terms(
-            model, params, key, xb, yb, generic=generic, estimator=options.estimator, kl=options.kl, lik_scale=lik_scale,
+            model,
+            params,
+            key,
+            xb,
+            yb,
+            generic=generic,
+            estimator=options.estimator,
+            kl=options.kl,
+            lik_scale=lik_scale,
             point=point,
         )
         return nll + kl_weight * kl, (nll, kl)
@@ -384,7 +404,9 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         def one(k):
             k_u, k_m = jax.random.split(k)
             uk = jax.random.split(k_u, len(sites))
-            u = {nm: params["loc"][nm] + sigma[nm] * jax.random.normal(ki, params["loc"][nm].shape) for nm, ki in zip(sites, uk, strict=True)}
+            u = {
+                nm: params["loc"][nm] + sigma[nm] * jax.random.normal(ki, params["loc"][nm].shape) for nm, ki in zip(sites, uk, strict=True)
+            }
             return constrained_values(model, u, x1, y1, k_m, sites)
 
         return jax.vmap(one)(jax.random.split(key, num_samples))
@@ -398,28 +420,38 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
                 f"bbb under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) under-states how the "
                 "predictive sd grows away from the training inputs (its mean-field q; benchmarks/README.md, small regression "
                 "data): for uncertainty outside the data fit method='nuts' or method='ensemble'",
-                UserWarning, stacklevel=2,
+                UserWarning,
+                stacklevel=2,
             )
         if "prior" not in state.params:
             return {}
         pp = state.params["prior"]
-        return {"learned_prior": {
-            "pi": float(1 / (1 + np.exp(-pp["pi_logit"]))), "sigma1": float(np.exp(pp["log_sigma1"])),
-            "sigma2": float(np.exp(pp["log_sigma2"])),
-        }}
+        return {
+            "learned_prior": {
+                "pi": float(1 / (1 + np.exp(-pp["pi_logit"]))),
+                "sigma1": float(np.exp(pp["log_sigma1"])),
+                "sigma2": float(np.exp(pp["log_sigma2"])),
+            }
+        }
 
     def postfix(info):
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample,
+        init,
+        step,
+        sample,
         RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="bbb"),
         Hooks(point=lambda state: state.params["loc"], approximation=approximation, extras=extras, postfix=postfix),
     )
 
 
-register(Method(
-    "bbb", BBBOptions, build=build,
-    summary="Bayes by Backprop: mean-field Gaussian, softplus σ, minibatch KL weighting, local/Flipout estimators",
-    smoke={"epochs": 60, "num_samples": 20, "map_steps": 50},
-))
+register(
+    Method(
+        "bbb",
+        BBBOptions,
+        build=build,
+        summary="Bayes by Backprop: mean-field Gaussian, softplus σ, minibatch KL weighting, local/Flipout estimators",
+        smoke={"epochs": 60, "num_samples": 20, "map_steps": 50},
+    )
+)

@@ -36,8 +36,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Checkpointer", "Checkpointing", "TrainingInterrupted", "describe_model", "differences", "fingerprint", "interruptible",
-           "remove"]
+__all__ = [
+    "Checkpointer",
+    "Checkpointing",
+    "TrainingInterrupted",
+    "describe_model",
+    "differences",
+    "fingerprint",
+    "interruptible",
+    "remove",
+]
 
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
 """The shell's exit status for a process stopped by each signal (128 + signal number)."""
@@ -166,7 +174,9 @@ def differences(stored: dict, current: dict) -> str:
         if k == "data":
             shown.append("data: another data set (its SHA-256 differs)")
         else:
-            shown.append(f"{k}: {_short(a.get(k)) if k in a else 'absent'} in the checkpoint, {_short(b.get(k)) if k in b else 'absent'} now")
+            shown.append(
+                f"{k}: {_short(a.get(k)) if k in a else 'absent'} in the checkpoint, {_short(b.get(k)) if k in b else 'absent'} now"
+            )
     if len(keys) > 3:
         shown.append(f"and {len(keys) - 3} more")
     return "; ".join(shown)
@@ -248,15 +258,21 @@ class Checkpointer:
         state_saved, state_layout = _leaves("state", jax.device_get(rs))
         rows_saved, rows_layout = _leaves("rows", rows) if rows is not None else ({}, [])
         meta = {
-            "fingerprint": self.fingerprint, "step": int(step), "next_unit": int(next_unit), "state_layout": state_layout,
-            "rows_layout": rows_layout, "has_rows": rows is not None, "val_log": [[int(s), float(e)] for s, e in val_log],
+            "fingerprint": self.fingerprint,
+            "step": int(step),
+            "next_unit": int(next_unit),
+            "state_layout": state_layout,
+            "rows_layout": rows_layout,
+            "has_rows": rows is not None,
+            "val_log": [[int(s), float(e)] for s, e in val_log],
         }
         arrays = {**state_saved, **rows_saved, "step": np.int64(step)}
         meta["digest"] = _digest(meta, arrays)
         ocp = self._ocp
         try:
-            self._manager.save(int(step), args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)),
-                               force=True)
+            self._manager.save(
+                int(step), args=ocp.args.Composite(arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True
+            )
             self._manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001  (a full disk, a folder gone read-only: orbax raises several types)
             self._manager_ = None  # a fresh manager for the next save
@@ -292,9 +308,7 @@ class Checkpointer:
         ocp = self._ocp
         step = self.latest()
         try:
-            restored = self._manager.restore(
-                step, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore())
-            )
+            restored = self._manager.restore(step, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
         except Exception as e:  # orbax raises many types for a damaged folder
             raise ValueError(f"cannot read the checkpoint in {self.directory} ({type(e).__name__}: {e}); delete it to start over") from None
         meta, arrays = restored["meta"], restored["arrays"]
@@ -307,13 +321,17 @@ class Checkpointer:
         if _digest(meta, arrays) != meta["digest"]:
             raise ValueError(f"the checkpoint {where} was edited or damaged (its checksum does not match): delete the folder to start over")
         if int(meta.get("step", -1)) != int(step) or int(np.asarray(arrays.get("step", -1))) != int(step):
-            raise ValueError(f"the checkpoint {where} is inconsistent (its folder, metadata and arrays name different steps): "
-                             "delete the folder to start over")
+            raise ValueError(
+                f"the checkpoint {where} is inconsistent (its folder, metadata and arrays name different steps): "
+                "delete the folder to start over"
+            )
         theirs = meta.get("fingerprint") or {}
         if json.dumps(theirs, sort_keys=True) != json.dumps(self.fingerprint, sort_keys=True):
             if "model" in self.fingerprint and "model" not in theirs:
-                raise ValueError(f"the checkpoint in {self.directory} does not record its model (an older bnnpp): "
-                                 "it cannot be checked against this fit; delete the folder to start over")
+                raise ValueError(
+                    f"the checkpoint in {self.directory} does not record its model (an older bnnpp): "
+                    "it cannot be checked against this fit; delete the folder to start over"
+                )
             raise ValueError(
                 f"the checkpoint in {self.directory} is from another fit ({differences(theirs, self.fingerprint)}): "
                 "resume with the same model, method, options, seed and data, or delete the folder to start over"

@@ -57,8 +57,7 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError("classification labels must be integers 0..num_classes-1")
         if y.min() < 0 or y.max() >= k:
             raise ValueError(
-                f"labels must lie in [0, {k}) for num_classes={k}, got range [{y.min()}, {y.max()}]; "
-                "re-code the labels or set num_classes"
+                f"labels must lie in [0, {k}) for num_classes={k}, got range [{y.min()}, {y.max()}]; re-code the labels or set num_classes"
             )
         return x, y.astype(np.int32)
     if likelihood == "poisson" and (np.any(y < 0) or np.any(y != np.round(y))):

@@ -65,13 +65,27 @@ INITIAL_STEP_SIZE = 0.1
 class CheesOptions(ManyChainOptions):
     """Options of ``method="chees"`` (module docstring)."""
 
-    target_accept_prob: float = option(0.651, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
+    target_accept_prob: float = option(
+        0.651,
+        "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)",
+        check=fraction(low_open=True, high_open=True),
+    )
     max_leapfrog_steps: int = option(256, "most leapfrog steps of one transition (caps the trajectory length)", check=positive_int)
-    min_trajectory_length: float = option(1.5707963, "chees: floor on the trajectory length T (a transition runs h*T, h in (0, 1) quasi-random) in the mass matrix's whitened units; default pi/2, a quarter period of a unit-variance direction", check=positive_float)
-    mass_matrix: str = option("diagonal", "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity", choices=("diagonal", "identity"))
+    min_trajectory_length: float = option(
+        1.5707963,
+        "chees: floor on the trajectory length T (a transition runs h*T, h in (0, 1) quasi-random) in the mass matrix's whitened units; default pi/2, a quarter period of a unit-variance direction",
+        check=positive_float,
+    )
+    mass_matrix: str = option(
+        "diagonal",
+        "inverse mass matrix: diagonal (estimated over the second half of the warm-up) or identity",
+        choices=("diagonal", "identity"),
+    )
 
-    refused: ClassVar[dict[str, str]] = {"epochs": "chees is not trained in epochs (every step uses all the data): pass num_steps "
-                                         "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
+    refused: ClassVar[dict[str, str]] = {
+        "epochs": "chees is not trained in epochs (every step uses all the data): pass num_steps "
+        "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"
+    }
 
 
 def sampler(options: CheesOptions) -> Sampler:
@@ -97,8 +111,11 @@ def sampler(options: CheesOptions) -> Sampler:
         # after warm-up: the moving averages (a fit without warm-up keeps the first values)
         tuned = tuning.step > 1
         eps_avg = jnp.where(tuned, jnp.exp(tuning.log_step_size_moving_average), tuning.step_size)
-        steps_avg = jnp.where(tuned, jnp.exp(tuning.log_trajectory_length_moving_average - tuning.log_step_size_moving_average),
-                              tuning.trajectory_length / tuning.step_size)
+        steps_avg = jnp.where(
+            tuned,
+            jnp.exp(tuning.log_trajectory_length_moving_average - tuning.log_step_size_moving_average),
+            tuning.trajectory_length / tuning.step_size,
+        )
         eps = jnp.where(warm, tuning.step_size, eps_avg)
         steps = jnp.where(warm, tuning.trajectory_length / tuning.step_size, steps_avg)
         # the floor acts on the trajectory used, not on the criterion's state (BlackJAX's length floor does the same)
@@ -110,15 +127,26 @@ def sampler(options: CheesOptions) -> Sampler:
     def tune(tuning, old, new, info, imm, t):
         # flattened to (chains, D): BlackJAX's cross-chain means assume one-dimensional leaves
         flat = jax.vmap(lambda u: ravel_pytree(u)[0])
-        return update(tuning, flat(info.proposal.position), flat(info.proposal.momentum), flat(old.position),
-                      info.acceptance_rate, info.is_divergent, imm)
+        return update(
+            tuning,
+            flat(info.proposal.position),
+            flat(info.proposal.momentum),
+            flat(old.position),
+            info.acceptance_rate,
+            info.is_divergent,
+            imm,
+        )
 
     warmup = int(options.num_warmup)
     window = (warmup // 2, warmup) if options.mass_matrix == "diagonal" else (0, 0)
     return Sampler(
         init_chain=lambda u, logdensity: dynamic_hmc.init(u, logdensity, jnp.zeros((), jnp.int32)),
         init_tuning=lambda: init_tuning(jnp.zeros((), jnp.int32), jnp.float32(INITIAL_STEP_SIZE)),
-        params=params, kernel=run_kernel, update=tune, window=window, threshold=64.0,
+        params=params,
+        kernel=run_kernel,
+        update=tune,
+        window=window,
+        threshold=64.0,
     )
 
 
@@ -133,6 +161,12 @@ def build(model, x, y, options: CheesOptions) -> Algorithm:
     return build_many_chain(model, x, y, options, sampler(options), name="chees")
 
 
-register(Method("chees", CheesOptions, build=build,
-                summary="ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
-                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"}))
+register(
+    Method(
+        "chees",
+        CheesOptions,
+        build=build,
+        summary="ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
+        smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
+    )
+)

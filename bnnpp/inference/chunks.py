@@ -176,8 +176,12 @@ def _local_minibatch(plan: _Plan, t, perm, data):
         return (perm, *(a[idx] for a in arrays))
 
     split = jax.sharding.PartitionSpec("data")
-    out = jax.shard_map(per_device, mesh=plan.local, in_specs=(jax.sharding.PartitionSpec(), split, split, *[split] * len(leaves)),
-                        out_specs=(split,) * (1 + len(leaves)))(t, jnp.arange(d, dtype=jnp.int32), perm, *leaves)
+    out = jax.shard_map(
+        per_device,
+        mesh=plan.local,
+        in_specs=(jax.sharding.PartitionSpec(), split, split, *[split] * len(leaves)),
+        out_specs=(split,) * (1 + len(leaves)),
+    )(t, jnp.arange(d, dtype=jnp.int32), perm, *leaves)
     return jax.tree_util.tree_unflatten(tree, list(out[1:])), out[0]
 
 
@@ -297,8 +301,9 @@ def _members_in_turn(plan: _Plan, carry, start, data, chunk_size: int, num_units
         m, state = args
         step = lambda key, st, batch: algorithm.hooks.member_step(jax.random.fold_in(key, m), st, batch)
         member_plan = plan._replace(algorithm=algorithm._replace(step=step))
-        (r, halted, bad), rows = _scan_units(member_plan, (rs._replace(state=state), stopped, bad_unit), start, data,
-                                             chunk_size, num_units, member_rows, "loss")
+        (r, halted, bad), rows = _scan_units(
+            member_plan, (rs._replace(state=state), stopped, bad_unit), start, data, chunk_size, num_units, member_rows, "loss"
+        )
         return r.state, r.t, r.perm, rows, halted, jnp.where(halted, bad, jnp.iinfo(jnp.int32).max)
 
     members = jnp.arange(algorithm.run.num_chains, dtype=jnp.int32)
@@ -358,6 +363,7 @@ def _trace(algorithm: Algorithm, root, x, y, guard: bool):
         last = jnp.where(stopped_at >= 0, stopped_at, num_units - 1)
         last_info = jax.tree_util.tree_map(lambda a: a[last], info)
     else:
+
         def body(rs, index):
             rs, row, _ = _unit(plan, rs, index, data)
             return rs, row

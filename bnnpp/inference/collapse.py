@@ -35,8 +35,19 @@ import warnings
 import numpy as np
 
 __all__ = [
-    "SMALL_DATA_ROWS", "COLLAPSE_NEIGHBOUR_RATIO", "COLLAPSE_NOISE_RATIO", "OVERFIT_RATIO", "GROWTH_RATIO", "CollapseWarning", "OverconfidenceWarning",
-    "collapse_message", "local_linear_noise_sd", "neighbour_noise_sd", "outside_growth", "overconfidence_message", "warn_if_collapsed",
+    "SMALL_DATA_ROWS",
+    "COLLAPSE_NEIGHBOUR_RATIO",
+    "COLLAPSE_NOISE_RATIO",
+    "OVERFIT_RATIO",
+    "GROWTH_RATIO",
+    "CollapseWarning",
+    "OverconfidenceWarning",
+    "collapse_message",
+    "local_linear_noise_sd",
+    "neighbour_noise_sd",
+    "outside_growth",
+    "overconfidence_message",
+    "warn_if_collapsed",
 ]
 
 COLLAPSE_NOISE_RATIO = 0.7
@@ -155,8 +166,14 @@ def _training_fit(posterior) -> dict | None:
         return None
     noise2 = float(np.mean(np.asarray(pred.noise, np.float64) ** 2))
     spread_of_mean = float(np.mean(np.asarray(pred.draws, np.float64).var(axis=0))) if getattr(pred, "draws", None) is not None else 0.0
-    return {"x": x, "y": y, "noise": float(np.sqrt(noise2)), "sd": float(np.sqrt(noise2 + spread_of_mean)),
-            "r2": 1.0 - float(np.sum((y - pred.mean) ** 2)) / spread, "target_sd": float(np.sqrt(spread / y.size))}
+    return {
+        "x": x,
+        "y": y,
+        "noise": float(np.sqrt(noise2)),
+        "sd": float(np.sqrt(noise2 + spread_of_mean)),
+        "r2": 1.0 - float(np.sum((y - pred.mean) ** 2)) / spread,
+        "target_sd": float(np.sqrt(spread / y.size)),
+    }
 
 
 def _fix(posterior, collapsed: bool = False) -> str:

@@ -77,13 +77,24 @@ class EnsembleOptions(Options):
 
     members: int = option(5, "ensemble members M (independent MAP fits, trained as one program)", check=positive_int)
     num_steps: int = option(5_000, "optimisation steps of every member", check=positive_int, flag="steps")
-    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
+    epochs: int | None = option(
+        None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int
+    )
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
     init_loc: str = init_loc_option("auto_wide")
-    init_radius: float = option(2.0, "members start uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot), each from its own key", check=positive_float)
-    members_per_batch: int | None = option(None, "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)", check=optional(positive_int), type=int)
+    init_radius: float = option(
+        2.0,
+        "members start uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot), each from its own key",
+        check=positive_float,
+    )
+    members_per_batch: int | None = option(
+        None,
+        "members stepped at once (vmapped); the rest in a loop inside the same program (None: all at once)",
+        check=optional(positive_int),
+        type=int,
+    )
     layout: str = option(
         "auto",
         "vmap: every step updates all members at once; in_turn: each compiled chunk runs member 0's steps, then member 1's, ... "
@@ -91,7 +102,11 @@ class EnsembleOptions(Options):
         "exceeds 20 MiB, else vmap",
         choices=("auto", "vmap", "in_turn"),
     )
-    adversarial_epsilon: float = option(0.0, "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)", check=fraction(0.0, float("inf"), low_open=False, high_open=True))
+    adversarial_epsilon: float = option(
+        0.0,
+        "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)",
+        check=fraction(0.0, float("inf"), low_open=False, high_open=True),
+    )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
 
@@ -147,8 +162,17 @@ def map_options(options, **overrides) -> MAPOptions:
 
 
 # over 80 lines: 32 of them the docstring; the rest closures over one model and the options
-def vmapped_map(model, x, y, options: MAPOptions, members: int, *, adversarial_epsilon: float = 0.0,
-                members_per_batch: int | None = None, start: dict | None = None):
+def vmapped_map(
+    model,
+    x,
+    y,
+    options: MAPOptions,
+    members: int,
+    *,
+    adversarial_epsilon: float = 0.0,
+    members_per_batch: int | None = None,
+    start: dict | None = None,
+):
     """MAP's ``init``/``step``/``sample`` for ``members`` fits side by side.
 
     ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
@@ -245,8 +269,14 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     members = options.members
     num_steps = options.steps_for(x.shape[0])
     init, vstep, modes, _, one_step = vmapped_map(
-        model, x, y, map_options(options, num_steps=num_steps), members, adversarial_epsilon=options.adversarial_epsilon,
-        members_per_batch=options.members_per_batch, start=start,
+        model,
+        x,
+        y,
+        map_options(options, num_steps=num_steps),
+        members,
+        adversarial_epsilon=options.adversarial_epsilon,
+        members_per_batch=options.members_per_batch,
+        start=start,
     )
     params = sum(math.prod(s.shape) for s in latent_sites(model, x, y).values())
     layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)
@@ -263,7 +293,9 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v[:, None], (v.shape[0], num_samples, *v.shape[1:])), modes(state))
 
     return Algorithm(
-        init, step, sample,
+        init,
+        step,
+        sample,
         RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name=f"ensemble ({members})", num_chains=members),
         Hooks(
             extras=lambda state: {"members": members},  # the runner adds "layout"
@@ -273,5 +305,12 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     )
 
 
-register(Method("ensemble", EnsembleOptions, build=build, summary="deep ensemble: M MAP fits trained as one compiled program (Lakshminarayanan et al. 2017)",
-                smoke={"num_steps": 60, "members": 3}))
+register(
+    Method(
+        "ensemble",
+        EnsembleOptions,
+        build=build,
+        summary="deep ensemble: M MAP fits trained as one compiled program (Lakshminarayanan et al. 2017)",
+        smoke={"num_steps": 60, "members": 3},
+    )
+)

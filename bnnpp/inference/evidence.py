@@ -92,9 +92,7 @@ def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
     if not layers or not hyper:
         if required:
             why = "has no bnnpp layer with latent weights and bias" if not layers else "has no prior scale or noise site to learn"
-            raise ValueError(
-                f"hyperparameters='evidence': the model {why}; use hyperparameters='map' (or 'auto', which falls back to it)"
-            )
+            raise ValueError(f"hyperparameters='evidence': the model {why}; use hyperparameters='map' (or 'auto', which falls back to it)")
         return None
     size = sum(int(np.prod(sites[k].shape)) for k in weights)
     return EvidencePlan(layers, weights, hyper, "full" if size <= FULL_LIMIT else "diag")

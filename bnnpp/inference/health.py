@@ -37,8 +37,18 @@ from bnnpp.inference.joint import gaussian_log_weights
 from bnnpp.posterior import MeanFieldGaussian
 
 __all__ = [
-    "FALLING_SHARE", "KHAT_THRESHOLD", "MCMC_METHODS", "RHAT_THRESHOLD", "FitHealthWarning", "check", "mcmc_rhat",
-    "pareto_khat", "split_rhat", "still_falling", "vi_khat", "warn",
+    "FALLING_SHARE",
+    "KHAT_THRESHOLD",
+    "MCMC_METHODS",
+    "RHAT_THRESHOLD",
+    "FitHealthWarning",
+    "check",
+    "mcmc_rhat",
+    "pareto_khat",
+    "split_rhat",
+    "still_falling",
+    "vi_khat",
+    "warn",
 ]
 
 FALLING_SHARE = 0.04
@@ -177,8 +187,7 @@ def mcmc_rhat(posterior) -> dict | None:
     if posterior.stats.method not in MCMC_METHODS or posterior.num_chains < 2 or posterior.num_draws < 4:
         return None
     values: list[tuple[str, np.ndarray]] = [
-        (name, split_rhat(v)) for name, v in posterior.samples.items()
-        if name.endswith((".scale", ".variance")) or name == "noise"
+        (name, split_rhat(v)) for name, v in posterior.samples.items() if name.endswith((".scale", ".variance")) or name == "noise"
     ]
     if posterior.model is not None and posterior.has_data:
         try:
@@ -194,8 +203,12 @@ def mcmc_rhat(posterior) -> dict | None:
     if not finite:
         return None
     where, worst = max(((name, float(r.max())) for name, r in finite), key=lambda t: t[1])
-    return {"max_r_hat": worst, "where": where, "above": int(sum((r > RHAT_THRESHOLD).sum() for _, r in finite)),
-            "checked": int(sum(r.size for _, r in finite))}
+    return {
+        "max_r_hat": worst,
+        "where": where,
+        "above": int(sum((r > RHAT_THRESHOLD).sum() for _, r in finite)),
+        "checked": int(sum(r.size for _, r in finite)),
+    }
 
 
 def vi_khat(posterior, seed: int = 0) -> float | None:

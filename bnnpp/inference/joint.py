@@ -21,7 +21,18 @@ from numpyro.distributions.transforms import biject_to
 
 from bnnpp.introspection import latent_trace
 
-__all__ = ["constrained_values", "gaussian_log_weights", "glorot_limits", "init_glorot", "init_start", "init_uniform", "joint_terms", "latent_trace", "log_likelihood", "site_log_prior"]
+__all__ = [
+    "constrained_values",
+    "gaussian_log_weights",
+    "glorot_limits",
+    "init_glorot",
+    "init_start",
+    "init_uniform",
+    "joint_terms",
+    "latent_trace",
+    "log_likelihood",
+    "site_log_prior",
+]
 
 
 def _site_log_prob(site) -> jnp.ndarray:
@@ -76,7 +87,9 @@ def init_uniform(shapes: dict[str, tuple[int, ...]], key, radius: float) -> dict
     return init_glorot(shapes, key, radius, {}, frozenset())
 
 
-def init_glorot(shapes: dict[str, tuple[int, ...]], key, radius: float, limits: dict[str, float], biases: frozenset) -> dict[str, jnp.ndarray]:
+def init_glorot(
+    shapes: dict[str, tuple[int, ...]], key, radius: float, limits: dict[str, float], biases: frozenset
+) -> dict[str, jnp.ndarray]:
     """Unconstrained start values as :func:`init_uniform`, except the weights of the network's
     layers, U(±limit) with ``limits[site] = sqrt(6 / (fan_in + fan_out))`` (Glorot & Bengio
     2010, eq. 16), and their biases, 0 (the sites in ``biases``). The same keys as
@@ -113,12 +126,17 @@ def init_start(init_loc: str, layers: dict):
 
     Every other site (prior scales, noise, sites outside bnnpp layers) starts U(±radius); the
     keys are :func:`init_uniform`'s in every case."""
+
     def hierarchical(layer):
         return bool(getattr(layer.get("prior"), "hierarchical", False))
 
-    per_layer = {"glorot": lambda lay: "glorot", "fan_in": lambda lay: "fan_in", "uniform": lambda lay: "uniform",
-                 "auto": lambda lay: "fan_in" if hierarchical(lay) else "glorot",
-                 "auto_wide": lambda lay: "uniform" if hierarchical(lay) else "glorot"}
+    per_layer = {
+        "glorot": lambda lay: "glorot",
+        "fan_in": lambda lay: "fan_in",
+        "uniform": lambda lay: "uniform",
+        "auto": lambda lay: "fan_in" if hierarchical(lay) else "glorot",
+        "auto_wide": lambda lay: "uniform" if hierarchical(lay) else "glorot",
+    }
     if init_loc not in per_layer:
         raise ValueError(f"unknown init_loc {init_loc!r}; choose one of {', '.join(per_layer)}")
     kinds = {name: per_layer[init_loc](lay) for name, lay in layers.items()}

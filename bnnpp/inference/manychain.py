@@ -60,15 +60,25 @@ def default_num_chains() -> int:
 class ManyChainOptions(Options):
     """The options the many-chain samplers (chees, mclmc) share: chains, lengths, starts."""
 
-    num_chains: int | None = option(None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int)
+    num_chains: int | None = option(
+        None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int
+    )
     num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
-    num_steps: int | None = option(None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
-    init_loc: str = option("uniform", "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)", choices=INITS)
+    num_steps: int | None = option(
+        None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int
+    )
+    init_loc: str = option(
+        "uniform",
+        "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)",
+        choices=INITS,
+    )
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
     pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
-    noncentered: bool = option(True, "chees, mclmc: sample location-scale weights as loc + scale * z (non-centred; false: the weights themselves)", check=boolean)
+    noncentered: bool = option(
+        True, "chees, mclmc: sample location-scale weights as loc + scale * z (non-centred; false: the weights themselves)", check=boolean
+    )
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
@@ -219,17 +229,24 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
     def init(key, data):
         logdensity = lambda u: joint(u, data)
         if options.init_loc == "pathfinder":
-            u0 = starts(logdensity, key, shapes, num_chains, num_paths=min(int(options.pathfinder_paths), num_chains),
-                        radius=float(options.init_radius), maxiter=int(options.pathfinder_maxiter))
+            u0 = starts(
+                logdensity,
+                key,
+                shapes,
+                num_chains,
+                num_paths=min(int(options.pathfinder_paths), num_chains),
+                radius=float(options.init_radius),
+                maxiter=int(options.pathfinder_maxiter),
+            )
         else:
             u0 = jax.vmap(lambda k: init_uniform(shapes, k, float(options.init_radius)))(jax.random.split(key, num_chains))
         chains = jax.vmap(lambda u: sampler.init_chain(u, logdensity))(u0)
         zeros = jnp.zeros((num_chains,), jnp.float32)
-        last = ChainStats(zeros, jnp.zeros((num_chains,), bool), zeros, jnp.zeros((num_chains,), jnp.int32), -chains.logdensity,
-                          chains.logdensity)
+        last = ChainStats(
+            zeros, jnp.zeros((num_chains,), bool), zeros, jnp.zeros((num_chains,), jnp.int32), -chains.logdensity, chains.logdensity
+        )
         moments = Moments(jnp.zeros(()), jnp.zeros((dim,)), jnp.zeros((dim,)))
-        return ManyChainState(chains, sampler.init_tuning(), moments, last, jnp.zeros((num_chains,), jnp.int32),
-                              jnp.zeros((), jnp.int32))
+        return ManyChainState(chains, sampler.init_tuning(), moments, last, jnp.zeros((num_chains,), jnp.int32), jnp.zeros((), jnp.int32))
 
     def step(key, state, batch):
         logdensity = lambda u: joint(u, batch)
@@ -246,10 +263,13 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         moments = jax.tree.map(lambda a, b: jnp.where(in_window, a, b), merge_moments(state.moments, flat), state.moments)
         diverging = info.is_divergent
         last = ChainStats(
-            info.acceptance_rate.astype(jnp.float32), diverging, jnp.full((num_chains,), step_size, jnp.float32),
+            info.acceptance_rate.astype(jnp.float32),
+            diverging,
+            jnp.full((num_chains,), step_size, jnp.float32),
             jnp.asarray(info.num_integration_steps, jnp.int32) * jnp.ones((num_chains,), jnp.int32),
             # a diverging proposal's energy can be inf, which the runner's guard would read as a broken state
-            jnp.nan_to_num(jnp.asarray(info.energy, jnp.float32), nan=MAX_ENERGY, posinf=MAX_ENERGY, neginf=-MAX_ENERGY), chains.logdensity,
+            jnp.nan_to_num(jnp.asarray(info.energy, jnp.float32), nan=MAX_ENERGY, posinf=MAX_ENERGY, neginf=-MAX_ENERGY),
+            chains.logdensity,
         )
         divergences = state.divergences + (diverging & ~warm).astype(jnp.int32)
         new = ManyChainState(chains, tuning, moments, last, divergences, t + 1)
@@ -269,18 +289,30 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         per_chain = [int(v) for v in np.asarray(state.divergences)]
         imm = np.asarray(inverse_mass_matrix(state.moments, sampler.threshold))
         return {
-            "divergences": sum(per_chain), "divergences_per_chain": per_chain,
+            "divergences": sum(per_chain),
+            "divergences_per_chain": per_chain,
             "step_size": float(np.asarray(state.last.step_size)[0]),
             "mean_n_steps": float(np.mean(np.asarray(state.last.n_steps))),
             "mass_matrix": "diagonal" if float(np.asarray(state.moments.count)) >= sampler.threshold else "identity",
             "inverse_mass_matrix_range": [float(imm.min()), float(imm.max())],
-            "num_parameters": dim, "start": options.init_loc,
+            "num_parameters": dim,
+            "start": options.init_loc,
         }
 
     return Algorithm(
-        init, step, sample,
-        RunSpec(num_steps=num_warmup + num_samples, num_samples=num_chains, name=name, num_chains=num_chains,
-                emit=emit, emit_steps=np.arange(num_warmup, num_warmup + num_samples)),
-        Hooks(extras=extras, postfix=lambda info: {
-            "accept": f"{float(np.mean(info.acceptance_rate)):.2f}", "step": f"{float(np.mean(info.step_size)):.3g}"}),
+        init,
+        step,
+        sample,
+        RunSpec(
+            num_steps=num_warmup + num_samples,
+            num_samples=num_chains,
+            name=name,
+            num_chains=num_chains,
+            emit=emit,
+            emit_steps=np.arange(num_warmup, num_warmup + num_samples),
+        ),
+        Hooks(
+            extras=extras,
+            postfix=lambda info: {"accept": f"{float(np.mean(info.acceptance_rate)):.2f}", "step": f"{float(np.mean(info.step_size)):.3g}"},
+        ),
     )

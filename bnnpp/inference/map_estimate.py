@@ -40,8 +40,7 @@ from bnnpp.inference.options import (
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
 
-__all__ = [
-    "DEFAULTS","MAPInfo", "MAPOptions", "MAPState", "build"]
+__all__ = ["DEFAULTS", "MAPInfo", "MAPOptions", "MAPState", "build"]
 
 
 HYPERPARAMETERS = ("auto", "evidence", "map")
@@ -54,12 +53,18 @@ class MAPOptions(Options):
     exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
 
     num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
-    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
+    epochs: int | None = option(
+        None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int
+    )
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)
     init_loc: str = init_loc_option()
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)", check=positive_float)
+    init_radius: float = option(
+        2.0,
+        "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)",
+        check=positive_float,
+    )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
     # "map" by default: with the model's own standardisation (mlp standardize=True) the evidence
@@ -67,18 +72,24 @@ class MAPOptions(Options):
     # 10.7 against the targets' 6.6; fine at 3,000), and the evidence was measured only on
     # hand-standardised data (benchmarks/README.md, hierarchical_vi)
     hyperparameters: str = option(
-        "map", "how prior scales and a learned noise sd are fitted: evidence (the Laplace-GGN marginal likelihood every "
+        "map",
+        "how prior scales and a learned noise sd are fitted: evidence (the Laplace-GGN marginal likelihood every "
         "evidence_every steps, Immer et al. 2021), map (jointly with the weights), auto (evidence for bnnpp networks "
-        "with such sites, else map)", choices=HYPERPARAMETERS,
+        "with such sites, else map)",
+        choices=HYPERPARAMETERS,
     )
-    evidence_every: int | None = option(None, "steps between evidence updates (None: 1/50 of the run)", check=optional(positive_int), type=int)
+    evidence_every: int | None = option(
+        None, "steps between evidence updates (None: 1/50 of the run)", check=optional(positive_int), type=int
+    )
     evidence_steps: int = option(20, "Adam steps on the hyperparameters per evidence update", check=positive_int)
 
     def check(self) -> None:
         super().check()
         if self.temperature != 1.0 and self.hyperparameters != "map":
-            raise ValueError(f"hyperparameters={self.hyperparameters!r} does not take a temperature (the evidence is of the "
-                             "untempered model): use hyperparameters='map' or temperature=1")
+            raise ValueError(
+                f"hyperparameters={self.hyperparameters!r} does not take a temperature (the evidence is of the "
+                "untempered model): use hyperparameters='map' or temperature=1"
+            )
 
 
 DEFAULTS = MAPOptions.defaults()
@@ -172,13 +183,17 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (num_samples, *jnp.shape(v))), values)
 
     return Algorithm(
-        init, step, sample, RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map"),
+        init,
+        step,
+        sample,
+        RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map"),
         Hooks(point=lambda state: state.position, keys=map_keys, postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}),
     )
 
 
-register(Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)",
-                smoke={"num_steps": 60}))
+register(
+    Method("map", MAPOptions, build=build, summary="maximum a posteriori point estimate (optax on the log joint)", smoke={"num_steps": 60})
+)
 
 
 def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperparameters: str = "map"):

@@ -78,17 +78,28 @@ class MCDropoutOptions(Options):
 
     exclusive = (("optimizer", "learning_rate"), ("epochs", "num_steps"))
 
-    rate: float = option(0.1, "dropout probability p on the inputs of every layer (the start value with concrete)", check=fraction(low_open=True, high_open=True))
+    rate: float = option(
+        0.1,
+        "dropout probability p on the inputs of every layer (the start value with concrete)",
+        check=fraction(low_open=True, high_open=True),
+    )
     concrete: bool = option(False, "learn p per layer (concrete dropout, Gal et al. 2017)", check=boolean)
-    relaxation_temperature: float = option(0.1, "concrete relaxation temperature (the option's name before posterior tempering "
-                                           "took 'temperature')", check=positive_float)
+    relaxation_temperature: float = option(
+        0.1, "concrete relaxation temperature (the option's name before posterior tempering took 'temperature')", check=positive_float
+    )
     num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
-    epochs: int | None = option(None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int)
+    epochs: int | None = option(
+        None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int
+    )
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     learning_rate: float = option(1e-2, "Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "any optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
     init_loc: str = init_loc_option()
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)", check=positive_float)
+    init_radius: float = option(
+        2.0,
+        "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)",
+        check=positive_float,
+    )
     num_samples: int = option(100, "posterior draws (dropout masks)", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
@@ -101,9 +112,12 @@ class MCDropoutOptions(Options):
         if "temperature" in given:
             if "relaxation_temperature" in given:
                 raise ValueError("pass relaxation_temperature only: temperature is its old name")
-            warnings.warn("mc_dropout's temperature is now relaxation_temperature (the concrete relaxation's); "
-                          "temperature elsewhere is the posterior temperature, which mc_dropout does not take",
-                          DeprecationWarning, stacklevel=3)
+            warnings.warn(
+                "mc_dropout's temperature is now relaxation_temperature (the concrete relaxation's); "
+                "temperature elsewhere is the posterior temperature, which mc_dropout does not take",
+                DeprecationWarning,
+                stacklevel=3,
+            )
             given = {("relaxation_temperature" if k == "temperature" else k): v for k, v in given.items()}
         return super().parse(method, given)
 
@@ -224,9 +238,15 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
 
     names = list(layers)
     return Algorithm(
-        init, step, sample,
-        RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size,
-                name="concrete dropout" if options.concrete else "mc dropout"),
+        init,
+        step,
+        sample,
+        RunSpec(
+            num_steps=steps_for(options, n),
+            num_samples=options.num_samples,
+            batch_size=options.batch_size,
+            name="concrete dropout" if options.concrete else "mc dropout",
+        ),
         Hooks(
             point=lambda state: state.position,
             extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
@@ -235,5 +255,12 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     )
 
 
-register(Method("mc_dropout", MCDropoutOptions, build=build, summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)",
-                smoke={"num_steps": 60, "num_samples": 20}))
+register(
+    Method(
+        "mc_dropout",
+        MCDropoutOptions,
+        build=build,
+        summary="MC dropout on every layer's inputs; concrete=True learns the rates (Gal & Ghahramani 2016; Gal et al. 2017)",
+        smoke={"num_steps": 60, "num_samples": 20},
+    )
+)

@@ -54,12 +54,20 @@ EARLY_STEPS = 2.0
 class MCLMCOptions(ManyChainOptions):
     """Options of ``method="mclmc"`` (module docstring)."""
 
-    target_accept_prob: float = option(0.9, "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)", check=fraction(low_open=True, high_open=True))
-    tuning_factor: float = option(1.3, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float)
+    target_accept_prob: float = option(
+        0.9,
+        "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)",
+        check=fraction(low_open=True, high_open=True),
+    )
+    tuning_factor: float = option(
+        1.3, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float
+    )
     max_integration_steps: int = option(256, "mclmc: most integrator steps of one transition", check=positive_int)
 
-    refused: ClassVar[dict[str, str]] = {"epochs": "mclmc is not trained in epochs (every step uses all the data): pass num_steps "
-                                         "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
+    refused: ClassVar[dict[str, str]] = {
+        "epochs": "mclmc is not trained in epochs (every step uses all the data): pass num_steps "
+        "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"
+    }
 
 
 class MCLMCTuning(NamedTuple):
@@ -110,7 +118,10 @@ def sampler(options: MCLMCOptions, dim: int) -> Sampler:
     return Sampler(
         init_chain=lambda u, logdensity: adjusted_mclmc_dynamic.init(u, logdensity, jnp.zeros((), jnp.int32)),
         init_tuning=lambda: MCLMCTuning(da_init(jnp.float32(INITIAL_STEP_SIZE)), jnp.zeros(())),
-        params=params, kernel=run_kernel, update=tune, window=(warmup // 4, half),
+        params=params,
+        kernel=run_kernel,
+        update=tune,
+        window=(warmup // 4, half),
         threshold=float(max(2, int(options.num_chains) * (half - warmup // 4))),
     )
 
@@ -127,6 +138,12 @@ def build(model, x, y, options: MCLMCOptions) -> Algorithm:
     return build_many_chain(model, x, y, options, sampler(options, dim), name="mclmc")
 
 
-register(Method("mclmc", MCLMCOptions, build=build,
-                summary="adjusted MCLMC / MAMS (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
-                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"}))
+register(
+    Method(
+        "mclmc",
+        MCLMCOptions,
+        build=build,
+        summary="adjusted MCLMC / MAMS (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
+        smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
+    )
+)

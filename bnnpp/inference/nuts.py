@@ -108,20 +108,30 @@ class NUTSOptions(Options):
     num_chains: int = option(4, "independent chains", check=positive_int)
     num_warmup: int = option(1000, "NUTS warm-up (adaptation) iterations per chain", check=non_negative_int)
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
-    num_steps: int | None = option(None, "NUTS iterations per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int)
+    num_steps: int | None = option(
+        None,
+        "NUTS iterations per chain, replacing num_warmup and num_samples: half warm-up, half kept",
+        check=optional(positive_int),
+        type=int,
+    )
     target_accept_prob: float = option(0.8, "NUTS target acceptance probability", check=_accept_prob)
     max_tree_depth: int = option(10, "NUTS maximum tree depth", check=_tree_depth)
     chain_method: str = option("vectorized", "how NUTS runs its chains", choices=CHAIN_METHODS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     dense_mass: bool = option(False, "NUTS: adapt a dense mass matrix", check=boolean)
     noncentered: bool = option(False, "NUTS: sample location-scale weights as loc + scale * z", check=boolean)
-    device: str = option("auto", "NUTS: where to run (auto: the CPU when parameters x rows is small, else JAX's default "
-                         "device; cpu; default)", choices=DEVICES)
+    device: str = option(
+        "auto",
+        "NUTS: where to run (auto: the CPU when parameters x rows is small, else JAX's default device; cpu; default)",
+        choices=DEVICES,
+    )
     temperature: float = temperature_option()
 
     exclusive = (("num_steps", "num_warmup"), ("num_steps", "num_samples"))
-    refused: ClassVar[dict[str, str]] = {"epochs": "nuts is not trained in epochs (every iteration uses all the data): pass num_steps "
-               "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"}
+    refused: ClassVar[dict[str, str]] = {
+        "epochs": "nuts is not trained in epochs (every iteration uses all the data): pass num_steps "
+        "(= num_warmup + num_samples per chain, split in half) or num_warmup and num_samples"
+    }
 
     def resolve(self, n: int) -> NUTSOptions:
         """With ``num_steps`` T: ``num_warmup = T // 2`` and ``num_samples = T − T // 2``."""
@@ -138,7 +148,6 @@ class NUTSOptions(Options):
                     f'{devices} device(s); use chain_method="vectorized", or set '
                     f"XLA_FLAGS=--xla_force_host_platform_device_count={self.num_chains} before importing jax"
                 )
-
 
     def placement(self, info, devices, mesh):
         """``chain_method="parallel"`` asks for one device per chain; ``device`` picks the CPU for
@@ -200,8 +209,6 @@ def device_for(choice: str, num_params: int, num_rows: int, placed: bool):
     return jax.devices("cpu")[0]
 
 
-
-
 class NUTSInfo(NamedTuple):
     """loss: the potential energy (minus the log joint) of every chain after the step, ``(chains,)``."""
 
@@ -238,8 +245,13 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
             k_hmc, k_start = jax.random.split(k)
             z = apply_start(init_uniform(shapes, k_start, float(options.init_radius)), start)
             return init_kernel(
-                z, num_warmup=warmup, dense_mass=dense, target_accept_prob=float(options.target_accept_prob),
-                max_tree_depth=int(options.max_tree_depth), model_args=data, rng_key=k_hmc,
+                z,
+                num_warmup=warmup,
+                dense_mass=dense,
+                target_accept_prob=float(options.target_accept_prob),
+                max_tree_depth=int(options.max_tree_depth),
+                model_args=data,
+                rng_key=k_hmc,
             )
 
         state = jax.vmap(one)(jax.random.split(key, chains))
@@ -257,14 +269,20 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
 
     def emit(key, state):
         stats = {
-            "diverging": state.diverging, "acceptance_rate": state.accept_prob, "step_size": state.adapt_state.step_size,
-            "n_steps": state.num_steps, "tree_depth": _depth(state.num_steps), "energy": state.energy,
+            "diverging": state.diverging,
+            "acceptance_rate": state.accept_prob,
+            "step_size": state.adapt_state.step_size,
+            "n_steps": state.num_steps,
+            "tree_depth": _depth(state.num_steps),
+            "energy": state.energy,
             "lp": -state.potential_energy,
         }
         return jax.vmap(values)(state.z), stats
 
     return Algorithm(
-        init, step, lambda key, state, num: jax.vmap(values)(state.z),
+        init,
+        step,
+        lambda key, state, num: jax.vmap(values)(state.z),
         RunSpec(num_steps=warmup + draws, name="nuts", num_chains=chains, emit=emit, emit_steps=np.arange(warmup, warmup + draws)),
         Hooks(finalize=functools.partial(_finalize, float(options.target_accept_prob), n_params)),
     )
@@ -294,8 +312,13 @@ def _finalize(target_accept_prob: float, n_params: int, key, state, data, outcom
             stacklevel=6,  # the caller of bnnpp.fit
         )
     platform = next(iter(jax.tree_util.tree_leaves(state)[0].devices())).platform
-    extras = {**outcome.extras, "num_parameters": n_params, "divergences": sum(per_chain),
-              "divergences_per_chain": per_chain, "device": platform}
+    extras = {
+        **outcome.extras,
+        "num_parameters": n_params,
+        "divergences": sum(per_chain),
+        "divergences_per_chain": per_chain,
+        "device": platform,
+    }
     return outcome._replace(extras=extras)
 
 
@@ -305,5 +328,12 @@ def _depth(num_steps: jax.Array) -> jax.Array:
     return (32 - jax.lax.clz(steps)).astype(jnp.int32)
 
 
-register(Method("nuts", NUTSOptions, build=build, summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks",
-                smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10}))
+register(
+    Method(
+        "nuts",
+        NUTSOptions,
+        build=build,
+        summary="No-U-Turn Sampler (NumPyro NUTS), multi-chain; exact but for small networks",
+        smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10},
+    )
+)

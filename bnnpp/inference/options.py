@@ -75,9 +75,7 @@ def non_negative_int(name: str, value) -> None:
 
 def positive_float(name: str, value) -> None:
     """Raise unless ``value`` is a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (
-        math.isfinite(value) and value > 0
-    ):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)) or not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive number, got {value!r}")
 
 
@@ -125,9 +123,13 @@ def init_loc_option(default: str = "auto"):
     and 2–6× against 16× on the cubic). Ensembles take ``"auto_wide"``: their members' spread on
     small data comes from the wide start (sinusoid 1.1–1.2× NUTS's NLL against 1.5–1.7× from
     fan_in)."""
-    return option(default, "start values per layer: glorot (weights U(±sqrt(6/(fan_in+fan_out))), biases 0), fan_in (U(±init_radius/"
-                  "sqrt(fan_in))), uniform (U(±init_radius)), auto (glorot for fixed-scale priors, fan_in for hierarchical ones) or "
-                  "auto_wide (glorot for fixed-scale priors, uniform for hierarchical ones); other sites U(±init_radius)", choices=INIT_LOCS)
+    return option(
+        default,
+        "start values per layer: glorot (weights U(±sqrt(6/(fan_in+fan_out))), biases 0), fan_in (U(±init_radius/"
+        "sqrt(fan_in))), uniform (U(±init_radius)), auto (glorot for fixed-scale priors, fan_in for hierarchical ones) or "
+        "auto_wide (glorot for fixed-scale priors, uniform for hierarchical ones); other sites U(±init_radius)",
+        choices=INIT_LOCS,
+    )
 
 
 def temperature_option():
@@ -139,8 +141,11 @@ def temperature_option():
     density, SG-MCMC takes its gradient, ADVI's ELBO is ``E_q[log p(D, θ)]/T + H(q)`` (the
     KL to the tempered posterior), and MAP-type fits minimise ``−log p(D, θ)/T`` (the same
     mode). ``T = 1`` leaves the model untouched."""
-    return option(1.0, "posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T; Wenzel et al. 2020); 1: the posterior",
-                  check=positive_float)
+    return option(
+        1.0,
+        "posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T; Wenzel et al. 2020); 1: the posterior",
+        check=positive_float,
+    )
 
 
 def fraction(low: float = 0.0, high: float = 1.0, *, low_open: bool, high_open: bool) -> Callable[[str, Any], None]:
@@ -174,7 +179,8 @@ def schedule_option() -> Any:
     at the price of narrower bands off the data on the sinusoid. Declare it together with
     the exclusive pair ``("optimizer", "schedule")``."""
     return option(
-        "cosine", "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, narrower bands off the data "
+        "cosine",
+        "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, narrower bands off the data "
         "on the sinusoid; benchmarks/README.md) or constant",
         choices=("cosine", "constant"),
     )
@@ -199,9 +205,7 @@ def check_batch_size(batch_size: int | None, x: np.ndarray) -> None:
     """Raise unless ``batch_size`` is ``None`` or at most the number of rows of ``x``."""
     n = int(x.shape[0])
     if batch_size is not None and batch_size > n:
-        raise ValueError(
-            f"batch_size {batch_size} is larger than the {n} training rows; use batch_size ≤ {n} or None for full batch"
-        )
+        raise ValueError(f"batch_size {batch_size} is larger than the {n} training rows; use batch_size ≤ {n} or None for full batch")
 
 
 def check_validation_pair(value) -> None:
@@ -218,8 +222,7 @@ def check_validation_data(value, x: np.ndarray) -> None:
     xv, yv = (np.asarray(a) for a in value)
     if xv.ndim == 0 or xv.shape[1:] != x.shape[1:]:
         raise ValueError(
-            f"validation_data inputs must have shape (n_val, {', '.join(map(str, x.shape[1:]))}) like the "
-            f"training inputs, got {xv.shape}"
+            f"validation_data inputs must have shape (n_val, {', '.join(map(str, x.shape[1:]))}) like the training inputs, got {xv.shape}"
         )
     if yv.shape != (xv.shape[0],):
         raise ValueError(f"validation_data targets must have shape ({xv.shape[0]},), one per input, got {yv.shape}")
@@ -347,8 +350,18 @@ class Options:
             flag = meta.get("flag", True)
             aliases = (flag,) if isinstance(flag, str) and flag != f.name else ()
             kind = meta.get("type") or (type(f.default) if f.default is not None else str)
-            out.append(OptionSpec(f.name, f.default, meta.get("help", ""), meta.get("check"), meta.get("choices"),
-                                  None if flag is False else f.name, kind, aliases))
+            out.append(
+                OptionSpec(
+                    f.name,
+                    f.default,
+                    meta.get("help", ""),
+                    meta.get("check"),
+                    meta.get("choices"),
+                    None if flag is False else f.name,
+                    kind,
+                    aliases,
+                )
+            )
         return tuple(out)
 
     @classmethod
@@ -370,9 +383,7 @@ class Options:
                 raise ValueError(cls.refused[name])
         unknown = sorted(set(given) - set(cls.names()))
         if unknown:
-            raise ValueError(
-                f"method {method!r} does not take option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(cls.names()))}"
-            )
+            raise ValueError(f"method {method!r} does not take option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(cls.names()))}")
         for a, b in cls.exclusive:
             if a in given and b in given:
                 raise ValueError(f"pass either {a} or {b}, not both: {a} replaces {b}")

@@ -84,7 +84,11 @@ def _unit_state(u: dict, history: int):
     flat, _ = ravel_pytree(u)
     d = flat.shape[0]
     return PathfinderState(
-        -jnp.inf * jnp.ones(()), u, jax.tree.map(jnp.zeros_like, u), jnp.ones((d,)), jnp.zeros((d, 2 * history)),
+        -jnp.inf * jnp.ones(()),
+        u,
+        jax.tree.map(jnp.zeros_like, u),
+        jnp.ones((d,)),
+        jnp.zeros((d, 2 * history)),
         jnp.zeros((2 * history, 2 * history)),
     )
 
@@ -159,8 +163,18 @@ def draw(key, state, num_samples: int) -> dict:
     return jax.lax.map(lambda ks: sample(ks[0], ks[1], num_samples)[0], (jax.random.split(key, num), state))
 
 
-def starts(logdensity: Callable, key, shapes: dict, num_chains: int, *, num_paths: int, radius: float, maxiter: int,
-           history: int = 10, num_elbo_draws: int = 20) -> dict:
+def starts(
+    logdensity: Callable,
+    key,
+    shapes: dict,
+    num_chains: int,
+    *,
+    num_paths: int,
+    radius: float,
+    maxiter: int,
+    history: int = 10,
+    num_elbo_draws: int = 20,
+) -> dict:
     """Starting points for ``num_chains`` chains: ``num_paths`` Pathfinder paths from
     uniform starts, then ``ceil(num_chains / num_paths)`` draws from each path's Gaussian,
     the first ``num_chains`` kept (chain ``c`` from path ``c mod num_paths``). A draw that is
@@ -208,8 +222,14 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
         return jax.vmap(lambda u: _unit_state(u, int(options.history)))(u0)
 
     def step(key, state, batch):
-        found = paths(lambda u: joint(u, batch), key, state.position, maxiter=int(options.num_steps),
-                      history=int(options.history), num_elbo_draws=int(options.num_elbo_draws))
+        found = paths(
+            lambda u: joint(u, batch),
+            key,
+            state.position,
+            maxiter=int(options.num_steps),
+            history=int(options.history),
+            num_elbo_draws=int(options.num_elbo_draws),
+        )
         loss = -jnp.mean(found.elbo)
         return found, PathfinderInfo(loss, loss)
 
@@ -221,12 +241,21 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
     def extras(state) -> dict:
         return {"elbo": [float(e) for e in np.asarray(state.elbo)]}
 
-    return Algorithm(init, step, sample, RunSpec(num_steps=1, num_samples=int(options.num_samples), name="pathfinder",
-                                                 num_chains=num_paths), Hooks(extras=extras))
+    return Algorithm(
+        init,
+        step,
+        sample,
+        RunSpec(num_steps=1, num_samples=int(options.num_samples), name="pathfinder", num_chains=num_paths),
+        Hooks(extras=extras),
+    )
 
 
-register(Method(
-    "pathfinder", PathfinderOptions, build=build,
-    summary="Pathfinder variational inference (BlackJAX): Gaussians along L-BFGS paths, one chain per path",
-    smoke={"num_paths": 2, "num_steps": 20, "num_samples": 20},
-))
+register(
+    Method(
+        "pathfinder",
+        PathfinderOptions,
+        build=build,
+        summary="Pathfinder variational inference (BlackJAX): Gaussians along L-BFGS paths, one chain per path",
+        smoke={"num_paths": 2, "num_steps": 20, "num_samples": 20},
+    )
+)

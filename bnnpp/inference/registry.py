@@ -86,9 +86,21 @@ class Method:
     # -- fitting --------------------------------------------------------------------
 
     def run(
-        self, model: Callable, x: np.ndarray, y: np.ndarray, options: Options, *, seed: int, progress: bool,
-        checkpoint: Checkpointing | None = None, resume: bool = False, devices: int | None = None,
-        mesh: str | dict | None = None, rows=None, start: dict | None = None, info: ModelInfo | None = None,
+        self,
+        model: Callable,
+        x: np.ndarray,
+        y: np.ndarray,
+        options: Options,
+        *,
+        seed: int,
+        progress: bool,
+        checkpoint: Checkpointing | None = None,
+        resume: bool = False,
+        devices: int | None = None,
+        mesh: str | dict | None = None,
+        rows=None,
+        start: dict | None = None,
+        info: ModelInfo | None = None,
     ) -> Posterior:
         """Fit checked data with checked options (see :func:`bnnpp.fit`); lengths given in
         epochs and the like are fixed first (:meth:`Options.resolve`). ``rows``: a
@@ -107,8 +119,21 @@ class Method:
         given_model = model
         model = tempered(model, getattr(options, "temperature", 1.0))
         with contextlib.nullcontext() if device is None else jax.default_device(device):
-            posterior = self._run(model, x, y, options, seed=seed, progress=progress, checkpoint=checkpoint, resume=resume,
-                                  devices=devices, mesh=mesh, rows=rows, start=start, info=info)
+            posterior = self._run(
+                model,
+                x,
+                y,
+                options,
+                seed=seed,
+                progress=progress,
+                checkpoint=checkpoint,
+                resume=resume,
+                devices=devices,
+                mesh=mesh,
+                rows=rows,
+                start=start,
+                info=info,
+            )
         if model is not given_model:  # the posterior predicts with (and saves) the model as given
             posterior = replace(posterior, model=given_model, _jitted={})
         return posterior
@@ -120,17 +145,35 @@ class Method:
                 validation = check_data(tuple(validation), model)
             except (TypeError, ValueError) as e:
                 raise type(e)(f"validation_data: {e}") from None
-        algorithm = self.build(model, *((x, y) if rows is None else global_rows(x, y, rows.total)), options,
-                               **({"start": start} if start else {}), **({"info": info} if self.takes_info else {}))
+        algorithm = self.build(
+            model,
+            *((x, y) if rows is None else global_rows(x, y, rows.total)),
+            options,
+            **({"start": start} if start else {}),
+            **({"info": info} if self.takes_info else {}),
+        )
         if rows is not None and algorithm.hooks.finalize is not None:
             raise ValueError(f"method {self.name!r} needs every training row in every process: load the data whole (shard=None)")
         recorded = _recorded(options)
         if start:
             recorded["init"] = digest(start)  # in the record and the checkpoint fingerprint
         return run(
-            algorithm, model, x, y, method=self.name, seed=seed, options=recorded, progress=progress,
-            chunk_size=getattr(options, "chunk_size", None), validation_data=validation if options.validates_chunks else None,
-            checkpoint=checkpoint, resume=resume, devices=devices, mesh=mesh, rows=rows, sites=info.sites,
+            algorithm,
+            model,
+            x,
+            y,
+            method=self.name,
+            seed=seed,
+            options=recorded,
+            progress=progress,
+            chunk_size=getattr(options, "chunk_size", None),
+            validation_data=validation if options.validates_chunks else None,
+            checkpoint=checkpoint,
+            resume=resume,
+            devices=devices,
+            mesh=mesh,
+            rows=rows,
+            sites=info.sites,
         )
 
     @property
@@ -235,7 +278,13 @@ def command_line_options() -> list[CommandLineOption]:
             known = merged.get(spec.flag)
             if known is None:
                 merged[spec.flag] = CommandLineOption(
-                    spec.cli_flag, spec.flag, spec.name, spec.type, spec.choices, spec.help, {name: spec.default},
+                    spec.cli_flag,
+                    spec.flag,
+                    spec.name,
+                    spec.type,
+                    spec.choices,
+                    spec.help,
+                    {name: spec.default},
                     tuple("--" + a.replace("_", "-") for a in spec.aliases),
                 )
                 meanings[spec.flag] = [[[name], spec.help, set(spec.choices or ())]]
@@ -255,7 +304,13 @@ def command_line_options() -> list[CommandLineOption]:
             else:
                 groups[0][0].append(name)
             merged[spec.flag] = CommandLineOption(
-                known.flag, known.dest, known.option, known.type, choices, known.help, {**known.takers, name: spec.default},
+                known.flag,
+                known.dest,
+                known.option,
+                known.type,
+                choices,
+                known.help,
+                {**known.takers, name: spec.default},
                 aliases,
             )
     for flag, groups in meanings.items():
@@ -288,4 +343,3 @@ def tempered(model: Callable, temperature: float) -> Callable:
     if temperature == 1.0:
         return model
     return _Tempered(model, temperature)
-

@@ -86,6 +86,7 @@ from bnnpp.posterior import MAX_SAVED_DATA, FitStats, Posterior
 
 __all__ = ["RunState", "all_finite", "default_chunk_size", "guarded_trace_fit", "run", "segments", "trace_fit"]
 
+
 def default_chunk_size(num_units: int, updates: int = 20, minimum: int = 10, maximum: int = 10_000) -> int:
     """Steps per compiled chunk so that the bar updates about ``updates`` times, but at least
     ``minimum`` steps (or all of them): every chunk call returns a fresh copy of the state
@@ -100,9 +101,24 @@ def _mean_loss(info) -> dict:
     return {"loss": f"{np.nanmean(np.asarray(info.loss)):.4g}"}
 
 
-def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_size: int, *, progress: bool, desc: str,
-           postfix: Callable, after_chunk: Callable | None, total_steps: Callable[[int], int], start_unit: int = 0,
-           pieces: list | None = None, checkpointer: Checkpointer | None = None, val_log: list | None = None):
+def _drive(
+    chunk,
+    recover: Callable[[], Any],
+    rs,
+    data,
+    num_units: int,
+    chunk_size: int,
+    *,
+    progress: bool,
+    desc: str,
+    postfix: Callable,
+    after_chunk: Callable | None,
+    total_steps: Callable[[int], int],
+    start_unit: int = 0,
+    pieces: list | None = None,
+    checkpointer: Checkpointer | None = None,
+    val_log: list | None = None,
+):
     """Run compiled chunks from unit ``start_unit`` until every unit is done or one is not
     finite. ``pieces`` are the rows of the units before ``start_unit`` (when resuming). With a
     ``checkpointer``, a checkpoint is written after the chunks where one is due; on SIGINT or
@@ -118,8 +134,7 @@ def _drive(chunk, recover: Callable[[], Any], rs, data, num_units: int, chunk_si
     recompile = 0.0
     done_steps = total_steps(start_unit)
     with (
-        tqdm(total=total_steps(num_units), initial=done_steps, desc=desc, disable=not progress, leave=False,
-             dynamic_ncols=True) as bar,
+        tqdm(total=total_steps(num_units), initial=done_steps, desc=desc, disable=not progress, leave=False, dynamic_ncols=True) as bar,
         interruptible() as signals,
     ):
         for start in range(start_unit, num_units, chunk_size):
@@ -237,11 +252,21 @@ def run(
     plan, ends = fit.plan, fit.plan.ends
     t0 = time.perf_counter()
     rs, unit_rows, units_run, bad_unit, recompile = _drive(
-        programs["chunk"], lambda: _lower_chunk(plan, fit.rs_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile(),
-        rs0, fit.data, fit.num_units, fit.chunk_size, progress=fit.progress, desc=algorithm.run.name or method,
-        postfix=algorithm.hooks.postfix or _mean_loss, after_chunk=after_chunk if validation_data is not None else None,
+        programs["chunk"],
+        lambda: _lower_chunk(plan, fit.rs_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile(),
+        rs0,
+        fit.data,
+        fit.num_units,
+        fit.chunk_size,
+        progress=fit.progress,
+        desc=algorithm.run.name or method,
+        postfix=algorithm.hooks.postfix or _mean_loss,
+        after_chunk=after_chunk if validation_data is not None else None,
         total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0),
-        start_unit=start_unit, pieces=pieces, checkpointer=checkpointer, val_log=val_log,
+        start_unit=start_unit,
+        pieces=pieces,
+        checkpointer=checkpointer,
+        val_log=val_log,
     )
     compile_seconds += recompile
     run_seconds = time.perf_counter() - t0 - recompile
@@ -255,9 +280,17 @@ def run(
     if algorithm.hooks.finalize is not None:  # the method's own last stage (Laplace's curvature, NUTS's divergences)
         outcome = algorithm.hooks.finalize(plan.keys.sample, rs.state, fit.data, outcome)
     stats = FitStats(
-        method=method, seed=seed, options=options, traces=_traces(unit_rows, ends), sample_stats=outcome.sample_stats,
-        steps_run=steps_run, stopped_at=stopped_at, compile_seconds=compile_seconds, run_seconds=run_seconds,
-        sample_seconds=time.perf_counter() - t0, extras=outcome.extras,
+        method=method,
+        seed=seed,
+        options=options,
+        traces=_traces(unit_rows, ends),
+        sample_stats=outcome.sample_stats,
+        steps_run=steps_run,
+        stopped_at=stopped_at,
+        compile_seconds=compile_seconds,
+        run_seconds=run_seconds,
+        sample_seconds=time.perf_counter() - t0,
+        extras=outcome.extras,
     )
     return _assemble(fit, model, x, y, outcome, stats, sites)
 
@@ -299,8 +332,7 @@ def _plan_fit(algorithm, x, y, method, seed, chunk_size, devices, mesh, share, c
             chunk_size = plan.num_batches * max(1, round(chunk_size / plan.num_batches))
             if validation_data is not None:  # one epoch per chunk: the validation error of every epoch
                 chunk_size = plan.num_batches
-    return _Fit(algorithm, plan, place, place.put_data(x, y, n, share), n, share, min(chunk_size, num_units), num_units,
-                progress, method)
+    return _Fit(algorithm, plan, place, place.put_data(x, y, n, share), n, share, min(chunk_size, num_units), num_units, progress, method)
 
 
 def _compile(fit: _Fit, model, validation_data):
@@ -318,9 +350,7 @@ def _compile(fit: _Fit, model, validation_data):
     approximate = algorithm.hooks.approximation or (lambda state: None)
     if algorithm.run.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
         draw = algorithm.sample if algorithm.hooks.finalize is None else (lambda k, s, num: {})
-        lowered["sample"] = lower(
-            lambda k, s: (draw(k, s, algorithm.run.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state
-        )
+        lowered["sample"] = lower(lambda k, s: (draw(k, s, algorithm.run.num_samples), approximate(s)), 1, plan.keys.sample, rs_shape.state)
     elif algorithm.hooks.approximation is not None:
         lowered["approximation"] = lower(approximate, 0, rs_shape.state)
     val_args = ()
@@ -385,8 +415,7 @@ def _collect(fit: _Fit, programs, rs, unit_rows, units_run: int, bad_unit: int |
         )
     if plan.ends is not None and samples[next(iter(samples))].shape[1] == 0:
         raise RuntimeError(
-            f"{name}: the chains became NaN/inf at step {stopped_at}, before the first kept draw; lower step_size "
-            "or use a tighter prior"
+            f"{name}: the chains became NaN/inf at step {stopped_at}, before the first kept draw; lower step_size or use a tighter prior"
         )
     if "approximation" in programs:
         approximation = sharding.to_host(programs["approximation"](rs.state))
@@ -428,10 +457,16 @@ def _placement_facts(fit: _Fit, rs, x, compile_seconds: float, seconds_per_step:
     """``extras["placement"]`` of a fit on a mesh."""
     held = (0, int(x.shape[0])) if fit.share is None else (fit.share.start, fit.share.stop)
     return {
-        **fit.place.facts(fit.plan.batch), "compile_seconds": compile_seconds, "seconds_per_step": seconds_per_step,
+        **fit.place.facts(fit.plan.batch),
+        "compile_seconds": compile_seconds,
+        "seconds_per_step": seconds_per_step,
         "chains_per_device": sharding.chains_per_device(rs.state, fit.algorithm.run.num_chains) if fit.algorithm.run.num_chains > 1 else {},
-        "training_rows": fit.n, "rows_loaded": sharding.rows_loaded(*held),
-        "minibatches": "full batch" if fit.plan.batch == fit.n else "each device from its own rows" if fit.plan.local is not None
+        "training_rows": fit.n,
+        "rows_loaded": sharding.rows_loaded(*held),
+        "minibatches": "full batch"
+        if fit.plan.batch == fit.n
+        else "each device from its own rows"
+        if fit.plan.local is not None
         else "one permutation of all rows",
     }
 
@@ -441,7 +476,7 @@ def _assemble(fit: _Fit, model, x, y, outcome: Outcome, stats: FitStats, sites: 
     x_post, y_post = x, y
     if fit.share is not None:  # the whole (small) training set for the posterior, gathered once
         small = fit.n * int(np.prod(x.shape[1:])) <= MAX_SAVED_DATA
-        x_post, y_post = (tuple(np.asarray(a) for a in sharding.to_host(fit.data)) if small else (x[:0], y[:0]))
+        x_post, y_post = tuple(np.asarray(a) for a in sharding.to_host(fit.data)) if small else (x[:0], y[:0])
     sites = latent_sites(model, x, y) if sites is None else sites
     posterior = Posterior(outcome.samples, stats, model, x_post, y_post, sites, outcome.approximation)
     health.warn(posterior, stacklevel=5)  # not converged, or a q that PSIS rejects: one line each

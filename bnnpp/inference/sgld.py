@@ -154,21 +154,39 @@ class SGLDOptions(Options):
     """Options of ``method="sgld"`` (formulas in the module docstring)."""
 
     variant: str = option("psgld", "stochastic-gradient MCMC variant (the default psgld's steps do not grow with N)", choices=VARIANTS)
-    step_size: float | None = option(None, "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh; psgld: RMSprop's learning rate); default 1e-2 for psgld, 1e-3 for sgld and sghmc", check=optional(positive_float), type=float)
+    step_size: float | None = option(
+        None,
+        "SG-MCMC base step size h (BlackJAX's: h = eps/2 of Welling & Teh; psgld: RMSprop's learning rate); default 1e-2 for psgld, 1e-3 for sgld and sghmc",
+        check=optional(positive_float),
+        type=float,
+    )
     learning_rate: float | None = option(None, "the common name of step_size (replaces it)", check=optional(positive_float), type=float)
     schedule: str = option("constant", "SG-MCMC step-size schedule", choices=SCHEDULES)
     decay_steps: float = option(1000.0, "polynomial schedule: h0 (1 + t/decay_steps)^-gamma", check=positive_float)
     gamma: float = option(0.55, "polynomial schedule exponent, in (0.5, 1]", check=fraction(0.5, 1.0, low_open=True, high_open=False))
     num_cycles: int = option(4, "cycles of the cyclical schedule", check=positive_int)
-    exploration: float = option(0.25, "cyclical schedule: share of each cycle without noise", check=fraction(low_open=False, high_open=True))
+    exploration: float = option(
+        0.25, "cyclical schedule: share of each cycle without noise", check=fraction(low_open=False, high_open=True)
+    )
     batch_size: int | None = option(None, "minibatch rows per step (None: full batch)", check=optional(positive_int), type=int)
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
     burn_in: int = option(2000, "SG-MCMC steps discarded before keeping draws", check=non_negative_int)
     thinning: int = option(10, "keep every k-th SG-MCMC step", check=positive_int)
-    num_steps: int | None = option(None, "steps per chain, replacing burn_in and thinning: the first half burn-in, num_samples draws (at most one a step) spread over the rest", check=optional(positive_int), type=int)
-    epochs: int | None = option(None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int)
+    num_steps: int | None = option(
+        None,
+        "steps per chain, replacing burn_in and thinning: the first half burn-in, num_samples draws (at most one a step) spread over the rest",
+        check=optional(positive_int),
+        type=int,
+    )
+    epochs: int | None = option(
+        None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int
+    )
     num_chains: int = option(4, "independent chains", check=positive_int)
-    init_loc: str = option("glorot", "start values: glorot (layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites U(±init_radius)) or uniform (every site U(±init_radius))", choices=("glorot", "uniform"))
+    init_loc: str = option(
+        "glorot",
+        "start values: glorot (layer weights U(±sqrt(6/(fan_in+fan_out))), biases 0, other sites U(±init_radius)) or uniform (every site U(±init_radius))",
+        choices=("glorot", "uniform"),
+    )
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     num_integration_steps: int = option(10, "SGHMC steps per transition", check=positive_int)
     friction: float = option(0.01, "SGHMC friction", check=positive_float)
@@ -177,8 +195,14 @@ class SGLDOptions(Options):
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
 
-    exclusive = (("epochs", "num_steps"), ("num_steps", "burn_in"), ("num_steps", "thinning"),
-                 ("epochs", "burn_in"), ("epochs", "thinning"), ("learning_rate", "step_size"))
+    exclusive = (
+        ("epochs", "num_steps"),
+        ("num_steps", "burn_in"),
+        ("num_steps", "thinning"),
+        ("epochs", "burn_in"),
+        ("epochs", "thinning"),
+        ("learning_rate", "step_size"),
+    )
 
     def resolve(self, n: int) -> SGLDOptions:
         """With ``num_steps`` or ``epochs`` (T steps per chain): ``burn_in = T // 2``, and
@@ -209,9 +233,7 @@ class SGLDOptions(Options):
             )
         step = step_size_of(self.variant, self.step_size)
         if self.variant == "sghmc" and self.friction * step >= 1:
-            raise ValueError(
-                f"friction × step_size must be < 1 for sghmc (got {self.friction} × {step}): lower either"
-            )
+            raise ValueError(f"friction × step_size must be < 1 for sghmc (got {self.friction} × {step}): lower either")
 
 
 DEFAULTS = SGLDOptions.defaults()
@@ -327,6 +349,7 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
 
     def one_chain(key, u, v, batch_data, h, temperature, first):
         if variant == "sghmc":  # as blackjax.sghmc's kernel: fresh momentum, L integrator steps
+
             def body(carry, k):
                 position, momentum, _ = carry
                 lp, grad = value_and_grad(position, batch_data)
@@ -376,16 +399,29 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
         return constrained(key, state)
 
     return Algorithm(
-        init, step, sample,
-        RunSpec(num_steps=sched.num_steps, num_samples=num_chains, batch_size=options.batch_size, name=f"sgld ({variant})",
-                num_chains=num_chains, emit=emit, emit_steps=sched.kept_steps(),
-                kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)}),
+        init,
+        step,
+        sample,
+        RunSpec(
+            num_steps=sched.num_steps,
+            num_samples=num_chains,
+            batch_size=options.batch_size,
+            name=f"sgld ({variant})",
+            num_chains=num_chains,
+            emit=emit,
+            emit_steps=sched.kept_steps(),
+            kept_stats=lambda steps: {"step_size": np.asarray(sched.step_size_at(steps), np.float64)},
+        ),
         Hooks(keys=_keys, postfix=lambda info: {"log density": f"{-info.loss.mean():.4g}"}),
     )
 
 
-register(Method(
-    "sgld", SGLDOptions, build=build,
-    summary="stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
-    smoke={"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
-))
+register(
+    Method(
+        "sgld",
+        SGLDOptions,
+        build=build,
+        summary="stochastic-gradient MCMC: SGLD, preconditioned SGLD, SGHMC (BlackJAX), multi-chain, minibatched",
+        smoke={"num_chains": 2, "burn_in": 20, "num_samples": 10, "thinning": 2},
+    )
+)

@@ -19,6 +19,7 @@ coordinate drifts about h per step, so from a start ~2 away the chains need ~2/h
 1e-3 they were still travelling after the 2,000 burn-in steps on the conjugate regression of
 ``tests/test_backends.py`` (one sd 2.8× the exact posterior's), at 1e-2 within 10%."""
 
+
 def step_size_of(variant: str, step_size: float | None) -> float:
     """The base step size h: ``step_size``, or the variant's default (:data:`STEP_SIZES`)."""
     return STEP_SIZES[variant] if step_size is None else step_size
@@ -54,8 +55,14 @@ class Schedule:
         opts = options if isinstance(options, dict) else options.as_dict()
         step = step_size_of(opts["variant"], opts["step_size"])
         return cls(
-            opts["schedule"], float(step), int(opts["burn_in"]), int(opts["thinning"]),
-            int(opts["num_samples"]), float(opts["decay_steps"]), float(opts["gamma"]), int(opts["num_cycles"]),
+            opts["schedule"],
+            float(step),
+            int(opts["burn_in"]),
+            int(opts["thinning"]),
+            int(opts["num_samples"]),
+            float(opts["decay_steps"]),
+            float(opts["gamma"]),
+            int(opts["num_cycles"]),
             float(opts["exploration"]),
         )
 

@@ -46,8 +46,22 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 __all__ = [
-    "AXES", "OneDevice", "Placement", "chains_per_device", "check_request", "check_rows", "global_rows", "mesh_axes", "parse_mesh",
-    "placement", "process_share", "put", "put_local", "rows_loaded", "to_host", "where",
+    "AXES",
+    "OneDevice",
+    "Placement",
+    "chains_per_device",
+    "check_request",
+    "check_rows",
+    "global_rows",
+    "mesh_axes",
+    "parse_mesh",
+    "placement",
+    "process_share",
+    "put",
+    "put_local",
+    "rows_loaded",
+    "to_host",
+    "where",
 ]
 
 AXES = ("data", "members")
@@ -274,7 +288,9 @@ def placement(devices: int | None, mesh: str | dict | None, *, batch: int, n: in
         return None
     d, k = axes["data"], axes["members"]
     if k > 1 and num_chains == 1:
-        raise ValueError(f"method {name!r} has one chain: a members axis of {k} needs an ensemble or several chains; use mesh='data={d * k}'")
+        raise ValueError(
+            f"method {name!r} has one chain: a members axis of {k} needs an ensemble or several chains; use mesh='data={d * k}'"
+        )
     if num_chains % k:
         raise ValueError(f"{num_chains} chains/members of {name!r} do not split over a members axis of {k}: use a divisor of {num_chains}")
     if batch % d:

@@ -150,4 +150,3 @@ def digest(start: dict) -> str:
         h.update(str(a.shape).encode())
         h.update(a.tobytes())
     return "sha256:" + h.hexdigest()[:16]
-

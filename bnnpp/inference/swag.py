@@ -77,24 +77,50 @@ class SWAGOptions(Options):
     """Options of ``method="swag"``."""
 
     exclusive = (
-        ("optimizer", "learning_rate"), ("epochs", "num_steps"), ("num_steps", "pretrain_steps"),
-        ("num_steps", "swag_epochs"), ("epochs", "pretrain_steps"), ("epochs", "swag_epochs"),
+        ("optimizer", "learning_rate"),
+        ("epochs", "num_steps"),
+        ("num_steps", "pretrain_steps"),
+        ("num_steps", "swag_epochs"),
+        ("epochs", "pretrain_steps"),
+        ("epochs", "swag_epochs"),
     )
 
     pretrain_steps: int = option(2_000, "MAP (Adam) steps before SWAG starts", check=non_negative_int)
     swag_epochs: int = option(100, "epochs of SGD during which the iterates are collected", check=positive_int)
-    num_steps: int | None = option(None, "total steps, replacing pretrain_steps and swag_epochs: the first half MAP pretraining, the rest SWAG epochs (at least 2 x collect_every)", check=optional(positive_int), type=int)
-    epochs: int | None = option(None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int)
-    batch_size: int | None = option(DEFAULT_BATCH, "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise); the default is capped at half the rows", check=optional(positive_int), type=int)
+    num_steps: int | None = option(
+        None,
+        "total steps, replacing pretrain_steps and swag_epochs: the first half MAP pretraining, the rest SWAG epochs (at least 2 x collect_every)",
+        check=optional(positive_int),
+        type=int,
+    )
+    epochs: int | None = option(
+        None, "the same length in passes over the data: num_steps = epochs x (N // batch_size)", check=optional(positive_int), type=int
+    )
+    batch_size: int | None = option(
+        DEFAULT_BATCH,
+        "minibatch rows per step (SWAG needs SGD noise: None means full batch, no noise); the default is capped at half the rows",
+        check=optional(positive_int),
+        type=int,
+    )
     learning_rate: float = option(1e-2, "pretraining Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "pretraining optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
-    swag_learning_rate: float = option(0.01, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float)
-    schedule: str = option("constant", "SWAG-phase learning rate: constant, or cyclical (cosine from the rate to 0 over each collection period)", choices=SCHEDULES)
+    swag_learning_rate: float = option(
+        0.01, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float
+    )
+    schedule: str = option(
+        "constant",
+        "SWAG-phase learning rate: constant, or cyclical (cosine from the rate to 0 over each collection period)",
+        choices=SCHEDULES,
+    )
     rank: int = option(20, "K: deviations kept for the low-rank part of the covariance", check=positive_int)
     collect_every: int = option(1, "collect the iterate every this many epochs", check=positive_int)
     num_samples: int = option(30, "draws from the Gaussian (per member)", check=positive_int)
     init_loc: str = init_loc_option()
-    init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)", check=positive_float)
+    init_radius: float = option(
+        2.0,
+        "start values uniform in (-r, r) on the unconstrained space (init_loc uniform; non-layer sites under glorot)",
+        check=positive_float,
+    )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
 
@@ -115,8 +141,9 @@ class SWAGOptions(Options):
                 "at least 1 step, so give num_steps ≥ 2 (a useful run takes hundreds)"
             )
         if self.pretrain_steps == 0 and self.num_steps is None and self.epochs is None:
-            raise ValueError("pretrain_steps=0 is too short: SWAG collects around a MAP mode and needs at least 1 pretraining "
-                             "step (the default is 2000)")
+            raise ValueError(
+                "pretrain_steps=0 is too short: SWAG collects around a MAP mode and needs at least 1 pretraining step (the default is 2000)"
+            )
 
     def check_data(self, x, y) -> None:
         if self.batch_size != DEFAULT_BATCH:  # the default is capped by resolve
@@ -132,8 +159,10 @@ class SWAGOptions(Options):
             return self
         total = steps_for(self, n)
         if total < 2:
-            raise ValueError(f"epochs={self.epochs} gives {total} step(s) on {n} rows, too short for SWAG: the first half of the "
-                             "run is MAP pretraining and needs at least 1 step; give epochs ≥ 2 or a smaller batch_size")
+            raise ValueError(
+                f"epochs={self.epochs} gives {total} step(s) on {n} rows, too short for SWAG: the first half of the "
+                "run is MAP pretraining and needs at least 1 step; give epochs ≥ 2 or a smaller batch_size"
+            )
         batches = max(1, n // (self.batch_size or n))
         swag_epochs = max(2 * self.collect_every, (total - total // 2) // batches)
         return dataclasses.replace(self, pretrain_steps=total // 2, swag_epochs=swag_epochs)
@@ -240,7 +269,9 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     def init(key, data):
         pre = init_pre(key, data)
         moments = SWAGMoments(
-            jnp.zeros((members, dim)), jnp.zeros((members, dim)), jnp.zeros((members, options.rank, dim)),
+            jnp.zeros((members, dim)),
+            jnp.zeros((members, dim)),
+            jnp.zeros((members, options.rank, dim)),
             jnp.zeros((members,), jnp.int32),
         )
         nan = jnp.full((members,), jnp.nan)
@@ -284,12 +315,21 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     def sample(key, state, num_samples):
         draws = jax.vmap(lambda k, m: member_draws(k, m, num_samples))(member_keys(key, members), state.moments)
         return {k: v[0] for k, v in draws.items()} if members == 1 else draws  # (M, S, *site)
+
     return Algorithm(
-        init, step, sample,
-        RunSpec(num_steps=num_steps, num_samples=options.num_samples, batch_size=options.batch_size,
-                name="swag" if members == 1 else f"multiswag ({members})", num_chains=members),
-        Hooks(extras=lambda state: _extras(state, members, options, n, small),
-              postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}),
+        init,
+        step,
+        sample,
+        RunSpec(
+            num_steps=num_steps,
+            num_samples=options.num_samples,
+            batch_size=options.batch_size,
+            name="swag" if members == 1 else f"multiswag ({members})",
+            num_chains=members,
+        ),
+        Hooks(
+            extras=lambda state: _extras(state, members, options, n, small), postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}
+        ),
     )
 
 
@@ -301,7 +341,8 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
         warnings.warn(
             f"{name} is not suited to small data under a hierarchical prior ({n} rows, at most {SMALL_DATA_ROWS}): its SGD "
             "phase gives each member almost no spread on so few rows; fit method='ensemble' or method='nuts' instead",
-            UserWarning, stacklevel=2,
+            UserWarning,
+            stacklevel=2,
         )
     pretrain_loss, swag_loss = np.asarray(state.pretrain_loss, np.float64), np.asarray(state.swag_loss, np.float64)
     # Around a mode, constant-rate SGD raises the mean loss by about lr·tr(H·C)/4 (Mandt et al.
@@ -314,16 +355,33 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
             f"{int(left.sum())} of {members} SWAG run(s) left the pretrained mode (mean SWAG-phase loss "
             f"{swag_loss[left].max():.4g} against {pretrain_loss[left].max():.4g} after pretraining): "
             f"lower swag_learning_rate (now {options.swag_learning_rate:g}) or raise pretrain_steps",
-            RuntimeWarning, stacklevel=2,
+            RuntimeWarning,
+            stacklevel=2,
         )
     return {
-        "members": members, "collected": int(state.moments.count.min()), "rank": options.rank,
+        "members": members,
+        "collected": int(state.moments.count.min()),
+        "rank": options.rank,
         "pretrain_loss": [float(v) if np.isfinite(v) else None for v in pretrain_loss],
         "swag_mean_loss": [float(v) if np.isfinite(v) else None for v in swag_loss],
     }
 
 
-register(Method("swag", SWAGOptions, build=build, summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)",
-                smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10}))
-register(Method("multiswag", MultiSWAGOptions, build=build, summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)",
-                smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2}))
+register(
+    Method(
+        "swag",
+        SWAGOptions,
+        build=build,
+        summary="SWA-Gaussian: MAP, then SGD iterates' diagonal + low-rank Gaussian (Maddox et al. 2019)",
+        smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 10},
+    )
+)
+register(
+    Method(
+        "multiswag",
+        MultiSWAGOptions,
+        build=build,
+        summary="MultiSWAG: SWAG on every member of a deep ensemble, vmapped (Wilson & Izmailov 2020)",
+        smoke={"pretrain_steps": 20, "swag_epochs": 4, "rank": 3, "num_samples": 5, "members": 2},
+    )
+)

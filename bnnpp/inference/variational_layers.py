@@ -52,13 +52,20 @@ from bnnpp.models.layers import CONV_DIMENSION_NUMBERS, LAYER_EFFECT
 from bnnpp.priors import Prior, ScaleMixtureNormal
 
 __all__ = [
-    "ESTIMATORS", "LAYER_KINDS", "conv_preactivations", "dense_preactivations", "find_layers", "gaussian_kl", "latent_layers",
-    "mc_weight_draw", "negative_elbo_terms", "normal_noise",
+    "ESTIMATORS",
+    "LAYER_KINDS",
+    "conv_preactivations",
+    "dense_preactivations",
+    "find_layers",
+    "gaussian_kl",
+    "latent_layers",
+    "mc_weight_draw",
+    "negative_elbo_terms",
+    "normal_noise",
 ]
 
 ESTIMATORS = ("reparam", "local", "flipout")
 LAYER_KINDS = ("dense", "conv2d")  # the bnnpp layer messages answered here
-
 
 
 def _weight_draw(key, mu_w, sigma_w, mu_b, sigma_b):
@@ -237,8 +244,12 @@ class _LayerRecorder(Messenger):
             n_in, units = int(x.shape[-1]), int(units)
             field = math.prod(msg["kwargs"]["kernel_size"]) if msg["kind"] == "conv2d" else 1
             self.layers[name] = {
-                "kind": msg["kind"], "prior": prior, "in": n_in, "units": units,
-                "fan_in": field * n_in, "fan_out": field * units,
+                "kind": msg["kind"],
+                "prior": prior,
+                "in": n_in,
+                "units": units,
+                "fan_in": field * n_in,
+                "fan_out": field * units,
                 "sites": msg.get("sites", (f"{name}.w", f"{name}.b")),
             }
 
@@ -269,8 +280,7 @@ def latent_layers(model: Callable, x, y, method: str, purpose: str) -> dict[str,
     layers = find_layers(model, x, y)
     if not layers:
         raise ValueError(
-            f"{method} {purpose} and found none: build the model with "
-            "bnnpp.models.layers.dense / conv2d (or use mlp, cnn, lenet5)"
+            f"{method} {purpose} and found none: build the model with bnnpp.models.layers.dense / conv2d (or use mlp, cnn, lenet5)"
         )
     sites = latent_sites(model, x, y)
     out = {}

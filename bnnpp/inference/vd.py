@@ -92,8 +92,18 @@ from bnnpp.models.layers import LAYER_EFFECT
 from bnnpp.posterior.approximation import VariationalDropout
 
 __all__ = [
-    "K1", "K2", "K3", "LOG_ALPHA_CLIP", "VARIANTS", "VDInfo", "VDOptions", "VDState", "VariationalDropout", "build",
-    "kl_log_uniform", "kl_weight",
+    "K1",
+    "K2",
+    "K3",
+    "LOG_ALPHA_CLIP",
+    "VARIANTS",
+    "VDInfo",
+    "VDOptions",
+    "VDState",
+    "VariationalDropout",
+    "build",
+    "kl_log_uniform",
+    "kl_weight",
 ]
 
 VARIANTS = ("gaussian_dropout", "variational", "sparse")
@@ -116,11 +126,15 @@ def _non_negative_int(name: str, value) -> None:
 class VDOptions(Options):
     """Options of ``method="vd"`` (module docstring)."""
 
-    refused: ClassVar[dict[str, str]] = {"temperature": "vd does not take a temperature yet (its KL to the log-uniform prior is an approximation outside the log density): fit advi, nuts or sgld for a tempered posterior"}
+    refused: ClassVar[dict[str, str]] = {
+        "temperature": "vd does not take a temperature yet (its KL to the log-uniform prior is an approximation outside the log density): fit advi, nuts or sgld for a tempered posterior"
+    }
 
     exclusive = (("optimizer", "learning_rate"), ("num_steps", "epochs"))
 
-    variant: str = option("sparse", "gaussian_dropout (fixed alpha), variational (alpha per layer, <= 1) or sparse (alpha per weight)", choices=VARIANTS)
+    variant: str = option(
+        "sparse", "gaussian_dropout (fixed alpha), variational (alpha per layer, <= 1) or sparse (alpha per weight)", choices=VARIANTS
+    )
     alpha: float = option(0.25, "gaussian_dropout: the fixed noise variance alpha; variational: its start value", check=positive_float)
     epochs: int = option(5000, "passes over the training data", check=positive_int)
     num_steps: int | None = option(None, "optimisation steps (replaces epochs)", check=optional(positive_int), type=int)
@@ -159,8 +173,6 @@ def kl_weight(step, warmup_steps: int):
 # --------------------------------------------------------------------------------------
 # The approximation: θ and log α per weight
 # --------------------------------------------------------------------------------------
-
-
 
 
 # --------------------------------------------------------------------------------------
@@ -344,8 +356,10 @@ def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorit
         kept = {weight_sites[s]["sites"][0]: int(np.sum(la[s] <= options.threshold)) for s in weight_sites}
         total = sum(v.size for v in theta.values())
         out = {
-            "variant": variant, "threshold": float(options.threshold),
-            "weights": {s: int(v.size) for s, v in theta.items()}, "nonzero_weights": kept,
+            "variant": variant,
+            "threshold": float(options.threshold),
+            "weights": {s: int(v.size) for s, v in theta.items()},
+            "nonzero_weights": kept,
             "compression": float(total / max(1, sum(kept.values()))),
         }
         if variant == "variational":
@@ -356,14 +370,20 @@ def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorit
         return {"elbo": f"{-info.negative_elbo.mean():.4g}", "nll": f"{info.nll.mean():.4g}", "kl": f"{info.kl.mean():.4g}"}
 
     return Algorithm(
-        init, step, sample,
+        init,
+        step,
+        sample,
         RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name=f"vd ({variant})"),
         Hooks(point=lambda state: state.position, approximation=approximation, extras=extras, postfix=postfix),
     )
 
 
-register(Method(
-    "vd", VDOptions, build=build,
-    summary="Gaussian / variational / sparse variational dropout, log-uniform prior (Kingma et al. 2015; Molchanov et al. 2017)",
-    smoke={"epochs": 60, "num_samples": 20},
-))
+register(
+    Method(
+        "vd",
+        VDOptions,
+        build=build,
+        summary="Gaussian / variational / sparse variational dropout, log-uniform prior (Kingma et al. 2015; Molchanov et al. 2017)",
+        smoke={"epochs": 60, "num_samples": 20},
+    )
+)

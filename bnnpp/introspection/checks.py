@@ -121,7 +121,15 @@ def _data_sites(found: dict) -> list[str]:
     return [k for k, site in found.items() if site["is_observed"] and not isinstance(site["fn"], dist.Unit)]
 
 
-PREDICTABLE = (dist.CategoricalProbs, dist.CategoricalLogits, dist.BernoulliProbs, dist.BernoulliLogits, dist.Normal, dist.StudentT, dist.Poisson)
+PREDICTABLE = (
+    dist.CategoricalProbs,
+    dist.CategoricalLogits,
+    dist.BernoulliProbs,
+    dist.BernoulliLogits,
+    dist.Normal,
+    dist.StudentT,
+    dist.Poisson,
+)
 """Observation distributions :func:`observation` (and so ``Posterior.predict``) can predict with."""
 
 
@@ -138,25 +146,24 @@ def _check_observed(found: dict, y_shape: tuple[int, ...], name: str) -> None:
                 f"the model has no observed site named {name!r} (its observed site is {observed[0]!r}): leave out observed=, "
                 f"or pass observed={observed[0]!r}"
             )
-        raise ValueError(
-            f"the model has no observed site named {name!r}: sample the targets as numpyro.sample({name!r}, ..., obs=y)"
-        )
+        raise ValueError(f"the model has no observed site named {name!r}: sample the targets as numpyro.sample({name!r}, ..., obs=y)")
     fn = found[internal]["fn"]
     batch, event = tuple(fn.batch_shape), tuple(fn.event_shape)
     if batch + event != tuple(y_shape):
         hint = (
-            "a (n, 1) network output against 1-D y broadcasts to (n, n): take out[..., 0], or pass y as (n, 1) "
-            "with .to_event(1)" if len(y_shape) == 1 and batch + event == (y_shape[0], y_shape[0])
+            "a (n, 1) network output against 1-D y broadcasts to (n, n): take out[..., 0], or pass y as (n, 1) with .to_event(1)"
+            if len(y_shape) == 1 and batch + event == (y_shape[0], y_shape[0])
             else "pass y.reshape(-1), or a model whose likelihood has one event of y's row shape"
-            if batch + event == tuple(y_shape[:1]) else "make the likelihood's shape equal y's"
+            if batch + event == tuple(y_shape[:1])
+            else "make the likelihood's shape equal y's"
         )
         raise ValueError(
-            f"the observed site {name!r} has shape {batch + event} (batch {batch}, event {event}) but y has shape "
-            f"{tuple(y_shape)}: {hint}"
+            f"the observed site {name!r} has shape {batch + event} (batch {batch}, event {event}) but y has shape {tuple(y_shape)}: {hint}"
         )
     if batch != tuple(y_shape[:1]):
         fix = (
-            "sample it inside numpyro.plate('data', n) without .to_event" if len(y_shape) == 1
+            "sample it inside numpyro.plate('data', n) without .to_event"
+            if len(y_shape) == 1
             else f"e.g. dist.Normal(mean, sd).to_event({len(y_shape) - 1})"
         )
         raise ValueError(
@@ -205,6 +212,5 @@ def check_sites(model: Callable, sites: dict[str, SiteInfo], x, what: str) -> No
     for k, site in sites.items():
         if mine[k].shape != tuple(site.shape):
             raise ValueError(
-                f"site {k!r} has shape {mine[k].shape} in the model but {tuple(site.shape)} in {what}: pass the model it was "
-                "fitted with"
+                f"site {k!r} has shape {mine[k].shape} in the model but {tuple(site.shape)} in {what}: pass the model it was fitted with"
             )

@@ -73,7 +73,9 @@ def _abstract_trace(model: Callable, x, y, plates: dict | None = None, determini
                 plates[name] = (int(size), int(size if subsample is None else subsample))
             if site["type"] == "sample":
                 found[name] = {
-                    "is_observed": site["is_observed"], "fn": site["fn"], "shape": tuple(jnp.shape(site["value"])),
+                    "is_observed": site["is_observed"],
+                    "fn": site["fn"],
+                    "shape": tuple(jnp.shape(site["value"])),
                     "dims": tuple((site.get("infer") or {}).get("dims", ())),
                     "renamed_from": (site.get("infer") or {}).get(_RENAMED_FROM),
                 }
@@ -194,8 +196,7 @@ def observation(model: Callable, sample: dict, key, x, y=None, deterministic: bo
         out = {"rate": jnp.broadcast_to(base.rate, shape)}
     else:
         raise TypeError(
-            "prediction supports Categorical, Bernoulli, Normal, StudentT and Poisson observation sites, got "
-            f"{type(base).__name__}"
+            f"prediction supports Categorical, Bernoulli, Normal, StudentT and Poisson observation sites, got {type(base).__name__}"
         )
     if y is not None:
         out["log_likelihood"] = jnp.broadcast_to(fn.log_prob(y), (n,))

@@ -109,9 +109,7 @@ class ConvNet:
         }
 
     def __repr__(self) -> str:
-        return (
-            f"{self.architecture}(activation={self.activation!r}, num_classes={self.num_classes}, prior={self.prior})"
-        )
+        return f"{self.architecture}(activation={self.activation!r}, num_classes={self.num_classes}, prior={self.prior})"
 
 
 def _build(architecture: str, prior, num_classes, activation) -> ConvNet:

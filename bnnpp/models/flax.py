@@ -278,9 +278,14 @@ class FlaxModel:
         module cannot be rebuilt from it: pass the model to :func:`bnnpp.load`."""
         cls = type(self.module)
         return {
-            "type": "flax", "api": self.api, "module": f"{cls.__module__}.{cls.__qualname__}",
-            "likelihood": self.likelihood, "num_classes": self.num_classes, "noise": self.noise,
-            "noise_scale": self.noise_scale, "prior": self.prior.spec(),
+            "type": "flax",
+            "api": self.api,
+            "module": f"{cls.__module__}.{cls.__qualname__}",
+            "likelihood": self.likelihood,
+            "num_classes": self.num_classes,
+            "noise": self.noise,
+            "noise_scale": self.noise_scale,
+            "prior": self.prior.spec(),
             "priors": {k: (None if v is None else v.spec()) for k, v in self.priors.items()},
         }
 
@@ -334,7 +339,9 @@ def from_flax(
     priors = dict(priors or {})
     for pattern, p in priors.items():
         if not isinstance(pattern, str) or not (p is None or isinstance(p, Prior)):
-            raise TypeError(f"priors maps module-path patterns to bnnpp priors or None, e.g. {{'*.bias': priors.normal(1.0)}}; got {pattern!r}: {p!r}")
+            raise TypeError(
+                f"priors maps module-path patterns to bnnpp priors or None, e.g. {{'*.bias': priors.normal(1.0)}}; got {pattern!r}: {p!r}"
+            )
     import flax.linen as nn
     from flax import nnx
 

@@ -166,9 +166,7 @@ def conv2d(
     """
     _check_prior(prior)
     if jnp.ndim(x) != 4:
-        raise ValueError(
-            f"conv2d {name!r} takes images of shape (n, height, width, channels), got shape {jnp.shape(x)}"
-        )
+        raise ValueError(f"conv2d {name!r} takes images of shape (n, height, width, channels), got shape {jnp.shape(x)}")
     if isinstance(filters, bool) or not isinstance(filters, int) or filters < 1:
         raise ValueError(f"conv2d filters must be a positive int, got {filters!r}")
     kernel = _pair(kernel_size, "kernel_size")
@@ -192,9 +190,7 @@ def _conv2d_default(name: str, x: jnp.ndarray, filters: int, prior: Prior, scale
     ``conv(x, w) + b`` ``(n, h', w', filters)``."""
     kh, kw = kernel_size
     n_in = x.shape[-1]
-    w = prior.sample(
-        f"{name}.w", (kh, kw, n_in, filters), scale, dims=(f"{name}.kh", f"{name}.kw", f"{name}.in", f"{name}.out")
-    )
+    w = prior.sample(f"{name}.w", (kh, kw, n_in, filters), scale, dims=(f"{name}.kh", f"{name}.kw", f"{name}.in", f"{name}.out"))
     b = prior.sample(f"{name}.b", (filters,), scale, dims=(f"{name}.out",))
     h = jax.lax.conv_general_dilated(x, w, stride, padding, dimension_numbers=CONV_DIMENSION_NUMBERS)
     return h + b

@@ -112,8 +112,20 @@ class MLP:
 
     def with_scaling(self, scaling: Scaling | None) -> MLP:
         """The same network with the data transform ``scaling`` (``None``: none)."""
-        return MLP(self.hidden, self.activation, self.likelihood, self.num_classes, self.noise, self.prior,
-                   self.noise_scale, self.df, self.outputs, self.sd_link, self.standardize, scaling)
+        return MLP(
+            self.hidden,
+            self.activation,
+            self.likelihood,
+            self.num_classes,
+            self.noise,
+            self.prior,
+            self.noise_scale,
+            self.df,
+            self.outputs,
+            self.sd_link,
+            self.standardize,
+            scaling,
+        )
 
     @property
     def task(self) -> str:
@@ -147,8 +159,18 @@ class MLP:
             if i < len(widths) - 1:
                 ht = self._act(ht)
         h = ht.T
-        observe(data, h, y, self.likelihood, self.noise, self.noise_scale, df=self.df, outputs=self.outputs, sd_link=self.sd_link,
-                scaling=self.scaling)
+        observe(
+            data,
+            h,
+            y,
+            self.likelihood,
+            self.noise,
+            self.noise_scale,
+            df=self.df,
+            outputs=self.outputs,
+            sd_link=self.sd_link,
+            scaling=self.scaling,
+        )
 
     def spec(self) -> dict:
         """JSON-serialisable description; :func:`bnnpp.models.from_spec` rebuilds the model."""
@@ -178,8 +200,17 @@ class MLP:
 
 
 def observe(
-    data, h: jnp.ndarray, y, likelihood: str, noise: float | None, noise_scale: float, *, df: float | None = None,
-    outputs: int | None = None, sd_link: str | None = None, scaling: Scaling | None = None,
+    data,
+    h: jnp.ndarray,
+    y,
+    likelihood: str,
+    noise: float | None,
+    noise_scale: float,
+    *,
+    df: float | None = None,
+    outputs: int | None = None,
+    sd_link: str | None = None,
+    scaling: Scaling | None = None,
 ) -> None:
     """The observation sites of a network with outputs ``h`` ``(n, width)``: ``noise`` ~
     HalfNormal(``noise_scale``) when a gaussian / student_t scale is learned (``noise=None``),
@@ -240,7 +271,12 @@ def observe(
 
 
 def check_observation(
-    likelihood: str, num_classes, noise, noise_scale, who: str = "mlp", likelihoods: tuple[str, ...] = BASIC_LIKELIHOODS,
+    likelihood: str,
+    num_classes,
+    noise,
+    noise_scale,
+    who: str = "mlp",
+    likelihoods: tuple[str, ...] = BASIC_LIKELIHOODS,
 ) -> tuple[int | None, float | None, float]:
     """Validate a network's observation settings (``likelihood``, ``num_classes``, ``noise``,
     ``noise_scale`` as :func:`mlp` documents them); ``who`` names the builder in messages and

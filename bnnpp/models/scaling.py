@@ -68,14 +68,22 @@ class Scaling:
 
     def spec(self) -> dict:
         """JSON-serialisable form (:func:`Scaling.from_spec` inverts it)."""
-        return {"x_shift": list(self.x_shift), "x_scale": list(self.x_scale),
-                "y_shift": None if self.y_shift is None else list(self.y_shift), "y_scale": self.y_scale}
+        return {
+            "x_shift": list(self.x_shift),
+            "x_scale": list(self.x_scale),
+            "y_shift": None if self.y_shift is None else list(self.y_shift),
+            "y_scale": self.y_scale,
+        }
 
     @classmethod
     def from_spec(cls, spec: dict) -> Scaling:
         y_shift = spec.get("y_shift")
-        return cls(_f32(spec["x_shift"]), _f32(spec["x_scale"]), None if y_shift is None else _f32(y_shift),
-                   None if spec.get("y_scale") is None else _f32([spec["y_scale"]])[0])
+        return cls(
+            _f32(spec["x_shift"]),
+            _f32(spec["x_scale"]),
+            None if y_shift is None else _f32(y_shift),
+            None if spec.get("y_scale") is None else _f32([spec["y_scale"]])[0],
+        )
 
 
 def _scale(sd: np.ndarray) -> np.ndarray:

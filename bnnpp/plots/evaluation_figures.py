@@ -311,11 +311,15 @@ def reference_agreement(results: dict):
     names = list(results["methods"])
     rows = results["methods"]
     if results.get("task") == "regression":
-        panels = (("ref_w2", "W2 to the reference (lower is better)", 0.0),
-                  ("ref_sd_ratio", "predictive sd / reference's (1 is exact)", 1.0))
+        panels = (
+            ("ref_w2", "W2 to the reference (lower is better)", 0.0),
+            ("ref_sd_ratio", "predictive sd / reference's (1 is exact)", 1.0),
+        )
     else:
-        panels = (("ref_agreement", "top-1 agreement with the reference (1 is exact)", 1.0),
-                  ("ref_total_variation", "total variation to the reference (0 is exact)", 0.0))
+        panels = (
+            ("ref_agreement", "top-1 agreement with the reference (1 is exact)", 1.0),
+            ("ref_total_variation", "total variation to the reference (0 is exact)", 0.0),
+        )
     fig = Figure(figsize=(4.5 + 0.5 * len(names), 3.4), layout="constrained")
     axes = fig.subplots(1, 2)
     for ax, (key, label, exact) in zip(axes, panels, strict=True):

@@ -7,8 +7,18 @@ from collections.abc import Callable
 import numpy as np
 from matplotlib.figure import Figure
 
-CLASS_COLOURS = ("tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive",
-                 "tab:cyan", "tab:gray")
+CLASS_COLOURS = (
+    "tab:blue",
+    "tab:red",
+    "tab:green",
+    "tab:orange",
+    "tab:purple",
+    "tab:brown",
+    "tab:pink",
+    "tab:olive",
+    "tab:cyan",
+    "tab:gray",
+)
 """The colour of each class in the 2-D classification figures (cycled past ten classes)."""
 
 
@@ -35,13 +45,17 @@ def _class_panels(probs: np.ndarray, names: list[str], short: bool = False) -> l
 
     if probs.shape[-1] == 2:
         p1 = probs[..., 1]
-        return [(p1.mean(0), f"p({names[1]})" if short else f"predictive p({names[1]})", "RdBu_r", (0.0, 1.0)),
-                (p1.std(0), "sd over draws" if short else f"sd of p({names[1]}) over draws", "viridis", (0.0, 0.5))]
+        return [
+            (p1.mean(0), f"p({names[1]})" if short else f"predictive p({names[1]})", "RdBu_r", (0.0, 1.0)),
+            (p1.std(0), "sd over draws" if short else f"sd of p({names[1]}) over draws", "viridis", (0.0, 0.5)),
+        ]
     colours = np.array([_rgb(CLASS_COLOURS[c % len(CLASS_COLOURS)]) for c in range(probs.shape[-1])])
     mixed = probs.mean(0) @ colours  # each grid point: the classes' colours weighted by their probabilities
     mi = metrics.mutual_information(probs)
-    return [(mixed, "class probabilities (mixed colours)" if short else "predicted class (colours mixed by probability)", None, None),
-            (mi, "mutual information" if short else "mutual information (epistemic, nats)", "viridis", None)]
+    return [
+        (mixed, "class probabilities (mixed colours)" if short else "predicted class (colours mixed by probability)", None, None),
+        (mi, "mutual information" if short else "mutual information (epistemic, nats)", "viridis", None),
+    ]
 
 
 def _rgb(colour: str) -> np.ndarray:

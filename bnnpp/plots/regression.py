@@ -15,8 +15,18 @@ def _draw_predicted_vs_observed(ax, check: dict, y: np.ndarray, name: str = "") 
     hi = float(max(y.max(), upper.max()))
     ax.plot([lo, hi], [lo, hi], color="0.5", ls=":", lw=1)
     for keep, colour, label in ((inside, "tab:blue", "inside"), (~inside, "tab:red", "outside")):
-        ax.errorbar(y[keep], mean[keep], yerr=np.stack([mean[keep] - lower[keep], upper[keep] - mean[keep]]), fmt="o", ms=3,
-                    color=colour, ecolor=colour, elinewidth=0.6, alpha=0.7, label=f"{label} the interval ({keep.sum()})")
+        ax.errorbar(
+            y[keep],
+            mean[keep],
+            yerr=np.stack([mean[keep] - lower[keep], upper[keep] - mean[keep]]),
+            fmt="o",
+            ms=3,
+            color=colour,
+            ecolor=colour,
+            elinewidth=0.6,
+            alpha=0.7,
+            label=f"{label} the interval ({keep.sum()})",
+        )
     ax.set_xlabel("observed")
     ax.set_ylabel(f"predicted mean, {check['level']:.0%} interval")
     ax.set_title(f"{name + ': ' if name else ''}{inside.mean():.0%} inside the central {check['level']:.0%} intervals", fontsize=9)
@@ -61,8 +71,17 @@ def top_features(x: np.ndarray, residuals: list[np.ndarray], k: int, bins: int =
 def _draw_residuals(ax, x_col: np.ndarray, check: dict, feature: str, name: str = "") -> None:
     r = check["residual"]
     ax.axhline(0, color="0.5", ls=":", lw=1)
-    ax.errorbar(x_col, r, yerr=np.stack([check["upper"] - check["mean"], check["mean"] - check["lower"]]), fmt="o", ms=2.5,
-                color="tab:blue", ecolor="tab:blue", elinewidth=0.4, alpha=0.6)
+    ax.errorbar(
+        x_col,
+        r,
+        yerr=np.stack([check["upper"] - check["mean"], check["mean"] - check["lower"]]),
+        fmt="o",
+        ms=2.5,
+        color="tab:blue",
+        ecolor="tab:blue",
+        elinewidth=0.4,
+        alpha=0.6,
+    )
     ax.set_xlabel(feature)
     ax.set_ylabel("observed − predicted")
     if name:

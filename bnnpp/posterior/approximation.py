@@ -167,13 +167,36 @@ class FitStats:
     @classmethod
     def from_info(cls, info: dict[str, Any]) -> FitStats:
         """The inverse of :meth:`as_info` (``guide_params`` is not a statistic and is ignored)."""
-        known = {"method", "seed", "options", "steps_run", "stopped_at", "compile_seconds", "run_seconds", "sample_seconds", "sample_stats", "guide_params"}
+        known = {
+            "method",
+            "seed",
+            "options",
+            "steps_run",
+            "stopped_at",
+            "compile_seconds",
+            "run_seconds",
+            "sample_seconds",
+            "sample_stats",
+            "guide_params",
+        }
         traces = {k: np.asarray(v) for k, v in info.items() if k not in known and isinstance(v, np.ndarray)}
         extras = {k: v for k, v in info.items() if k not in known and k not in traces}
         if "negative_elbo" not in traces and "nll" in traces and "kl" in traces:  # bbb fits of bnnpp 0.1
             traces["negative_elbo"] = np.asarray(traces["nll"], np.float64) + np.asarray(traces["kl"], np.float64)
-        elif "negative_elbo" not in traces and "loss" in traces and info.get("method") not in (
-            "map", "sgld", "nuts", "ensemble", "swag", "multiswag", "mc_dropout", "laplace",  # losses that are no ELBO
+        elif (
+            "negative_elbo" not in traces
+            and "loss" in traces
+            and info.get("method")
+            not in (
+                "map",
+                "sgld",
+                "nuts",
+                "ensemble",
+                "swag",
+                "multiswag",
+                "mc_dropout",
+                "laplace",  # losses that are no ELBO
+            )
         ):
             traces["negative_elbo"] = traces["loss"]  # bnnpp 0.1 read any other loss trace as a negative ELBO
         return cls(

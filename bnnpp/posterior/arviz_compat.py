@@ -78,9 +78,7 @@ def _dataset(variables: Mapping[str, Any], dims: Mapping[str, list[str]], sample
     return xr.Dataset(data_vars, coords=coords, attrs=dict(attrs))
 
 
-def from_dict(
-    *, posterior: Mapping[str, Any], dims: Mapping[str, list[str]], attrs: dict, **data_groups: Mapping[str, Any]
-) -> dict:
+def from_dict(*, posterior: Mapping[str, Any], dims: Mapping[str, list[str]], attrs: dict, **data_groups: Mapping[str, Any]) -> dict:
     """The groups of ArviZ 0.x's ``az.from_dict`` as ``{group: xarray.Dataset}``, built with
     xarray alone. ``posterior`` and ``posterior_predictive`` arrays are ``(chain, draw, ...)``;
     ``observed_data`` and ``constant_data`` have no sample dims. ``dims`` names the other
@@ -275,9 +273,17 @@ def _elpd_data(data):
 
     res = _unsmoothed_loo(few)
     return ELPDDataLOO(
-        elpd=res.elpd, se=res.se, p=res.p_loo, n_samples=few.shape[0], n_data_points=few.shape[1], scale="log",
-        warning=True, good_k=0.7, elpd_i=xr.DataArray(res.elpd_i, dims=["obs"]),
-        pareto_k=xr.DataArray(res.pareto_k, dims=["obs"]), approx_posterior=False,
+        elpd=res.elpd,
+        se=res.se,
+        p=res.p_loo,
+        n_samples=few.shape[0],
+        n_data_points=few.shape[1],
+        scale="log",
+        warning=True,
+        good_k=0.7,
+        elpd_i=xr.DataArray(res.elpd_i, dims=["obs"]),
+        pareto_k=xr.DataArray(res.pareto_k, dims=["obs"]),
+        approx_posterior=False,
     )
 
 

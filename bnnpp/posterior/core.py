@@ -158,8 +158,11 @@ class Posterior:
             raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
         total = self.num_chains * self.num_draws
         if num_samples > total:
-            warnings.warn(f"num_samples={num_samples} is more than the {total} posterior draws kept: using all {total}",
-                          UserWarning, stacklevel=stacklevel + 1)
+            warnings.warn(
+                f"num_samples={num_samples} is more than the {total} posterior draws kept: using all {total}",
+                UserWarning,
+                stacklevel=stacklevel + 1,
+            )
             return total
         return int(num_samples)
 
@@ -175,17 +178,17 @@ class Posterior:
             a = np.asarray(v)
             if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
                 bad = int((~np.isfinite(a.reshape(total, -1))).any(axis=1).sum())
-                raise ValueError(f"the posterior's site {name!r} holds NaN or inf in {bad} of its {total} draws, so its "
-                                 "predictions would be NaN: the fit diverged or the file is damaged; fit again (e.g. with a "
-                                 "smaller learning rate or step size)")
+                raise ValueError(
+                    f"the posterior's site {name!r} holds NaN or inf in {bad} of its {total} draws, so its "
+                    "predictions would be NaN: the fit diverged or the file is damaged; fit again (e.g. with a "
+                    "smaller learning rate or step size)"
+                )
         self._jitted["finite"] = key
 
     def model_or_raise(self) -> Callable:
         """The model; ValueError naming the fix when it was not passed to :func:`bnnpp.load`."""
         if self.model is None:
-            raise ValueError(
-                "this posterior was saved from a custom model; pass it when loading: bnnpp.load(path, model=my_model)"
-            )
+            raise ValueError("this posterior was saved from a custom model; pass it when loading: bnnpp.load(path, model=my_model)")
         return self.model
 
     _model_or_raise = model_or_raise
@@ -279,9 +282,20 @@ class Posterior:
             return dataclasses.replace(own, deterministic=at_draws.deterministic)  # its sites at the draws
         return at_draws
 
-    def calibrate(self, x: Any, y: Any, alpha: float | None = 0.1, *, score: str | None = None,
-                  temperature_scaling: bool | None = None, randomized: bool = False, raps_lambda: float = 0.01,
-                  raps_k: int = 1, num_samples: int | None = None, seed: Any = 0) -> Posterior:
+    def calibrate(
+        self,
+        x: Any,
+        y: Any,
+        alpha: float | None = 0.1,
+        *,
+        score: str | None = None,
+        temperature_scaling: bool | None = None,
+        randomized: bool = False,
+        raps_lambda: float = 0.01,
+        raps_k: int = 1,
+        num_samples: int | None = None,
+        seed: Any = 0,
+    ) -> Posterior:
         """This posterior calibrated on a held-out split (:func:`bnnpp.calibrate.fit`): split-
         conformal intervals (regression) or prediction sets (classification) with coverage
         ≥ ``1 − alpha``, and for classifiers temperature scaling of the predictive.
@@ -304,8 +318,17 @@ class Posterior:
         if y.ndim == 0 or np.ndim(x) == 0 or np.shape(x)[0] != y.shape[0]:
             raise ValueError(f"x and y must hold the same number of calibration rows, got {np.shape(x)} and {y.shape}")
         prediction = self._predict_uncalibrated(x, num_samples, seed)
-        fitted = calibrate.fit(prediction, y, alpha, score=score, temperature_scaling=temperature_scaling,
-                               randomized=randomized, raps_lambda=raps_lambda, raps_k=raps_k, seed=seed_integer(seed))
+        fitted = calibrate.fit(
+            prediction,
+            y,
+            alpha,
+            score=score,
+            temperature_scaling=temperature_scaling,
+            randomized=randomized,
+            raps_lambda=raps_lambda,
+            raps_k=raps_k,
+            seed=seed_integer(seed),
+        )
         return dataclasses.replace(self, calibration=fitted)
 
     @staticmethod
@@ -318,8 +341,12 @@ class Posterior:
             return Prediction("regression", draws=np.asarray(out["rate"]), likelihood="poisson", deterministic=det)
         if "df" in out:
             return Prediction(
-                "regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]), likelihood="student_t",
-                df=np.asarray(out["df"]), deterministic=det,
+                "regression",
+                draws=np.asarray(out["loc"]),
+                noise=np.asarray(out["scale"]),
+                likelihood="student_t",
+                df=np.asarray(out["df"]),
+                deterministic=det,
             )
         return Prediction("regression", draws=np.asarray(out["loc"]), noise=np.asarray(out["scale"]), deterministic=det)
 
@@ -327,8 +354,7 @@ class Posterior:
         """Pointwise log-likelihood of the training data, ``(chain, draw, n)``."""
         if not self.has_data:
             raise ValueError(
-                "this posterior was saved without its training data, so it has no log-likelihood; "
-                "save with include_data=True to keep it"
+                "this posterior was saved without its training data, so it has no log-likelihood; save with include_data=True to keep it"
             )
         if self.approximation is not None and self.approximation.predict is not None:
             # a family that predicts with its own predictive (the linearised Laplace) is scored by

@@ -21,12 +21,14 @@ def _mean_field(params: dict[str, np.ndarray], sites) -> MeanFieldGaussian:
     return MeanFieldGaussian({n: params[f"{n}_loc"] for n in names}, {n: params[f"{n}_scale"] for n in names})
 
 
-FAMILIES: Mapping[str, Callable[[dict[str, np.ndarray], Any], Approximation]] = MappingProxyType({
-    MeanFieldGaussian.kind: _mean_field,
-    GuideParameters.kind: lambda params, sites: GuideParameters(params),
-    VariationalDropout.kind: VariationalDropout.from_params,
-    LaplaceGaussian.kind: LaplaceGaussian.from_params,
-})
+FAMILIES: Mapping[str, Callable[[dict[str, np.ndarray], Any], Approximation]] = MappingProxyType(
+    {
+        MeanFieldGaussian.kind: _mean_field,
+        GuideParameters.kind: lambda params, sites: GuideParameters(params),
+        VariationalDropout.kind: VariationalDropout.from_params,
+        LaplaceGaussian.kind: LaplaceGaussian.from_params,
+    }
+)
 """A saved family's name (``Approximation.kind``) → ``from_params(params, sites) ->
 Approximation``. Fixed: a file naming any other family is refused by :func:`from_guide_params`."""
 

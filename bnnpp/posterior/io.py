@@ -23,7 +23,18 @@ from bnnpp.posterior.arviz_compat import decode_name as _decode_name
 from bnnpp.posterior.arviz_compat import encode_name as _encode_name
 from bnnpp.posterior.arviz_compat import renamed as _renamed
 
-__all__ = ["POINT_ESTIMATE_NOTE", "ROW_DIM", "ArvizNames", "arviz_names", "meta_json", "observed_name", "read_groups", "read_netcdf", "save", "to_arviz"]
+__all__ = [
+    "POINT_ESTIMATE_NOTE",
+    "ROW_DIM",
+    "ArvizNames",
+    "arviz_names",
+    "meta_json",
+    "observed_name",
+    "read_groups",
+    "read_netcdf",
+    "save",
+    "to_arviz",
+]
 
 ROW_DIM = "obs"
 """The dimension of the data rows in the data and log_likelihood groups, unless the model
@@ -43,6 +54,7 @@ def observed_name(posterior) -> str:
     """The name of the model's observed site as the user wrote it (``"y"`` unless the fit was
     given ``observed=...``): the variable name of the ArviZ data groups."""
     return getattr(posterior.model, "observed", None) or getattr(posterior, "observed", None) or "y"
+
 
 def _free(name: str, taken: set[str]) -> str:
     """``name``, or ``name`` with as many leading underscores as it takes to be outside ``taken``."""
@@ -68,9 +80,7 @@ class ArvizNames:
         taken |= set(self.variables.values())
         dims_taken = taken | {d for site in sites.values() for d in site.dims}
         self.row = _free(ROW_DIM, dims_taken)
-        self.dims = {
-            k: [_free(d, taken) if d in taken else d for d in site.dims] for k, site in sites.items()
-        }
+        self.dims = {k: [_free(d, taken) if d in taken else d for d in site.dims] for k, site in sites.items()}
 
 
 def arviz_names(posterior, deterministic=()) -> ArvizNames:
@@ -240,8 +250,11 @@ def meta_json(posterior, names: ArvizNames | None = None) -> str:
     spec = posterior.model.spec() if hasattr(posterior.model, "spec") else None
     sites = {k: {"shape": list(v.shape), "dims": list(v.dims)} for k, v in posterior.sites.items()}
     data = {
-        "feature_shape": list(posterior.x.shape[1:]), "n": int(posterior.x.shape[0]), "y_dtype": str(posterior.y.dtype),
-        "y_shape": list(np.shape(posterior.y)[1:]), "observed": observed_name(posterior),
+        "feature_shape": list(posterior.x.shape[1:]),
+        "n": int(posterior.x.shape[0]),
+        "y_dtype": str(posterior.y.dtype),
+        "y_shape": list(np.shape(posterior.y)[1:]),
+        "observed": observed_name(posterior),
     }
     approximation = None if posterior.approximation is None else posterior.approximation.kind
     variables = {k: v for k, v in names.variables.items() if k != v and k in posterior.sites}

@@ -193,7 +193,9 @@ def _likelihood_kind(model, x, y) -> str:
     found = {}
 
     def probe(xs, ys):
-        found["kind"] = _observation(handlers.trace(handlers.substitute(handlers.seed(model, _KEY), substitute_fn=improper_as_zeros)).get_trace(xs, ys))[0]
+        found["kind"] = _observation(
+            handlers.trace(handlers.substitute(handlers.seed(model, _KEY), substitute_fn=improper_as_zeros)).get_trace(xs, ys)
+        )[0]
         return 0
 
     jax.eval_shape(probe, x[:2], y[:2])

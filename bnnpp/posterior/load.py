@@ -79,8 +79,10 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
             raise ValueError(f"{path}: its constant_data group has no inputs 'x': the file is damaged; save the posterior again")
         if "observed_data" not in groups or observed not in groups["observed_data"]:
             held = ", ".join(map(str, groups["observed_data"].data_vars)) if "observed_data" in groups else "no observed_data group"
-            raise ValueError(f"{path}: its metadata names the observed variable {observed!r}, but the file holds {held or 'none'}: "
-                             "the file is damaged; save the posterior again")
+            raise ValueError(
+                f"{path}: its metadata names the observed variable {observed!r}, but the file holds {held or 'none'}: "
+                "the file is damaged; save the posterior again"
+            )
         x = np.asarray(groups["constant_data"]["x"].values)
         y = np.asarray(groups["observed_data"][observed].values)
     else:  # saved without its training data

@@ -114,7 +114,9 @@ class Prediction:
         if self.likelihood == "poisson":
             return stats.poisson.logpmf(y, np.asarray(self.draws, np.float64))
         if self.likelihood == "student_t":
-            return stats.t.logpdf(y, np.asarray(self.df, np.float64), np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64))
+            return stats.t.logpdf(
+                y, np.asarray(self.df, np.float64), np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64)
+            )
         return stats.norm.logpdf(y, np.asarray(self.draws, np.float64), np.asarray(self.noise, np.float64))
 
     def _component_cdf(self, y: np.ndarray) -> np.ndarray:
@@ -226,7 +228,8 @@ class Prediction:
             return {
                 "rmse": metrics.rmse(self.mean, y),
                 "nll": (
-                    metrics.gaussian_nll(self.draws, self.noise, y) if self.likelihood == "gaussian" and self.draws.ndim == 2
+                    metrics.gaussian_nll(self.draws, self.noise, y)
+                    if self.likelihood == "gaussian" and self.draws.ndim == 2
                     else metrics.predictive_nll(self.log_density(y))
                 ),
                 "coverage_95": metrics.interval_coverage(self.mean, self.std, y, 0.95),

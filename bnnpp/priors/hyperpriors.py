@@ -97,15 +97,10 @@ def hyperprior(name: str, *params: float) -> Hyperprior:
     ``inverse-gamma``; underscores accepted) with default or given parameters."""
     key = name.replace("_", "-").lower()
     if key not in HYPERPRIORS:
-        raise ValueError(
-            f"unknown hyperprior {name!r}; choose one of {', '.join(HYPERPRIORS)} "
-            "(or 'fixed' for a fixed scale)"
-        )
+        raise ValueError(f"unknown hyperprior {name!r}; choose one of {', '.join(HYPERPRIORS)} (or 'fixed' for a fixed scale)")
     return HYPERPRIORS[key](*params)
 
 
 def hyperprior_from_spec(spec: dict) -> Hyperprior:
     """Inverse of :meth:`Hyperprior.spec`."""
-    return {"half_normal": half_normal, "half_cauchy": half_cauchy, "inverse_gamma": inverse_gamma}[
-        spec["kind"]
-    ](*spec["params"])
+    return {"half_normal": half_normal, "half_cauchy": half_cauchy, "inverse_gamma": inverse_gamma}[spec["kind"]](*spec["params"])

@@ -44,13 +44,12 @@ class Prior:
         if isinstance(self.scale, Hyperprior):
             return
         if self.per != "layer":  # nothing is sampled: per would be ignored
-            raise ValueError(f"per={self.per!r} scopes a sampled scale, and this prior's scale is fixed ({self.scale!r}): "
-                             "leave per out, or give a hyperprior such as priors.half_cauchy(1.0)")
-        if isinstance(self.scale, (dict, str)):
-            raise TypeError(
-                f"scale must be a positive number or a hyperprior such as priors.half_cauchy(1.0), "
-                f"got {self.scale!r}"
+            raise ValueError(
+                f"per={self.per!r} scopes a sampled scale, and this prior's scale is fixed ({self.scale!r}): "
+                "leave per out, or give a hyperprior such as priors.half_cauchy(1.0)"
             )
+        if isinstance(self.scale, (dict, str)):
+            raise TypeError(f"scale must be a positive number or a hyperprior such as priors.half_cauchy(1.0), got {self.scale!r}")
         object.__setattr__(self, "scale", _positive(f"{self.kind} prior scale", self.scale))
 
     @property
@@ -68,9 +67,7 @@ class Prior:
             return dist.ImproperUniform(constraints.real, (), ())
         if scale is None:
             if self.hierarchical:
-                raise ValueError(
-                    "this prior has a hyperprior: pass the sampled scale, e.g. prior.distribution(scale=s)"
-                )
+                raise ValueError("this prior has a hyperprior: pass the sampled scale, e.g. prior.distribution(scale=s)")
             scale = self.scale
         if self.kind == "normal":
             return dist.Normal(0.0, scale)
@@ -222,7 +219,9 @@ def prior(
         raise ValueError(f"per must be one of {', '.join(_PERS)}, got {per!r}")
     if key == "flat":
         if isinstance(scale, Hyperprior):
-            raise ValueError("the flat prior has no scale, so it takes no hyperprior: give it a number (on the command line, --hyperprior fixed)")
+            raise ValueError(
+                "the flat prior has no scale, so it takes no hyperprior: give it a number (on the command line, --hyperprior fixed)"
+            )
         return flat()
     if key == "student-t":
         return student_t(df, scale, per=per)
@@ -258,12 +257,16 @@ def from_flags(family: str, hyper: str, params, scale: float | None, per: str | 
             raise ValueError("--hyperprior-params needs a hyperprior; with --hyperprior fixed use --scale")
         return prior(family, 1.0 if scale is None else scale, per=per or "layer")  # Prior refuses a per it would ignore
     if scale not in (None, 1.0):
-        raise ValueError(f"--scale {scale:g} is the fixed prior scale and needs --hyperprior fixed; with --hyperprior "
-                         f"{hyper} the scale is sampled: set its prior with --hyperprior-params")
+        raise ValueError(
+            f"--scale {scale:g} is the fixed prior scale and needs --hyperprior fixed; with --hyperprior "
+            f"{hyper} the scale is sampled: set its prior with --hyperprior-params"
+        )
     if params is not None:
         key = hyper.replace("_", "-").lower()
         expected = {"half-normal": "s", "half-cauchy": "s", "inverse-gamma": "a,b"}.get(key)
         if expected is not None and len(params) != expected.count(",") + 1:
-            raise ValueError(f"--hyperprior-params takes {expected.count(',') + 1} number(s) for {hyper} ({expected}), "
-                             f"got {len(params)}: {','.join(f'{p:g}' for p in params)}")
+            raise ValueError(
+                f"--hyperprior-params takes {expected.count(',') + 1} number(s) for {hyper} ({expected}), "
+                f"got {len(params)}: {','.join(f'{p:g}' for p in params)}"
+            )
     return prior(family, hyperprior(hyper, *(params or ())), per=per or "layer")

@@ -49,15 +49,30 @@ def calibrate_run(
         evaluation.check_count(num_samples, "num_samples")
     run_dir, report = check_run_dir(run_dir, images=False)
     if report.get("data") in IMAGE_SETS:
-        raise ValueError(f"{run_dir} is an image run: calibrate it in Python (posterior.calibrate(x_cal, y_cal)); "
-                         "the command calibrates table runs")
+        raise ValueError(
+            f"{run_dir} is an image run: calibrate it in Python (posterior.calibrate(x_cal, y_cal)); the command calibrates table runs"
+        )
     posterior = load(os.path.join(run_dir, "posterior.nc"))
     transform = tables.run_transform(report, posterior)
     x, y = tables.read_labelled(data_file, transform, target)
-    calibrated = posterior.calibrate(x, y, alpha, score=score, temperature_scaling=temperature_scaling, randomized=randomized,
-                                     raps_lambda=raps_lambda, raps_k=raps_k, num_samples=num_samples, seed=seed)
-    result = {"run_dir": run_dir, "data": os.path.abspath(os.fspath(data_file)), "n": int(len(y)),
-              "calibration": calibrated.calibration.to_dict()}
+    calibrated = posterior.calibrate(
+        x,
+        y,
+        alpha,
+        score=score,
+        temperature_scaling=temperature_scaling,
+        randomized=randomized,
+        raps_lambda=raps_lambda,
+        raps_k=raps_k,
+        num_samples=num_samples,
+        seed=seed,
+    )
+    result = {
+        "run_dir": run_dir,
+        "data": os.path.abspath(os.fspath(data_file)),
+        "n": int(len(y)),
+        "calibration": calibrated.calibration.to_dict(),
+    }
     calibrated.save(os.path.join(run_dir, "posterior.nc"), include_data=posterior.has_data)
     with files.atomic_file(os.path.join(run_dir, "metrics.json"), "w") as f:
         json.dump({**report, "calibration": {k: v for k, v in result.items() if k != "run_dir"}}, f, indent=2)

@@ -82,8 +82,9 @@ def evaluate_run(
     result, figs, per_image = evaluation.evaluation_report(
         posterior, dataset.x_test, dataset.y_test, ood=ood_sets, num_samples=num_samples, tau=tau, seed=seed, batch_size=batch_size
     )
-    result = dataclasses.replace(result, run_dir=os.fspath(run_dir), data=dataset.name, method=posterior.info.get("method"),
-                                 skipped=skipped)
+    result = dataclasses.replace(
+        result, run_dir=os.fspath(run_dir), data=dataset.name, method=posterior.info.get("method"), skipped=skipped
+    )
     if shift:
         t1 = time.perf_counter()
         rows = _shift_rows(posterior, report, dataset, data_dir, min(int(shift), len(dataset.y_test)), num_samples, seed, batch_size)
@@ -98,8 +99,9 @@ def evaluate_run(
     return result.to_json()
 
 
-def _shift_rows(posterior, report: dict, dataset: data.Dataset, data_dir, n: int, num_samples: int, seed: int,
-                batch_size: int | None) -> list[dict]:
+def _shift_rows(
+    posterior, report: dict, dataset: data.Dataset, data_dir, n: int, num_samples: int, seed: int, batch_size: int | None
+) -> list[dict]:
     """:func:`bnnpp.evaluation.shift.shift_report` of the first ``n`` test images: their pixels in
     [0, 1] are read again (``normalize="255"``) and mapped back to the run's inputs by the affine
     map between the two (:func:`~bnnpp.evaluation.shift.affine_map`)."""
@@ -110,8 +112,15 @@ def _shift_rows(posterior, report: dict, dataset: data.Dataset, data_dir, n: int
     pixels = pixels.reshape(n, pixels.shape[1], pixels.shape[2])
     a, b = affine_map(dataset.x_test[:n], pixels)
     shape = dataset.x_test.shape[1:]
-    return shift_report(posterior, pixels, dataset.y_test[:n], to_inputs=lambda p: (a * p + b).reshape(len(p), *shape),
-                        num_samples=num_samples, seed=seed, batch_size=batch_size)
+    return shift_report(
+        posterior,
+        pixels,
+        dataset.y_test[:n],
+        to_inputs=lambda p: (a * p + b).reshape(len(p), *shape),
+        num_samples=num_samples,
+        seed=seed,
+        batch_size=batch_size,
+    )
 
 
 def evaluate_table_run(
@@ -162,17 +171,35 @@ def evaluate_table_run(
         classes = None if transform.task == "regression" else int(posterior.predict(x[:1], num_samples=1).probs.shape[-1])
         if classes is not None and y.size and int(y.max()) >= classes:
             raise ValueError(f"{data_file}: class index {int(y.max())} but the run predicts {classes} classes")
-        dataset = data.Dataset(x, y, x, y, transform.task, classes, os.path.basename(os.fspath(data_file)),
-                               y_shift=transform.y_shift, y_scale=transform.y_scale, transform=transform)
+        dataset = data.Dataset(
+            x,
+            y,
+            x,
+            y,
+            transform.task,
+            classes,
+            os.path.basename(os.fspath(data_file)),
+            y_shift=transform.y_shift,
+            y_scale=transform.y_scale,
+            transform=transform,
+        )
         name = os.path.abspath(os.fspath(data_file))
-    draws = posterior.num_chains * posterior.num_draws if num_samples is None else min(num_samples, posterior.num_chains * posterior.num_draws)
+    draws = (
+        posterior.num_chains * posterior.num_draws if num_samples is None else min(num_samples, posterior.num_chains * posterior.num_draws)
+    )
     predict = functools.partial(posterior.predict, num_samples=draws, seed=seed)
     title = f"{dataset.name}: {posterior.info.get('method')}"
     score = _classification_scores if dataset.task == "classification" else _regression_scores
     scores, selective, figs = score(posterior, dataset, predict, draws, seed, title)
     result = {
-        "run_dir": run_dir, "data": name, "method": posterior.info.get("method"), "task": dataset.task, "num_samples": draws,
-        "test": {"n": int(len(dataset.y_test)), **scores}, "selective": selective, "seconds": {"evaluate": time.perf_counter() - t0},
+        "run_dir": run_dir,
+        "data": name,
+        "method": posterior.info.get("method"),
+        "task": dataset.task,
+        "num_samples": draws,
+        "test": {"n": int(len(dataset.y_test)), **scores},
+        "selective": selective,
+        "seconds": {"evaluate": time.perf_counter() - t0},
     }
     evaluation.write_report(run_dir, result, figs, None, markdown=reports.table_evaluation_markdown)
     result["figures"] = sorted(figs)
@@ -186,18 +213,22 @@ def _classification_scores(posterior, dataset: data.Dataset, predict, draws: int
     from bnnpp import plots  # matplotlib (~0.5 s) loads when a run is evaluated
 
     x2d = dataset.x_test.ndim == 2
-    probs = evaluation.predict_probs(posterior, dataset.x_test, num_samples=draws, seed=seed,
-                                     batch_size=block_rows(posterior, dataset.x_test))
+    probs = evaluation.predict_probs(
+        posterior, dataset.x_test, num_samples=draws, seed=seed, batch_size=block_rows(posterior, dataset.x_test)
+    )
     pred = Prediction("classification", probs=probs)
     scores = pred.scores(dataset.y_test)
     errors = (pred.mean.argmax(-1) != dataset.y_test).astype(np.float64)
     measures = {"entropy": pred.entropy, "mutual_information": pred.mutual_information, "1 - max probability": 1.0 - pred.mean.max(-1)}
     selective = evaluation.selective_prediction(errors, measures)
-    figs = {"reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title),
-            "selective.png": plots.selective_figure(evaluation.selective_curves(errors, measures), "accuracy", title=title)}
+    figs = {
+        "reliability.png": plots.reliability_diagram({posterior.info.get("method", "fit"): (probs.mean(0), dataset.y_test)}, title=title),
+        "selective.png": plots.selective_figure(evaluation.selective_curves(errors, measures), "accuracy", title=title),
+    }
     if x2d and dataset.x_test.shape[1] == 2:
-        figs["decision_map.png"] = plots.decision_map(predict, dataset.x_test, dataset.y_test, title=title,
-                                                      class_names=class_names(dataset))
+        figs["decision_map.png"] = plots.decision_map(
+            predict, dataset.x_test, dataset.y_test, title=title, class_names=class_names(dataset)
+        )
     return scores, selective, figs
 
 

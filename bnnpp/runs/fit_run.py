@@ -158,7 +158,9 @@ def figure(posterior, dataset: data.Dataset):
     if not tabular or dataset.x_train.shape[1] != (2 if dataset.task == "classification" else 1):
         return loss_figure(posterior, title), "loss.png"
     if dataset.task == "classification":
-        return plots.decision_map(predict, dataset.x_train, dataset.y_train, title=title, class_names=class_names(dataset)), "uncertainty.png"
+        return plots.decision_map(
+            predict, dataset.x_train, dataset.y_train, title=title, class_names=class_names(dataset)
+        ), "uncertainty.png"
     grid = np.sort(dataset.x_test, axis=0)
     return plots.regression_bands(predict(grid), grid, dataset.x_train, dataset.y_train, title=title), "uncertainty.png"
 
@@ -267,8 +269,9 @@ def preload_writers() -> threading.Thread:
     return thread
 
 
-def write_fit_run(out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: FitReport | dict,
-                  texts: dict[str, str] | None = None) -> FitReport | dict:
+def write_fit_run(
+    out_dir: str | os.PathLike, posterior, dataset: data.Dataset, report: FitReport | dict, texts: dict[str, str] | None = None
+) -> FitReport | dict:
     """Write a fit run as the folder ``out_dir``: ``posterior.nc``, ``metrics.json``
     (``report``), the :func:`figure` when there is one, and ``texts`` (file name → contents,
     e.g. ``bnnpp fit``'s ``config.toml``). The folder is written beside the

@@ -45,9 +45,12 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
             figs["residuals.png"] = plots.residuals_by_feature(checks, x_raw, names)
     else:
         if dataset.x_train.ndim == 2 and dataset.x_train.shape[1] == 2:
-            figs["decision_maps.png"] = plots.decision_maps({m: p.predict for m, p in posteriors.items()}, dataset.x_train,
-                                                            dataset.y_train, class_names=class_names(dataset))
-        figs["reliability.png"] = plots.reliability_diagram({m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()})
+            figs["decision_maps.png"] = plots.decision_maps(
+                {m: p.predict for m, p in posteriors.items()}, dataset.x_train, dataset.y_train, class_names=class_names(dataset)
+            )
+        figs["reliability.png"] = plots.reliability_diagram(
+            {m: (p.predict(dataset.x_test).mean, dataset.y_test) for m, p in posteriors.items()}
+        )
     if results is not None and results.get("reference"):  # a CompareResult or its dict
         figs["reference.png"] = plots.reference_agreement(results)
     with_scales = {m: p for m, p in posteriors.items() if diagnostics.scale_sites(p)}
@@ -62,7 +65,11 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
 
 
 def write_compare_run(
-    out_dir: str | os.PathLike, results: CompareResult | dict, posteriors: dict, dataset: data.Dataset, *,
+    out_dir: str | os.PathLike,
+    results: CompareResult | dict,
+    posteriors: dict,
+    dataset: data.Dataset,
+    *,
     started: float | None = None,
 ) -> CompareResult | dict:
     """Write ``bnnpp compare``'s folder: the :func:`write_compare_figures`, ``compare.json``

@@ -76,7 +76,14 @@ def prune_run(
             raise
         snr_values, no_snr = None, f"No snr.png: {e}"
     rows = pruning.pruning_table(
-        posterior, dataset.x_test, dataset.y_test, fractions=fractions, rules=rules, num_samples=num_samples, seed=seed, batch_size=batch_size
+        posterior,
+        dataset.x_test,
+        dataset.y_test,
+        fractions=fractions,
+        rules=rules,
+        num_samples=num_samples,
+        seed=seed,
+        batch_size=batch_size,
     )
     report = {
         "run_dir": os.fspath(run_dir),
@@ -88,7 +95,9 @@ def prune_run(
         "snr_cutoffs": _cutoffs(snr_values, fractions) if snr_values is not None else None,
     }
     if isinstance(posterior.approximation, VariationalDropout):  # vd: its own log α rule (Molchanov et al. 2017)
-        report["log_alpha"] = pruning.log_alpha_table(posterior, dataset.x_test, dataset.y_test, num_samples=num_samples, seed=seed, batch_size=batch_size)
+        report["log_alpha"] = pruning.log_alpha_table(
+            posterior, dataset.x_test, dataset.y_test, num_samples=num_samples, seed=seed, batch_size=batch_size
+        )
     report["seconds"] = {"total": time.perf_counter() - t0}
     names = ["prune.json", "prune.md"]
     with files.publish_folder(run_dir, prefix=".prune-") as tmp:
@@ -102,6 +111,9 @@ def prune_run(
         with open(os.path.join(tmp, "prune.json"), "w") as f:
             json.dump(report, f, indent=2)
         with open(os.path.join(tmp, "prune.md"), "w") as f:
-            f.write(reports.prune_markdown(report, no_snr) + (f"\n{pruning.log_alpha_markdown(report['log_alpha'])}" if "log_alpha" in report else ""))
+            f.write(
+                reports.prune_markdown(report, no_snr)
+                + (f"\n{pruning.log_alpha_markdown(report['log_alpha'])}" if "log_alpha" in report else "")
+            )
     report["files"] = names
     return report

@@ -56,8 +56,14 @@ def dataset_from_record(record: dict, shard: tuple[int, int] | None = None) -> d
             raise ValueError(f"the run's data file {path} is gone: put it back (the run recorded its SHA-256)")
         if data.file_sha256(path) != record["sha256"]:
             raise ValueError(f"the run's data file {path} changed since the run was fitted (SHA-256 differs): fit again")
-        return data.from_file(path, record.get("target"), task=record.get("task"), test_fraction=record.get("test_fraction", 0.2),
-                              seed=record.get("seed", 0), shard=shard)
+        return data.from_file(
+            path,
+            record.get("target"),
+            task=record.get("task"),
+            test_fraction=record.get("test_fraction", 0.2),
+            seed=record.get("seed", 0),
+            shard=shard,
+        )
     raise ValueError(f"the report names no known dataset (data={name!r}); known: {', '.join([*SYNTHETIC, *IMAGE_SETS])}")
 
 
@@ -137,7 +143,9 @@ def fashion_like(report: dict, dataset: data.Dataset) -> np.ndarray:
     errors = []
     for folder in candidates:
         try:
-            raw = data.load("fashion_mnist", folder, normalize="255" if normalize == "standardize" else normalize, validation=0, flatten=flatten)
+            raw = data.load(
+                "fashion_mnist", folder, normalize="255" if normalize == "standardize" else normalize, validation=0, flatten=flatten
+            )
             break
         except ValueError as e:
             errors.append(str(e))

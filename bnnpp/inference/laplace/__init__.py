@@ -126,20 +126,27 @@ class LaplaceOptions(map_estimate.MAPOptions):
     validates_chunks: ClassVar[bool] = False  # validation_data tunes the prior precision
 
     num_steps: int = option(
-        5_000, "MAP optimisation steps (0: no MAP, the Laplace approximation around the weights given as init=)",
-        check=non_negative_int, flag="steps",
+        5_000,
+        "MAP optimisation steps (0: no MAP, the Laplace approximation around the weights given as init=)",
+        check=non_negative_int,
+        flag="steps",
     )
 
     subset: str = option("all", "Laplace over every latent site or the last layer's weights", choices=("all", "last_layer"))
     hessian: str = option("auto", "curvature: exact Hessian, GGN diagonal or K-FAC (auto: kron for bnnpp networks)", choices=HESSIANS)
     prior_precision: str | float = option(
-        "evidence", "'evidence' (maximise the marginal likelihood), 'model' (full only) or a number",
-        check=prior_precision_check, type=str,
+        "evidence",
+        "'evidence' (maximise the marginal likelihood), 'model' (full only) or a number",
+        check=prior_precision_check,
+        type=str,
     )
-    prior_structure: str = option("scalar", "one prior precision for all weights, or one per layer (diag/kron)", choices=("scalar", "layerwise"))
+    prior_structure: str = option(
+        "scalar", "one prior precision for all weights, or one per layer (diag/kron)", choices=("scalar", "layerwise")
+    )
     predictive: str = option("linearised", "predict with the linearised network (GLM, probit) or through it", choices=("linearised", "mc"))
     link: str = option(
-        "mc", "classification under predictive='linearised': the probit approximation, or the mean softmax over GLM draws",
+        "mc",
+        "classification under predictive='linearised': the probit approximation, or the mean softmax over GLM draws",
         choices=("probit", "mc"),
     )
     num_samples: int = option(100, "posterior draws kept (per chain for MCMC)", check=positive_int)
@@ -149,8 +156,10 @@ class LaplaceOptions(map_estimate.MAPOptions):
     def check(self) -> None:
         super().check()
         if self.temperature != 1.0:
-            raise ValueError("laplace does not take a temperature yet (its GGN/K-FAC curvature and prior precision are built "
-                             "outside the tempered log density): fit temperature=1")
+            raise ValueError(
+                "laplace does not take a temperature yet (its GGN/K-FAC curvature and prior precision are built "
+                "outside the tempered log density): fit temperature=1"
+            )
         check_validation_pair(self.validation_data)
         if self.prior_precision == "validation" and self.validation_data is None:
             raise ValueError("prior_precision='validation' needs validation_data=(x_val, y_val) (the CLI's --validation on MNIST)")
@@ -213,7 +222,9 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
         if options.prior_structure == "layerwise":
             raise ValueError("prior_structure='layerwise' needs hessian='diag' or 'kron' (the full Hessian takes one prior precision)")
         if options.precision == "validation":
-            raise ValueError("prior_precision='validation' needs hessian='diag' or 'kron'; the full Hessian takes 'evidence', 'model' or a number")
+            raise ValueError(
+                "prior_precision='validation' needs hessian='diag' or 'kron'; the full Hessian takes 'evidence', 'model' or a number"
+            )
         subset = tuple(sites) if options.subset == "all" else tuple(s for name in layers for s in (f"{name}.w", f"{name}.b"))
         size = num_parameters({k: sites[k] for k in subset})
         if size > MAX_FULL_PARAMETERS:
@@ -234,7 +245,10 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
                 f"'model' would cut them off from the weights: use prior_precision='model'{kron}"
             )
     tune_sigma = (
-        options.precision == "evidence" and likelihood == "gaussian" and "noise" in sites and "noise" not in subset
+        options.precision == "evidence"
+        and likelihood == "gaussian"
+        and "noise" in sites
+        and "noise" not in subset
         and set(replaced) == set(subset)
     )
     return _Plan(hessian, subset, layers, replaced, likelihood, tune_sigma)
@@ -283,9 +297,6 @@ def _supports(model, x, y) -> dict:
 # --------------------------------------------------------------------------------------
 
 
-
-
-
 def _unconstrain(model, values: dict, x, y) -> dict:
     """Unconstrained values of constrained latent values (the MAP's draw)."""
     supports = _supports(model, x, y)
@@ -312,8 +323,9 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
     """
     info = info or ModelInfo.of(model, x, y)
     p = plan(model, x, y, options, info.sites)
-    map_options = map_estimate.MAPOptions(**{k: getattr(options, k) for k in map_estimate.MAPOptions.names() if k != "num_steps"},
-                                          num_steps=max(options.num_steps, 1))
+    map_options = map_estimate.MAPOptions(
+        **{k: getattr(options, k) for k in map_estimate.MAPOptions.names() if k != "num_steps"}, num_steps=max(options.num_steps, 1)
+    )
     if options.num_steps == 0:
         missing = [k for k in info.sites if k not in (start or {})]
         if missing:
@@ -337,8 +349,11 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
         mode = jax.device_get(jax.jit(lambda s: found.sample(key, s, 1))(state))  # {site: (1, *shape)}, constrained
         return _finalize(model, p, options, key, data, outcome._replace(samples={k: v[None] for k, v in mode.items()}))
 
-    return found._replace(sample=sample, run=found.run._replace(num_samples=options.num_samples, name="laplace (MAP)"),
-                          hooks=found.hooks._replace(keys=keys, finalize=finalize))
+    return found._replace(
+        sample=sample,
+        run=found.run._replace(num_samples=options.num_samples, name="laplace (MAP)"),
+        hooks=found.hooks._replace(keys=keys, finalize=finalize),
+    )
 
 
 def _draw(model, x, y, params, key, num_samples):
@@ -371,11 +386,12 @@ def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outc
             f"laplace: the Hessian at the MAP has {indefinite} direction(s) of negative curvature: the MAP is not a "
             "strict optimum (not converged, or a saddle), and those directions get a tiny curvature, so a very wide "
             "posterior there; train longer (num_steps) and check the loss trace"
-            if options.num_steps else
-            f"laplace: the Hessian at the weights given (init=, num_steps=0) has {indefinite} direction(s) of negative "
+            if options.num_steps
+            else f"laplace: the Hessian at the weights given (init=, num_steps=0) has {indefinite} direction(s) of negative "
             "curvature: they are not a mode of this model's log joint (prior included), and those directions get a tiny "
             "curvature, so a very wide posterior there; fit the MAP from them (num_steps > 0), or use hessian='diag' or 'kron' (Gauss-Newton curvature, never negative)",
-            RuntimeWarning, stacklevel=2,
+            RuntimeWarning,
+            stacklevel=2,
         )
     tuned = {}
     if options.precision == "validation":
@@ -385,10 +401,15 @@ def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outc
     lml = float(params["log_marginal_likelihood"])
     shapes = {k: np.shape(v)[2:] for k, v in outcome.samples.items()}
     extras = {
-        **outcome.extras, "hessian": p.hessian, "subset": list(p.subset),
+        **outcome.extras,
+        "hessian": p.hessian,
+        "subset": list(p.subset),
         "laplace_parameters": int(sum(int(np.prod(shapes[k])) for k in p.subset)),
-        "log_marginal_likelihood": lml, "prior_precision": _precision_info(params["prior_precision"], options),
-        "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]), "laplace_seconds": time.perf_counter() - t0, **tuned,
+        "log_marginal_likelihood": lml,
+        "prior_precision": _precision_info(params["prior_precision"], options),
+        "noise": None if not np.isfinite(params["noise"]) else float(params["noise"]),
+        "laplace_seconds": time.perf_counter() - t0,
+        **tuned,
         **({"indefinite_directions": indefinite} if p.hessian == "full" else {}),
     }
     samples = {k: np.asarray(v)[None] for k, v in draws.items()}
@@ -396,5 +417,12 @@ def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outc
     return Outcome(samples, approx, sample_stats, extras)
 
 
-register(Method("laplace", LaplaceOptions, build=build, summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior",
-                smoke={"num_steps": 60, "num_samples": 20}))
+register(
+    Method(
+        "laplace",
+        LaplaceOptions,
+        build=build,
+        summary="Gaussian around the MAP: GGN/K-FAC or exact Hessian, evidence-tuned prior",
+        smoke={"num_steps": 60, "num_samples": 20},
+    )
+)

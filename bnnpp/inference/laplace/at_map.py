@@ -64,7 +64,9 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
             const = log_rest
         else:  # prior_precision="model", or no real-valued site: the model's prior throughout
             eig = jnp.zeros((0,), flat.dtype)
-            const = log_rest + 0.5 * flat.shape[0] * jnp.log(2 * jnp.pi) - 0.5 * jnp.sum(jnp.log(jnp.maximum(jnp.linalg.eigvalsh(h0), 1e-30)))
+            const = (
+                log_rest + 0.5 * flat.shape[0] * jnp.log(2 * jnp.pi) - 0.5 * jnp.sum(jnp.log(jnp.maximum(jnp.linalg.eigvalsh(h0), 1e-30)))
+            )
         sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
         loglik_of = (lambda tau: loglik) if not p.tune_sigma else _gaussian_loglik(n, _ssr(model, u, x, y))
         delta, sigma, log_z = _evidence(
@@ -92,9 +94,10 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
         sq = [jnp.sum(theta[f"{k}.w"] ** 2) + jnp.sum(theta[f"{k}.b"] ** 2) for k in curv]
         if not layerwise:
             sizes, sq = [sum(sizes)], [sum(sq)]
-        groups = np.repeat(np.arange(len(curv)) if layerwise else np.zeros(len(curv), np.int32), [
-            int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv
-        ]).astype(np.int32)
+        groups = np.repeat(
+            np.arange(len(curv)) if layerwise else np.zeros(len(curv), np.int32),
+            [int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv],
+        ).astype(np.int32)
         loglik_of = _gaussian_loglik(n, stats["ssr"]) if p.tune_sigma else (lambda tau: stats["loglik"])
         deltas, sigma, log_z = _evidence(eig, groups, sizes, jnp.stack(sq), loglik_of, 0.0, fixed_delta, p.tune_sigma, sigma0)
         delta = deltas if layerwise else deltas[0]

@@ -64,7 +64,6 @@ def _evidence(eig, groups: np.ndarray, sizes, theta_sq, loglik_of, const, fixed_
     return jnp.exp(params[0]), jnp.exp(params[1]), log_z(params)
 
 
-
 def _gaussian_loglik(n, ssr):
     return lambda tau: -n * tau - 0.5 * n * jnp.log(2 * jnp.pi) - ssr / (2 * jnp.exp(2 * tau))
 
@@ -110,9 +109,11 @@ def _tune_on_validation(model, params: dict, layers: list[str], options: Laplace
     best = int(np.nanargmax(scores))
     facts = {
         "evidence_prior_precision": _precision_info(params["prior_precision"], options),
-        "validation_factors": list(VALIDATION_FACTORS), "validation_log_density": scores,
+        "validation_factors": list(VALIDATION_FACTORS),
+        "validation_log_density": scores,
     }
     return _with_prior_factor(params, layers, VALIDATION_FACTORS[best]), facts
+
 
 def _precision_info(value, options: LaplaceOptions):
     """δ for ``info``: None (model prior), a float, or a list (one per layer)."""
