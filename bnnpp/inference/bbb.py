@@ -47,6 +47,8 @@ import optax
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.joint import constrained_values
+from bnnpp.inference.kl_weighting import blundell_weights as blundell_weights  # noqa: F401  (re-exported)
+from bnnpp.inference.kl_weighting import kl_weights
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -169,30 +171,6 @@ class BBBOptions(Options):
 
 DEFAULTS = BBBOptions.defaults()
 """Every option's default (the dict of bnnpp 0.1)."""
-
-
-# --------------------------------------------------------------------------------------
-# The KL weights of the minibatches of an epoch (public so the tests can check them)
-# --------------------------------------------------------------------------------------
-
-
-def blundell_weights(num_batches: int) -> np.ndarray:
-    """π_i = 2^(M−i) / (2^M − 1) for i = 1..M (Blundell et al. 2015, eq. 9), computed as
-    2^(−i) / (1 − 2^(−M)) so that large M does not overflow.
-
-    Returns:
-        float64 array ``(M,)`` that sums to 1 and halves from one minibatch to the next.
-    """
-    i = np.arange(1, num_batches + 1, dtype=np.float64)
-    return np.exp2(-i) / -np.expm1(-num_batches * np.log(2.0))
-
-
-def kl_weights(num_batches: int, scheme: str) -> np.ndarray:
-    """The KL weight π_i of each minibatch of an epoch, ``(M,)``: ``"uniform"`` 1/M or
-    ``"blundell"`` (see :func:`blundell_weights`)."""
-    if scheme == "uniform":
-        return np.full(num_batches, 1.0 / num_batches)
-    return blundell_weights(num_batches)
 
 
 def hierarchical_normal(layers: dict) -> bool:
