@@ -180,7 +180,7 @@ def test_per_device_minibatches_move_no_rows():
     split, rep = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     n, d = 400, 4
     keys = Keys(*(np.asarray(jax.random.PRNGKey(i)) for i in range(4)))
-    alg = SimpleNamespace(batch_size=40, emit=None, num_steps=20)
+    alg = SimpleNamespace(run=SimpleNamespace(batch_size=40, emit=None, emit_steps=None, num_steps=20), hooks=SimpleNamespace(keys=None))
     data = (jax.device_put(np.arange(n, dtype=np.float32)[:, None], split), jax.device_put(np.arange(n, dtype=np.int32), split))
 
     def epochs(plan, perm_sharding):

@@ -163,8 +163,8 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        biases 0, other sites U(±init_radius) on the unconstrained space), uniform\n'
  '                        (every site U(±init_radius)) or map (a short evidence-trained MAP fit of\n'
  '                        map_steps steps) [advi=glorot, bbb=glorot, ensemble=auto_wide,\n'
- '                        laplace=auto, map=auto, mc_dropout=auto, multiswag=auto_wide, sgld=glorot,\n'
- '                        swag=auto]\n'
+ '                        laplace=auto, map=auto, mc_dropout=auto_wide, multiswag=auto_wide,\n'
+ '                        sgld=glorot, swag=auto]\n'
  '  --map-steps MAP_STEPS\n'
  "                        MAP steps of init_loc='map' and of hyperparameters='evidence' [advi=5000,\n"
  '                        bbb=5000]\n'
