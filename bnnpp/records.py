@@ -19,6 +19,7 @@ This module imports nothing from bnnpp, so any module (:mod:`bnnpp.reports` incl
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,11 +41,12 @@ ABSENT: Any = _Absent()
 """An optional field that :meth:`to_json` leaves out."""
 
 
-class _JsonView:
+class _JsonView(abc.ABC):
     """Read access by JSON key, for callers of the dicts these records replace."""
 
-    def to_json(self) -> dict[str, Any]:  # pragma: no cover - every record defines it
-        raise NotImplementedError
+    @abc.abstractmethod
+    def to_json(self) -> dict[str, Any]:
+        """The record's JSON dict (every record defines it)."""
 
     def __getitem__(self, key: str) -> Any:
         return self.to_json()[key]
