@@ -17,6 +17,7 @@ from bnnpp.cli._data import check_builtin, check_file, file_record, is_file_data
 from bnnpp.cli._fit_flags import IMAGE_NUM_SAMPLES, MIN_TEST_DRAWS, _flag, method_flags
 from bnnpp.data import IMAGE_SETS
 from bnnpp.inference import check_data, get_method
+from bnnpp.inference.checkpoints import has_checkpoint as has_checkpoint  # the CLI's name for it
 from bnnpp.inference.sharding import check_request, global_rows, process_share
 from bnnpp.introspection import check_model, num_parameters
 from bnnpp.posterior import MAX_SAVED_DATA
@@ -29,13 +30,6 @@ def checkpoint_folder(out: str) -> str:
     publish."""
     parent, name = os.path.split(os.path.realpath(os.path.abspath(out)))
     return os.path.join(parent, f".{name}.checkpoints")
-
-
-def has_checkpoint(folder: str) -> bool:
-    """Whether ``folder`` holds a checkpoint to resume from (an orbax step folder)."""
-    from bnnpp.inference.checkpoints import has_checkpoint as held
-
-    return held(folder)
 
 
 def _file_record(args) -> dict:

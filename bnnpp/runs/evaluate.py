@@ -13,6 +13,7 @@ import numpy as np
 
 from bnnpp import data, evaluation, reports
 from bnnpp.data import IMAGE_SETS
+from bnnpp.evaluation.shift import affine_map
 from bnnpp.inference import Prediction, load
 from bnnpp.runs.fit_run import block_rows, class_names, figure_rows, original_test_features, regression_test_checks
 from bnnpp.runs.reading import check_run_dir, dataset_from_record, fashion_like, open_run
@@ -105,14 +106,12 @@ def _shift_rows(
     """:func:`bnnpp.evaluation.shift.shift_report` of the first ``n`` test images: their pixels in
     [0, 1] are read again (``normalize="255"``) and mapped back to the run's inputs by the affine
     map between the two (:func:`~bnnpp.evaluation.shift.affine_map`)."""
-    from bnnpp.evaluation.shift import affine_map, shift_report
-
     where = data_dir if data_dir is not None else report.get("data_dir")
     pixels = data.load(dataset.name, where, normalize="255", validation=report.get("validation", 10000), flatten=False).x_test[:n]
     pixels = pixels.reshape(n, pixels.shape[1], pixels.shape[2])
     a, b = affine_map(dataset.x_test[:n], pixels)
     shape = dataset.x_test.shape[1:]
-    return shift_report(
+    return evaluation.shift_report(
         posterior,
         pixels,
         dataset.y_test[:n],
