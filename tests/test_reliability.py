@@ -216,15 +216,17 @@ def test_nan_draws_load_with_a_warning_naming_the_site(saved, tmp_path):
 
 
 def test_an_oversized_declaration_is_refused_before_reading(saved, tmp_path):
-    import h5py
+    import h5netcdf
 
     from bnnpp.posterior import io
 
     post, path = saved
     big = tmp_path / "big.nc"
     big.write_bytes(path.read_bytes())
-    with h5py.File(big, "r+") as f:  # declared, never written: the file stays small
-        f["posterior"].create_dataset("huge", shape=(1, 1000, 20_000_000), dtype="f4", chunks=(1, 1, 1_000_000))
+    with h5netcdf.File(big, "r+") as f:  # declared, never written: the file stays small
+        g = f["posterior"]
+        g.dimensions.update({"huge_dim_0": 1000, "huge_dim_1": 20_000_000})  # named dimensions: every h5netcdf reads it
+        g.create_variable("huge", ("chain", "huge_dim_0", "huge_dim_1"), dtype="f4", chunks=(1, 1, 1_000_000))
     assert big.stat().st_size < 5 * 2**20
     with pytest.raises(ValueError, match="declares .* GiB of arrays"):
         io.read_netcdf(big, max_bytes=2**30)
