@@ -17,10 +17,8 @@ shared by all chains; W = ``num_warmup``):
    acceptance towards ``target_accept_prob`` (0.9, MAMS's recommendation); the positions
    of steps ``[W/4, W/2)`` of every chain are pooled into diagonal variances;
 2. at step ``W/2`` the variances become the inverse mass matrix (shrunk as Stan does) and
-   ``L = tuning_factor · sqrt(D)`` — the posterior's size in the whitened coordinates
-   (BlackJAX's ``"avg"`` rule, ``sqrt(Σ σ_i²)``, times 1.3 there, 2 here: on the moons
-   network the longer trajectory gave about 1.4 times the ESS per gradient and reached
-   R-hat ≤ 1.01 in a third of the draws, benchmarks/README.md, samplers) — and dual averaging restarts
+   ``L = tuning_factor · sqrt(D)`` — the posterior's size in the whitened coordinates,
+   BlackJAX's ``"avg"`` rule (``sqrt(Σ σ_i²)``, times 1.3) — and dual averaging restarts
    from the current ε;
 3. steps ``[W/2, W)``: ε by dual averaging with L fixed.
 
@@ -61,11 +59,10 @@ class MCLMCOptions(ManyChainOptions):
         "target acceptance probability of the step-size adaptation (mclmc: mean over chains; chees: harmonic mean)",
         check=fraction(low_open=True, high_open=True),
     )
-    num_samples: int = option(500, "posterior draws kept (per chain for MCMC)", check=positive_int)
     tuning_factor: float = option(
-        2.0, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float
+        1.3, "mclmc: trajectory length L = tuning_factor * sqrt(parameters) in whitened coordinates", check=positive_float
     )
-    max_integration_steps: int = option(512, "mclmc: most integrator steps of one transition", check=positive_int)
+    max_integration_steps: int = option(256, "mclmc: most integrator steps of one transition", check=positive_int)
 
     refused: ClassVar[dict[str, str]] = {
         "epochs": "mclmc is not trained in epochs (every step uses all the data): pass num_steps "
