@@ -106,9 +106,7 @@ def run(name: str, method: str, options: dict, seed: int, label: str | None = No
     import jax
 
     import bnnpp
-    import bnnpp.inference.chees
-    import bnnpp.inference.mclmc
-    import bnnpp.inference.pathfinder  # noqa: F401  (the experimental samplers register on import)
+    import bnnpp.inference.chees  # noqa: F401  (the experimental chees registers on import)
     from bnnpp import metrics
 
     model, data, xt, yt, unit = problem(name)
