@@ -14,12 +14,18 @@ is estimated as ``compile_seconds + run_seconds · (num_warmup + k) / (num_warmu
 num_samples)`` (the steps after warm-up are taken to cost alike; warm-up steps are counted
 in full). ``ess_per_second``: min ESS of the whole run / (compile + run seconds).
 
-Reference: the NUTS fit of the same problem (its own convergence is reported beside it);
-classification: top-1 agreement and total variation of the predictive at the test inputs;
-regression: W2 and sd ratio, and the test NLL in the data's units.
+Reference: the NUTS fit of the same problem (its own convergence is reported beside it), or
+the run named by ``--reference``; classification: top-1 agreement and total variation of the
+predictive at the test inputs; regression: W2 and sd ratio, and the test NLL in the data's
+units. Each row records the load average (1 min) before and after its fit.
 
     python benchmarks/samplers.py                       # every problem and method
     python benchmarks/samplers.py --problems moons --methods chees,mclmc --quick
+    python benchmarks/samplers.py --problems moons --reference nuts-long \
+        --runs '[["nuts-long", "nuts", {"num_samples": 4000}], ["nuts-nc", "nuts", {"noncentered": true}]]'
+
+``--runs`` replaces ``--methods``: a JSON list of ``[label, method, options]`` (several
+configurations of one method side by side; the label names the row).
 
 Results: ``results/samplers.json`` and ``results/samplers.md`` (rewritten after every fit,
 so an interrupted run keeps what finished).
@@ -96,26 +102,29 @@ def convergence(post, x_ref) -> dict:
     }
 
 
-def run(name: str, method: str, options: dict, seed: int) -> tuple[dict, object]:
+def run(name: str, method: str, options: dict, seed: int, label: str | None = None) -> tuple[dict, object]:
     import jax
 
     import bnnpp
-    import bnnpp.inference.chees
-    import bnnpp.inference.mclmc
-    import bnnpp.inference.pathfinder  # noqa: F401  (the experimental samplers register on import)
+    import bnnpp.inference.chees  # noqa: F401  (the experimental chees registers on import)
     from bnnpp import metrics
 
     model, data, xt, yt, unit = problem(name)
+    load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
     post = bnnpp.fit(model, data, method=method, seed=seed, progress=False, **options)
     wall = time.perf_counter() - t0
-    row = {"problem": name, "method": method, "options": {k: v for k, v in post.stats.options.items() if isinstance(v, (bool, int, float, str, type(None)))},
+    row = {"problem": name, "label": label or method, "method": method, "load_before": load_before, "load_after": os.getloadavg()[0], "options": {k: v for k, v in post.stats.options.items() if isinstance(v, (bool, int, float, str, type(None)))},
            "wall_seconds": wall, "compile_seconds": post.stats.compile_seconds, "run_seconds": post.stats.run_seconds,
            "num_chains": post.num_chains, "num_draws": post.num_draws, "divergences": post.stats.extras.get("divergences"),
            "step_size": float(np.mean(post.stats.sample_stats["step_size"])),
            "draws_per_second": post.num_chains * post.num_draws / post.stats.run_seconds,  # kept draws over the sampling time (warm-up included, compile not)
            "device": jax.default_backend(),
            "mean_n_steps": float(np.mean(post.stats.sample_stats["n_steps"]))}  # over every kept transition
+    if "tree_depth" in post.stats.sample_stats:
+        depth = np.asarray(post.stats.sample_stats["tree_depth"])
+        row["max_tree_depth"] = int(depth.max())
+        row["tree_depth_counts"] = {int(d): int(c) for d, c in zip(*np.unique(depth, return_counts=True), strict=True)}
     row.update(convergence(post, np.asarray(data[0][:20], np.float32)))
     pred = post.predict(xt)
     if unit is None:
@@ -131,16 +140,18 @@ def run(name: str, method: str, options: dict, seed: int) -> tuple[dict, object]
 def markdown(result: dict) -> str:
     out = [f"# Many-chain samplers vs NUTS (benchmarks/samplers.py)\n\nMachine: {result['machine']}; load: {result['load']}\n",
            f"Command: `{result['command']}`\n",
-           "| problem | method | chains × draws | wall s (compile) | max R-hat | min ESS | draws to R-hat ≤ 1.01 & ESS ≥ 400 | est. s to target | ESS/s | draws/s | steps/transition | divergences | test NLL | agreement / TV vs NUTS | W2 / sd ratio vs NUTS |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| problem | run | chains × draws | wall s (compile) | max R-hat | min ESS | draws to R-hat ≤ 1.01 & ESS ≥ 400 | est. s to target | ESS/s | draws/s | steps/transition | max tree depth | divergences | test NLL | agreement / TV vs ref. | W2 / sd ratio vs ref. | load before → after |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v, p=3: "—" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))
     for r in result["rows"]:
         ref = r.get("vs_reference") or {}
         cls = f"{f(ref.get('agreement'))} / {f(ref.get('total_variation'))}" if "agreement" in ref else "—"
         reg = f"{f(ref.get('w2'))} / {f(ref.get('sd_ratio'))}" if "w2" in ref else "—"
-        out.append(f"| {r['problem']} | {r['method']} | {r['num_chains']} × {r['num_draws']} | {r['wall_seconds']:.0f} ({r['compile_seconds']:.0f}) | "
+        load = f"{r['load_before']:.1f} → {r['load_after']:.1f}" if "load_before" in r else "—"
+        out.append(f"| {r['problem']} | {r.get('label', r['method'])} | {r['num_chains']} × {r['num_draws']} | {r['wall_seconds']:.0f} ({r['compile_seconds']:.0f}) | "
                    f"{f(r['max_r_hat'])} | {f(r['min_ess_bulk'], 0)} | {f(r['draws_to_target'])} | {f(r['seconds_to_target'], 0)} | "
-                   f"{f(r['ess_per_second'], 2)} | {f(r.get('draws_per_second'), 1)} | {f(r['mean_n_steps'], 1)} | {f(r['divergences'])} | {f(r['test_nll'])} | {cls} | {reg} |")
+                   f"{f(r['ess_per_second'], 2)} | {f(r.get('draws_per_second'), 1)} | {f(r['mean_n_steps'], 1)} | {f(r.get('max_tree_depth'))} | {f(r['divergences'])} | {f(r['test_nll'])} | {cls} | {reg} | {load} |")
+    out.append(f"\nReference for the agreement columns: {result.get('reference', 'nuts')}.")
     return "\n".join(out) + "\n"
 
 
@@ -155,31 +166,33 @@ def main(argv=None) -> dict:
     p.add_argument("--quick", action="store_true", help="tiny runs (smoke test)")
     p.add_argument("--name", default="samplers", help="result file name (results/NAME.json/.md)")
     p.add_argument("--options", default="{}", help='JSON: method → options replacing the problem\'s, e.g. \'{"nuts": {"num_samples": 200}}\'')
+    p.add_argument("--runs", default=None, help='JSON list of [label, method, options] replacing --methods/--options')
+    p.add_argument("--reference", default="nuts", help="label of the run the others are measured against")
     args = p.parse_args(argv)
     problems = [s for s in args.problems.split(",") if s]
-    methods = [s for s in args.methods.split(",") if s]
     import json
 
     replaced = json.loads(args.options)
+    runs = json.loads(args.runs) if args.runs else [[m, m, None] for m in args.methods.split(",") if m]
     from bnnpp import diagnostics
     from bnnpp.diagnostics._common import _quiet_arviz
 
     result = {"machine": machine(), "load": f"load average at start {os.getloadavg()[0]:.1f} (5 engineers share 2 cores)",
               "command": "python " + " ".join(["benchmarks/samplers.py", *(argv if argv is not None else sys.argv[1:])]),
-              "rows": []}
+              "reference": args.reference, "rows": []}
     for name in problems:
         posts: dict = {}
         _, _, xt, _, _ = problem(name)
-        for method in methods:
-            options = replaced.get(method, QUICK[method] if args.quick else OPTIONS[name][method])
-            print(f"{name} {method} {options} ...", flush=True)
-            row, posts[method] = run(name, method, options, args.seed)
+        for label, method, given in runs:
+            options = given if given is not None else replaced.get(method, QUICK[method] if args.quick else OPTIONS[name][method])
+            print(f"{name} {label} ({method}) {options} ...", flush=True)
+            row, posts[label] = run(name, method, options, args.seed, label)
             result["rows"].append(row)
-            if "nuts" in posts:  # the reference: every other method of this problem against it
+            if args.reference in posts:  # the reference: every other run of this problem against it
                 for r in result["rows"]:
-                    if r["problem"] == name and r["method"] != "nuts" and "vs_reference" not in r:
+                    if r["problem"] == name and r["label"] != args.reference and "vs_reference" not in r:
                         with _quiet_arviz():
-                            ref = diagnostics.reference(posts[r["method"]], posts["nuts"], np.asarray(xt, np.float32))
+                            ref = diagnostics.reference(posts[r["label"]], posts[args.reference], np.asarray(xt, np.float32))
                         r["vs_reference"] = {k: v for k, v in ref.items() if k != "per_point"}
             print({k: row.get(k) for k in ("wall_seconds", "max_r_hat", "min_ess_bulk", "seconds_to_target", "test_nll")}, flush=True)
             write_results(os.path.join(HERE, "results"), args.name, result, markdown(result))

@@ -129,10 +129,17 @@ def test_nuts_starts_every_chain_at_the_given_values_and_posthoc_laplace_needs_e
     _, point = fitted
     u = start_position(_model(), X, Y, point)
     nuts = get_method("nuts")
-    algorithm = nuts.build(_model(), X, Y, nuts.parse({"num_chains": 2}), start=u)
+    algorithm = nuts.build(_model(), X, Y, nuts.parse({"num_chains": 2, "noncentered": False}), start=u)
     state = jax.jit(algorithm.init)(jax.random.PRNGKey(0), (X, Y))
     for name, value in u.items():
         np.testing.assert_array_equal(np.asarray(state.z[name]), np.broadcast_to(value, (2, *np.shape(value))))
+    # non-centred: the chains move z = (w - loc) / scale, and start where w is the given weights
+    algorithm = nuts.build(_model(), X, Y, nuts.parse({"num_chains": 2, "noncentered": True}), start=u)
+    state = jax.jit(algorithm.init)(jax.random.PRNGKey(0), (X, Y))
+    assert "dense_0.w_decentered" in state.z
+    values = algorithm.sample(jax.random.PRNGKey(1), state, 2)
+    for name, value in point.items():
+        np.testing.assert_allclose(np.asarray(values[name]), np.broadcast_to(value, (2, *np.shape(value))), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="missing: .*dense_1.w"):
         bnnpp.fit(_model(), (X, Y), method="laplace", progress=False, num_steps=0, init={"dense_0.w": point["dense_0.w"]})
     with pytest.raises(ValueError, match="num_steps=0"):

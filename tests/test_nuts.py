@@ -169,6 +169,16 @@ def test_moons_four_chains_converge(moons):
         assert float(rhat[name]) <= 1.05, (name, float(rhat[name]))
 
 
+def test_only_weights_with_a_learned_scale_are_decentred():
+    from bnnpp.inference.nuts import learned_location_scale
+
+    x, y = np.zeros((3, 2), np.float32), np.zeros(3, np.int32)
+    hierarchical = bnnpp.models.mlp((4,), num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))
+    assert learned_location_scale(hierarchical, x, y) == {"dense_0.w", "dense_0.b", "dense_1.w", "dense_1.b"}
+    fixed = bnnpp.models.mlp((4,), num_classes=2)  # N(0, 1) weights: nothing to decentre
+    assert learned_location_scale(fixed, x, y) == frozenset()
+
+
 @pytest.mark.parametrize("noncentered", [True, False])
 def test_noncentered_keeps_the_weight_sites(noncentered):
     """Decentring changes what NUTS moves through, not what the Posterior holds."""

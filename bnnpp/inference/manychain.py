@@ -8,8 +8,8 @@ progress bar and the device mesh (chains split over ``members``) come from the r
 
 Every chain runs on the model's unconstrained space with the shared log joint
 (:func:`bnnpp.inference.joint.joint_terms`, log-Jacobians included) on the full data; with
-``noncentered=True`` (the default) on the non-centred form of the model (:func:`bnnpp.inference.nuts.noncentered`:
-every location-scale weight ``w = loc + scale · z``, z sampled), whose draws are mapped back to
+``noncentered=True`` (the default) on the non-centred form of the model (:func:`bnnpp.inference.nuts.noncentered_model`:
+every location-scale weight with a learned scale ``w = loc + scale · z``, z sampled), whose draws are mapped back to
 the weights themselves, so the posterior's sites are the model's. A
 sampler supplies a :class:`Sampler`: its kernel, its tuning state and update, and the
 window of the warm-up in which the mass matrix is estimated.
@@ -37,7 +37,7 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform
-from bnnpp.inference.nuts import noncentered
+from bnnpp.inference.nuts import noncentered_model
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
 from bnnpp.introspection import latent_sites, num_parameters
@@ -58,10 +58,10 @@ def default_num_chains() -> int:
 
 @dataclass(frozen=True)
 class ManyChainOptions(Options):
-    """The options the many-chain samplers (chees, mclmc) share: chains, lengths, starts."""
+    """The options the many-chain samplers (mclmc, chees) share: chains, lengths, starts."""
 
     num_chains: int | None = option(
-        None, "chains (chees, mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int
+        None, "chains (mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)", check=optional(positive_int), type=int
     )
     num_warmup: int = option(500, "warm-up (tuning) steps, discarded", check=non_negative_int)
     num_samples: int = option(1000, "posterior draws kept (per chain for MCMC)", check=positive_int)
@@ -77,7 +77,9 @@ class ManyChainOptions(Options):
     pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
     pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
     noncentered: bool = option(
-        True, "chees, mclmc: sample location-scale weights as loc + scale * z (non-centred; false: the weights themselves)", check=boolean
+        True,
+        "sample the weights whose scale is learned (a hierarchical prior) as loc + scale * z (non-centred; off: the weights themselves)",
+        check=boolean,
     )
     chunk_size: int | None = option(None, "segments (about draws) per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
@@ -94,14 +96,12 @@ class ManyChainOptions(Options):
         return out
 
 
-def sampled_model(model, options):
-    """The model the chains run on: ``model`` with :func:`noncentered` reparameterisation
-    when ``options.noncentered``, else ``model``."""
+def sampled_model(model, x, y, options):
+    """The model the chains run on: ``model`` with its learned location-scale sites decentred
+    (:func:`bnnpp.inference.nuts.noncentered_model`) when ``options.noncentered``, else ``model``."""
     if not getattr(options, "noncentered", False):
         return model
-    from numpyro import handlers
-
-    return handlers.reparam(model, config=noncentered)
+    return noncentered_model(model, x, y)[0]
 
 
 def halton(i, max_bits: int):
@@ -219,7 +219,7 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         (constrained values) and the ``sample_stats`` of :class:`ChainStats`.
     """
     sites = latent_sites(model, x, y)
-    chained = sampled_model(model, options)
+    chained = sampled_model(model, x, y, options)
     shapes = {n: s.shape for n, s in latent_sites(chained, x, y).items()}
     dim = num_parameters(sites)
     joint = log_joint(chained)

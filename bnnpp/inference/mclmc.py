@@ -24,7 +24,7 @@ shared by all chains; W = ``num_warmup``):
 
 The ``num_samples`` kept steps use dual averaging's averaged ε and the L of phase 2.
 The chains run on the non-centred form of the model by default (``noncentered=True``,
-:func:`bnnpp.inference.nuts.noncentered`). Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
+:func:`bnnpp.inference.nuts.noncentered_model`: the weights with a learned scale). Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
 :mod:`bnnpp.inference.manychain`).
 """
 
@@ -56,7 +56,7 @@ class MCLMCOptions(ManyChainOptions):
 
     target_accept_prob: float = option(
         0.9,
-        "target acceptance probability of the step-size adaptation (chees: harmonic mean over chains, mclmc: mean)",
+        "target acceptance probability of the step-size adaptation (mclmc: mean over chains; chees: harmonic mean)",
         check=fraction(low_open=True, high_open=True),
     )
     tuning_factor: float = option(

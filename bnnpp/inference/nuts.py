@@ -51,6 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax.extend.core import Var
 from numpyro import handlers
 from numpyro.infer.hmc import hmc
 from numpyro.infer.reparam import LocScaleReparam
@@ -119,7 +120,11 @@ class NUTSOptions(Options):
     chain_method: str = option("vectorized", "how NUTS runs its chains", choices=CHAIN_METHODS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
     dense_mass: bool = option(False, "NUTS: adapt a dense mass matrix", check=boolean)
-    noncentered: bool = option(False, "NUTS: sample location-scale weights as loc + scale * z", check=boolean)
+    noncentered: bool = option(
+        False,
+        "sample the weights whose scale is learned (a hierarchical prior) as loc + scale * z (non-centred; off: the weights themselves)",
+        check=boolean,
+    )
     device: str = option(
         "auto",
         "NUTS: where to run (auto: the CPU when parameters x rows is small, else JAX's default device; cpu; default)",
@@ -190,6 +195,66 @@ def noncentered(site) -> LocScaleReparam | None:
     return None
 
 
+def learned_location_scale(model, x, y) -> frozenset[str]:
+    """The latent sites :func:`noncentered` would decentre whose location or scale is learned,
+    i.e. depends on other latent sites (the weights under a hierarchical prior such as
+    ``normal(inverse_gamma(1, 1))``): found from the program that maps the latent values to
+    each site's ``loc`` and ``scale`` (``jax.make_jaxpr``, nothing compiled or run), so it works
+    inside ``jit``/``vmap`` too. A weight with a fixed prior scale is left out: decentring it is
+    only a change of units."""
+    # one row of zeros: the prior does not read the data, and numpy values are never tracers
+    xz = np.zeros((1, *x.shape[1:]), np.dtype(x.dtype))
+    yz = np.zeros((1, *y.shape[1:]), np.dtype(y.dtype))
+    latent = {name: np.ones(site.shape, np.float32) for name, site in latent_sites(model, xz, yz).items()}
+    names: list[str] = []
+
+    def params(values):
+        trace = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(xz, yz)
+        out = []
+        for name, site in trace.items():
+            if name in values and noncentered(site) is not None:
+                fn = unwrap(site["fn"], BATCH_WRAPPERS)
+                names.append(name)
+                out.append((fn.loc, fn.scale))
+        return out
+
+    jaxpr = jax.make_jaxpr(params)(latent).jaxpr
+    moved = set(jaxpr.invars)  # the variables that change with the latent values
+    for eqn in jaxpr.eqns:
+        if any(isinstance(v, Var) and v in moved for v in eqn.invars):
+            moved.update(eqn.outvars)
+    outs = [isinstance(v, Var) and v in moved for v in jaxpr.outvars]  # (loc, scale) per name, in order
+    return frozenset(n for i, n in enumerate(names) if outs[2 * i] or outs[2 * i + 1])
+
+
+def noncentered_model(model, x, y):
+    """``model`` with its learned location-scale sites (:func:`learned_location_scale`)
+    decentred (:func:`noncentered`), and whether any was: ``(model, decentred)``."""
+    names = learned_location_scale(model, x, y)
+    if not names:
+        return model, False
+    return handlers.reparam(model, config=lambda site: noncentered(site) if site["name"] in names else None), True
+
+
+def decentred_start(model, sampled, z: dict, start: dict, x, y) -> dict:
+    """A start of the decentred model ``sampled`` (:func:`noncentered_model`) from ``start``
+    (site → unconstrained value, the sites of ``model``): the other sites as given (else as in
+    ``z``), and a given decentred weight ``w`` as ``z = (w − loc) / scale`` under its prior at
+    those values. Returns the unconstrained position of ``sampled``'s sites."""
+    suffix = "_decentered"
+    z = apply_start(z, {k: v for k, v in start.items() if k + suffix not in z})
+    weights = {k: v for k, v in start.items() if k + suffix in z}
+    if not weights:
+        return z
+    values = constrain_fn(sampled, (x, y), {}, z)  # constrained values of the sites that are not decentred
+    prior = handlers.trace(handlers.substitute(handlers.seed(model, 0), data={**values, **weights})).get_trace(x, y)
+    out = dict(z)
+    for name, w in weights.items():
+        fn = unwrap(prior[name]["fn"], BATCH_WRAPPERS)
+        out[name + suffix] = jnp.asarray((w - fn.loc) / fn.scale, z[name + suffix].dtype)
+    return out
+
+
 def tree_depth(num_steps: np.ndarray) -> np.ndarray:
     """NUTS tree depth from the number of leapfrog steps: a tree of depth d takes at most
     2**d − 1 steps and more than 2**(d−1) − 1, so d = floor(log2(steps)) + 1."""
@@ -231,10 +296,8 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
     sites = (info or ModelInfo.of(model, x, y)).sites
     n_params = num_parameters(sites)
     _warn_if_large(n_params)
-    if start and options.noncentered:
-        raise ValueError("init= names the model's sites and noncentered=True samples standardised ones: leave one of them unset")
-    sampled = handlers.reparam(model, config=noncentered) if options.noncentered else model
-    shapes = {name: s.shape for name, s in (latent_sites(sampled, x, y) if options.noncentered else sites).items()}
+    sampled, decentred = noncentered_model(model, x, y) if options.noncentered else (model, False)
+    shapes = {name: s.shape for name, s in (latent_sites(sampled, x, y) if decentred else sites).items()}
     chains, warmup, draws = int(options.num_chains), int(options.num_warmup), int(options.num_samples)
     dense = [tuple(sorted(shapes))] if options.dense_mass else []
     init_kernel, sample_kernel = hmc(potential_fn_gen=lambda *data: lambda z: potential_energy(sampled, data, {}, z), algo="NUTS")
@@ -243,7 +306,8 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
     def init(key, data):
         def one(k):
             k_hmc, k_start = jax.random.split(k)
-            z = apply_start(init_uniform(shapes, k_start, float(options.init_radius)), start)
+            z = init_uniform(shapes, k_start, float(options.init_radius))
+            z = decentred_start(model, sampled, z, start, x1, y1) if decentred and start else apply_start(z, start)
             return init_kernel(
                 z,
                 num_warmup=warmup,
@@ -264,7 +328,7 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
         return new, NUTSInfo(new.potential_energy)
 
     def values(z):
-        out = constrain_fn(sampled, (x1, y1), {}, z, return_deterministic=bool(options.noncentered))
+        out = constrain_fn(sampled, (x1, y1), {}, z, return_deterministic=decentred)
         return {k: out[k] for k in sites}
 
     def emit(key, state):
