@@ -10,7 +10,8 @@ ensemble of 5) on the first 10,000 training images, every temperature fitted on 
 - pooled, NLL (Rahaman & Thiery 2021, "pool then calibrate"): the averaged predictive's
   log-probabilities divided by T;
 - per draw / pooled, Brier: the same T families, T minimising the Brier score instead (also a
-  proper scoring rule, but bounded per row, so a few confidently wrong rows weigh less);
+  proper scoring rule, but bounded per row, so a few confidently wrong rows weigh less; per
+  draw is ``Posterior.calibrate(..., temperature_loss="brier")``);
 - ETS (Zhang, Kailkhura & Han 2020, "Mix-n-Match", eq. 8): w1 · per-draw NLL-scaled + w2 ·
   unscaled + w3 · uniform, weights by NLL on the calibration split;
 - diagnostics: the top confidence bin (> 14/15, most test rows) — its share and its accuracy
@@ -90,9 +91,12 @@ def analyse(pc, yc, pt, yt) -> dict:
                 "ece_sd": boot_sd(mean, yt)}
 
     out = {"accuracy": metrics.accuracy(pt.mean(0), yt), "raw": scores(pt.mean(0))}
+    from bnnpp.calibrate import fit_temperature
+
     for fam_name, fam in (("per_draw", per_draw), ("pooled", pooled)):
         for loss in ("nll", "brier"):
-            t = fit_t(pc, yc, fam, loss)
+            # per draw: the library's fit (Posterior.calibrate(..., temperature_loss=loss))
+            t = fit_temperature(pc, yc, loss) if fam_name == "per_draw" else fit_t(pc, yc, fam, loss)
             out[f"{fam_name}_{loss}"] = {"T": t, **scores(fam(pt, t))}
     t = out["per_draw_nll"]["T"]
     cc = np.stack([per_draw(pc, t), pc.mean(0), np.full(pc.shape[1:], 1 / pc.shape[-1])])
