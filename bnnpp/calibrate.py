@@ -30,7 +30,14 @@ posterior draw's log class probabilities (= its logits up to a per-row constant)
 renormalised by a softmax, and the draws are averaged as before: ``p_T(c | x) = (1/S) Σ_s
 softmax(log p_s(· | x) / T)_c``. ``T`` minimises the negative log-likelihood of that averaged
 predictive on the calibration split (a bounded 1-D search over ``log T``). For one draw (MAP)
-this is Guo et al.'s scaling of the logits. When both are asked for, ``T`` is fitted first and
+this is Guo et al.'s scaling of the logits. ``temperature_loss="brier"`` fits ``T`` by the
+Brier score of the same averaged predictive instead, ``(1/n) Σ_i Σ_c (p_T(c | x_i) − 1[y_i =
+c])²`` (Brier 1950), also a proper scoring rule but bounded per row (≤ 2), while a row whose
+label gets probability p adds ``−log p`` to the NLL without bound. When a few confidently
+misclassified rows carry most of the calibration NLL, as in a deep ensemble that is already
+calibrated on the bulk of its rows, the NLL-optimal ``T`` softens every confident, correct
+prediction to pay for them and raises the ECE; the Brier-optimal ``T`` weighs the rows evenly
+(``benchmarks/README.md``, temperature scaling, has the measurements). When both are asked for, ``T`` is fitted first and
 the conformal scores are computed from the temperature-scaled probabilities, on the same split
 (one fitted scalar; split the calibration data yourself for the strict guarantee).
 
@@ -51,6 +58,7 @@ import numpy as np
 __all__ = [
     "CLASSIFICATION_SCORES",
     "REGRESSION_SCORES",
+    "TEMPERATURE_LOSSES",
     "Calibration",
     "aps_scores",
     "class_scores",
@@ -63,6 +71,9 @@ __all__ = [
     "prediction_sets",
     "scale_probs",
 ]
+
+TEMPERATURE_LOSSES = ("nll", "brier")
+"""What :func:`fit_temperature` minimises on the calibration split."""
 
 REGRESSION_SCORES = ("normalized", "cqr")
 """Conformity scores of regression intervals."""
@@ -183,24 +194,46 @@ def _tempered_nll(logp: np.ndarray, y: np.ndarray, temperature: float) -> float:
     return float(-(logsumexp(true, axis=0) - np.log(logp.shape[0])).mean())
 
 
-def fit_temperature(probs, y) -> float:
+def _tempered_brier(logp: np.ndarray, y: np.ndarray, temperature: float) -> float:
+    """Mean Brier score of the draw-averaged, temperature-scaled predictive; ``logp`` ``(S, n, C)``."""
+    from scipy.special import softmax
+
+    mean = softmax(logp / temperature, axis=-1).mean(axis=0)  # (n, C)
+    mean[np.arange(len(y)), y] -= 1.0
+    return float(np.sum(mean**2, axis=-1).mean())
+
+
+def check_temperature_loss(loss) -> str:
+    """``loss`` if it is one of :data:`TEMPERATURE_LOSSES`; else a one-line ValueError."""
+    if loss not in TEMPERATURE_LOSSES:
+        raise ValueError(f"temperature_loss must be one of {', '.join(TEMPERATURE_LOSSES)}, got {loss!r}")
+    return loss
+
+
+def fit_temperature(probs, y, loss: str = "nll") -> float:
     """Guo et al.'s temperature: the ``T`` in :data:`TEMPERATURE_BOUNDS` minimising the mean
-    NLL of the labels ``y`` ``(n,)`` under ``(1/S) Σ_s softmax(log p_s / T)``, by a bounded
-    search over ``log T`` (scipy's ``minimize_scalar``).
+    NLL (``loss="nll"``) or Brier score (``loss="brier"``) of the labels ``y`` ``(n,)`` under
+    ``(1/S) Σ_s softmax(log p_s / T)``, by a bounded search over ``log T`` (scipy's
+    ``minimize_scalar``).
 
     Args:
         probs: per-draw class probabilities ``(S, n, C)`` (or ``(n, C)`` for one draw).
         y: class indices ``(n,)``.
+        loss: one of :data:`TEMPERATURE_LOSSES` (module docstring).
+
+    Returns:
+        ``T`` as a float.
     """
     from scipy.optimize import minimize_scalar
 
+    objective = _tempered_nll if check_temperature_loss(loss) == "nll" else _tempered_brier
     p = np.asarray(probs, np.float64)
     if p.ndim == 2:
         p = p[None]
     logp = np.log(np.maximum(p, np.finfo(np.float64).tiny))
     y = np.asarray(y, np.int64)
     lo, hi = np.log(TEMPERATURE_BOUNDS)
-    result = minimize_scalar(lambda t: _tempered_nll(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
+    result = minimize_scalar(lambda t: objective(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
     return float(math.exp(result.x))
 
 
@@ -217,6 +250,7 @@ class Calibration:
         threshold: ``q̂`` per regression target element (a tuple of one for ``(n,)``
             targets, ``K`` for ``(n, K)``) or for the classifier's sets.
         temperature: the classifier's temperature (1.0: none).
+        temperature_loss: what the temperature was fitted by (:data:`TEMPERATURE_LOSSES`).
         randomized: APS/RAPS with the uniform ``u`` (``u`` is drawn from the ``seed`` of
             ``predict``); else ``u = 1``.
         raps_lambda, raps_k: the RAPS penalty.
@@ -228,6 +262,7 @@ class Calibration:
     score: str | None = None
     threshold: tuple[float, ...] = ()
     temperature: float = 1.0
+    temperature_loss: str = "nll"
     randomized: bool = False
     raps_lambda: float = 0.0
     raps_k: int = 0
@@ -249,6 +284,7 @@ class Calibration:
                 score=d.get("score"),
                 threshold=tuple(float(t) for t in d.get("threshold", ())),
                 temperature=float(d.get("temperature", 1.0)),
+                temperature_loss=str(d.get("temperature_loss", "nll")),
                 randomized=bool(d.get("randomized", False)),
                 raps_lambda=float(d.get("raps_lambda", 0.0)),
                 raps_k=int(d.get("raps_k", 0)),
@@ -257,6 +293,8 @@ class Calibration:
             raise ValueError(f"the saved calibration is damaged ({type(e).__name__}: {e})") from None
         if cal.score is not None and cal.score not in (*REGRESSION_SCORES, *CLASSIFICATION_SCORES):
             raise ValueError(f"the saved calibration names an unknown score {cal.score!r}")
+        if cal.temperature_loss not in TEMPERATURE_LOSSES:
+            raise ValueError(f"the saved calibration names an unknown temperature_loss {cal.temperature_loss!r}")
         if not (cal.temperature > 0):
             raise ValueError(f"the saved calibration's temperature must be > 0, got {cal.temperature}")
         return cal
@@ -303,6 +341,7 @@ def fit(
     *,
     score: str | None = None,
     temperature_scaling: bool | None = None,
+    temperature_loss: str = "nll",
     randomized: bool = False,
     raps_lambda: float = 0.01,
     raps_k: int = 1,
@@ -320,6 +359,8 @@ def fit(
             default ``"aps"``).
         temperature_scaling: fit a temperature first (classifiers only; default: True for a
             classifier).
+        temperature_loss: ``"nll"`` (Guo et al.) or ``"brier"``: what the temperature
+            minimises on the calibration split (module docstring).
         randomized: randomised APS/RAPS scores (exact coverage 1 − α in expectation; smaller sets).
         raps_lambda, raps_k: the RAPS penalty (used with ``score="raps"`` only).
         seed: seed of the uniforms of randomised scores on the calibration split.
@@ -339,6 +380,9 @@ def fit(
         raise ValueError(f"score {score!r} is not one of {task}'s: {', '.join(scores_of_task)}")
     if temperature_scaling and task != "classification":
         raise ValueError("temperature scaling is for classifiers; a regression is calibrated by conformal intervals (alpha=...)")
+    check_temperature_loss(temperature_loss)
+    if temperature_loss != "nll" and (task != "classification" or temperature_scaling is False):
+        raise ValueError("temperature_loss chooses how a classifier's temperature is fitted: drop it, or fit a temperature")
     if alpha is None and not (task == "classification" and temperature_scaling is not False):
         raise ValueError("nothing to calibrate: give alpha (conformal) or, for a classifier, temperature_scaling=True")
     if isinstance(raps_k, bool) or not isinstance(raps_k, (int, np.integer)) or raps_k < 0:
@@ -354,8 +398,8 @@ def fit(
         if not (np.all(np.isfinite(y)) and np.all(y == np.round(y)) and y.min() >= 0 and y.max() < classes):
             raise ValueError(f"y must hold class indices 0..{classes - 1}")
         y = y.astype(np.int64)
-        temperature = fit_temperature(probs, y) if temperature_scaling is not False else 1.0
-        cal = Calibration(task, n, temperature=temperature)
+        temperature = fit_temperature(probs, y, temperature_loss) if temperature_scaling is not False else 1.0
+        cal = Calibration(task, n, temperature=temperature, temperature_loss=temperature_loss)
         if alpha is None:
             return cal
         score = score or "aps"

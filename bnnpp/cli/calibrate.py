@@ -45,6 +45,13 @@ def add_parser(sub) -> None:
         help="conformity score (default: normalized for a Gaussian likelihood, cqr for Student-t and Poisson, aps for classifiers)",
     )
     p.add_argument("--no-temperature", action="store_true", help="classification: no temperature scaling")
+    p.add_argument(
+        "--temperature-loss",
+        default="nll",
+        choices=("nll", "brier"),
+        help="classification: the held-out loss the temperature minimises (brier: bounded per row, so a few confidently "
+        "wrong rows do not soften every confident prediction)",
+    )
     p.add_argument("--randomized", action="store_true", help="randomised APS/RAPS sets (coverage exactly 1 − alpha on average)")
     p.add_argument("--raps-lambda", type=float, default=0.01, help="RAPS: penalty per class beyond --raps-k")
     p.add_argument("--raps-k", type=int, default=1, help="RAPS: classes ranked up to k are not penalised")
@@ -59,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     alpha = None if args.no_conformal else args.alpha
     if args.no_conformal and args.no_temperature:
         raise CLIError("--no-conformal with --no-temperature leaves nothing to calibrate")
+    if args.no_temperature and args.temperature_loss != "nll":
+        raise CLIError("--temperature-loss with --no-temperature: there is no temperature to fit")
     try:  # before the posterior is read
         if alpha is not None:
             calibrate.check_alpha(alpha)
@@ -76,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             alpha=alpha,
             score=args.score,
             temperature_scaling=False if args.no_temperature else None,
+            temperature_loss=args.temperature_loss,
             randomized=args.randomized,
             raps_lambda=args.raps_lambda,
             raps_k=args.raps_k,
@@ -87,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     cal = result["calibration"]
     parts = [f"{cal['task']} on {result['n']} rows"]
     if cal["task"] == "classification" and cal["temperature"] != 1.0:
-        parts.append(f"temperature {cal['temperature']:.4g}")
+        parts.append(f"temperature {cal['temperature']:.4g} ({cal['temperature_loss']})")
     if cal["score"] is not None:
         parts.append(f"{cal['score']} at {100 * (1 - cal['alpha']):g}%: threshold {cal['threshold'][0]}")
     print(f"calibrated {result['run_dir']}: {', '.join(parts)}; wrote posterior.nc and metrics.json")

@@ -290,6 +290,7 @@ class Posterior:
         *,
         score: str | None = None,
         temperature_scaling: bool | None = None,
+        temperature_loss: str = "nll",
         randomized: bool = False,
         raps_lambda: float = 0.01,
         raps_k: int = 1,
@@ -304,8 +305,9 @@ class Posterior:
             x, y: calibration inputs ``(n, *features)`` and targets ``(n, ...)`` (class indices
                 for a classifier), in the model's units, not used for fitting.
             alpha: the miscoverage (0.1: 90% intervals or sets); ``None``: temperature only.
-            score, temperature_scaling, randomized, raps_lambda, raps_k: see
-                :func:`bnnpp.calibrate.fit`.
+            score, temperature_scaling, temperature_loss, randomized, raps_lambda, raps_k: see
+                :func:`bnnpp.calibrate.fit` (``temperature_loss="brier"``: the temperature
+                minimises the held-out Brier score instead of the NLL).
             num_samples, seed: the draws and seed of the calibration prediction (:meth:`predict`).
 
         Returns:
@@ -314,6 +316,7 @@ class Posterior:
         """
         if alpha is not None:
             calibrate.check_alpha(alpha)
+        calibrate.check_temperature_loss(temperature_loss)
         y = np.asarray(y)
         if y.ndim == 0 or np.ndim(x) == 0 or np.shape(x)[0] != y.shape[0]:
             raise ValueError(f"x and y must hold the same number of calibration rows, got {np.shape(x)} and {y.shape}")
@@ -324,6 +327,7 @@ class Posterior:
             alpha,
             score=score,
             temperature_scaling=temperature_scaling,
+            temperature_loss=temperature_loss,
             randomized=randomized,
             raps_lambda=raps_lambda,
             raps_k=raps_k,

@@ -19,6 +19,7 @@ def calibrate_run(
     alpha: float | None = 0.1,
     score: str | None = None,
     temperature_scaling: bool | None = None,
+    temperature_loss: str = "nll",
     randomized: bool = False,
     raps_lambda: float = 0.01,
     raps_k: int = 1,
@@ -35,7 +36,7 @@ def calibrate_run(
         data_file: labelled rows not used for fitting (:func:`bnnpp.tables.read_labelled`: a
             CSV naming the features and the target, or an ``.npz`` with ``x`` and ``y``).
         target: the CSV's target column (default: the run's).
-        alpha, score, temperature_scaling, randomized, raps_lambda, raps_k: see
+        alpha, score, temperature_scaling, temperature_loss, randomized, raps_lambda, raps_k: see
             :func:`bnnpp.calibrate.fit`.
         num_samples, seed: the draws and seed of the calibration prediction.
 
@@ -61,6 +62,7 @@ def calibrate_run(
         alpha,
         score=score,
         temperature_scaling=temperature_scaling,
+        temperature_loss=temperature_loss,
         randomized=randomized,
         raps_lambda=raps_lambda,
         raps_k=raps_k,
