@@ -23,12 +23,12 @@ def test_readme_test_command_is_what_ci_runs():
 
 
 def test_ci_refuses_in_one_line_without_python_3_12(tmp_path):
-    """.ci/run-matrix finds each leg's Python under pyenv's versions; a pyenv shim on PATH that fails
+    """.ci/run finds each leg's Python under pyenv's versions; a pyenv shim on PATH that fails
     (python3.12 when 3.12 is not selected) does not count, and a missing 3.12 stops the run
     before any venv with one line naming it."""
     repo = tmp_path / "repo"
     (repo / ".ci").mkdir(parents=True)
-    (repo / ".ci" / "run").write_text((ROOT / ".ci" / "run-matrix").read_text())
+    (repo / ".ci" / "run").write_text((ROOT / ".ci" / "run").read_text())
     fake = tmp_path / "pyenv-root" / "versions" / "3.11.7" / "bin" / "python3"
     fake.parent.mkdir(parents=True)
     fake.write_text('#!/bin/sh\n[ "$1" = "-c" ] && echo 3.11 || echo "Python 3.11.7"\n')
