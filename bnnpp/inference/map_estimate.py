@@ -2,10 +2,13 @@
 
 The objective is the negative log joint (prior + likelihood) of the model on the
 unconstrained space (see :mod:`bnnpp.inference.joint`). Weights are unconstrained, so for
-them this is the usual MAP (with ``priors.flat()``: maximum likelihood). Hierarchical scale
-and noise sites are optimised as ``log σ`` including the log-Jacobian: the mode of the
+them this is the usual MAP (with ``priors.flat()``: maximum likelihood). By default
+(``hyperparameters="auto"``) the hierarchical scales and a learned noise sd of a bnnpp network
+under Normal priors are trained by the Laplace-GGN evidence instead
+(:mod:`bnnpp.inference.evidence`). Under ``hyperparameters="map"`` (and ``"auto"`` for other
+models) they are optimised jointly, as ``log σ`` including the log-Jacobian: the mode of the
 density of ``log σ``, which stays away from the σ → 0 spike of the joint density of weights
-and their scale. With minibatches the likelihood is scaled by N/B, so each step's loss is an
+and their scale (but not from collapsing into it on small data). With minibatches the likelihood is scaled by N/B, so each step's loss is an
 unbiased estimate of the full negative log joint.
 
 The posterior has one chain and one draw, so ``predict``, ``to_arviz`` and ``save`` work as
