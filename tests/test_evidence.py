@@ -120,3 +120,20 @@ def test_fixed_prior_spectrum_matches_the_cholesky_log_determinant():
         for c in (0.1, 1.0, 7.0):
             got = spectrum.log_prec + jnp.sum(jnp.log1p(c * spectrum.eigenvalues))
             np.testing.assert_allclose(float(got), float(evidence._full_logdet(m, d, c)), rtol=1e-5)
+
+
+def test_auto_takes_the_evidence_only_under_normal_priors_and_untempered():
+    """map's default ``"auto"``: a plan (the evidence) for a Normal prior, fixed or hierarchical,
+    with a learned noise; the joint MAP (no plan) under a Laplace prior, at temperature ≠ 1, or
+    with nothing to learn."""
+    from bnnpp.inference.map_estimate import MAPOptions, evidence_plan_of
+
+    x, y = _data(20)
+    fixed = bnnpp.models.mlp((3,), likelihood="gaussian", prior=priors.normal(1.0))
+    plan = evidence_plan_of(fixed, x, y, MAPOptions())
+    assert plan is not None and plan.hyper == ("noise",) and plan.fixed_prior and plan.structure == "full"
+    hierarchical = bnnpp.models.mlp((3,), likelihood="gaussian", noise=0.5, prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
+    assert not evidence_plan_of(hierarchical, x, y, MAPOptions()).fixed_prior
+    assert evidence_plan_of(bnnpp.models.mlp((3,), likelihood="gaussian", prior=priors.laplace(1.0)), x, y, MAPOptions()) is None
+    assert evidence_plan_of(fixed, x, y, MAPOptions(temperature=0.5)) is None
+    assert evidence_plan_of(bnnpp.models.mlp((3,), likelihood="gaussian", noise=0.5), x, y, MAPOptions()) is None
