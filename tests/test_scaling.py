@@ -123,7 +123,7 @@ def test_cli_no_standardize_flag():
 
 
 def test_collapse_warning_fires_on_a_flat_fit_and_not_on_a_good_one():
-    """Issue 35's sinusoid: on raw data (standardize=False) map under the hierarchical prior
+    """Issue 35's sinusoid: on raw data (standardize=False) the joint MAP under the hierarchical prior
     predicts a flat line with noise near the targets' sd -> one warning naming the fix;
     standardised and started uniform, it fits (R² near 1) and stays silent. (With 2,000 steps
     instead of the default 5,000 the raw fit had not collapsed yet and no warning fired. From the
@@ -133,7 +133,9 @@ def test_collapse_warning_fires_on_a_flat_fit_and_not_on_a_good_one():
     prior = priors.normal(scale=priors.inverse_gamma(1.0, 1.0))
     for standardize, fires in ((False, True), (True, False)):
         model = bnnpp.models.mlp((50,), likelihood="gaussian", prior=prior, standardize=standardize)
-        start = {} if fires else {"init_loc": "uniform"}
+        # the joint MAP (hyperparameters="map") for the raw fit: map's default, the evidence-trained scales and noise,
+        # does not collapse on the raw data either (no warning)
+        start = {"hyperparameters": "map"} if fires else {"init_loc": "uniform"}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             post = bnnpp.fit(model, (x, y), method="map", progress=False, **start)  # its defaults, as issue 35

@@ -155,10 +155,13 @@ def member_keys(key: jax.Array, members: int) -> jax.Array:
 
 
 def map_options(options, **overrides) -> MAPOptions:
-    """The :class:`MAPOptions` of one member from an options dataclass with MAP's fields."""
+    """The :class:`MAPOptions` of one member from an options dataclass with MAP's fields; the
+    hyperparameters jointly with the weights (``hyperparameters="map"``, not ``map``'s
+    ``"auto"``: the ensemble family's members were measured so, and their evidence updates
+    under ``vmap`` would run at every step)."""
     fields = ("batch_size", "learning_rate", "optimizer", "init_loc", "init_radius")
     given = {f: getattr(options, f) for f in fields if hasattr(options, f)}
-    return MAPOptions(**{**given, **overrides})
+    return MAPOptions(**{"hyperparameters": "map", **given, **overrides})
 
 
 # over 80 lines: 32 of them the docstring; the rest closures over one model and the options

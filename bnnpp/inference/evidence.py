@@ -73,17 +73,32 @@ class EvidenceState(NamedTuple):
 class EvidencePlan(NamedTuple):
     """layers: the bnnpp layers (name → record of :func:`find_layers`) whose ``.w``/``.b``
     are θ; weights: θ's site names; hyper: h's site names (every other latent site); structure:
-    the GGN used, ``"full"`` (P ≤ :data:`FULL_LIMIT`) or ``"diag"``."""
+    the GGN used, ``"full"`` (P ≤ :data:`FULL_LIMIT`) or ``"diag"``; fixed_prior: every layer's
+    prior has a fixed scale (its precision does not depend on h)."""
 
     layers: dict
     weights: tuple
     hyper: tuple
     structure: str
+    fixed_prior: bool = False
+
+
+class _Spectrum(NamedTuple):
+    """The full GGN under a fixed-scale prior, once per update: log det(c·MᵀM + D) = Σ log D +
+    Σ_j log(1 + c·μ_j), μ the eigenvalues of M D⁻¹ Mᵀ (or of D^-½ MᵀM D^-½, whichever is
+    smaller; the same non-zero ones). log_prec: Σ log D, scalar; eigenvalues: μ, ``(min(R, P),)``."""
+
+    log_prec: jax.Array
+    eigenvalues: jax.Array
 
 
 def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
     """The plan for ``model``, or ``None`` when there is nothing to learn by evidence (no
-    bnnpp layer, or no hyperparameter site). ``required``: raise ``ValueError`` instead."""
+    bnnpp layer, or no hyperparameter site). ``required``: raise ``ValueError`` instead; when
+    not required (``hyperparameters="auto"``), also ``None`` unless every layer's prior is
+    Normal (fixed or hierarchical): the log determinant needs a positive prior precision, and a
+    flat, Laplace, Cauchy, Student-t or mixture prior's curvature is zero or negative in places
+    (:func:`bnnpp.inference.bbb.hierarchical_normal`)."""
     layers = find_layers(model, x[:1], y[:1])
     sites = latent_sites(model, x, y)
     layers = {k: v for k, v in layers.items() if f"{k}.w" in sites and f"{k}.b" in sites}
@@ -94,8 +109,11 @@ def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
             why = "has no bnnpp layer with latent weights and bias" if not layers else "has no prior scale or noise site to learn"
             raise ValueError(f"hyperparameters='evidence': the model {why}; use hyperparameters='map' (or 'auto', which falls back to it)")
         return None
+    if not required and not all(getattr(v["prior"], "kind", None) == "normal" for v in layers.values()):
+        return None
     size = sum(int(np.prod(sites[k].shape)) for k in weights)
-    return EvidencePlan(layers, weights, hyper, "full" if size <= FULL_LIMIT else "diag")
+    fixed = all(not getattr(v["prior"], "hierarchical", True) for v in layers.values())
+    return EvidencePlan(layers, weights, hyper, "full" if size <= FULL_LIMIT else "diag", fixed)
 
 
 def resolve_every(every: int | None, num_steps: int) -> int:
@@ -108,9 +126,11 @@ def _noise(model, u, x) -> jax.Array:
     return jnp.mean(sd) if kind == "gaussian" else jnp.ones(())
 
 
-def _full_ggn(model, theta: dict, hyper: dict, xb) -> tuple[jax.Array, Any]:
-    """The GGN J^T Λ J of the negative log-likelihood over ``xb`` in the flat weights,
-    ``(P, P)``, and the unravel function of the flat vector (P ≤ :data:`FULL_LIMIT`)."""
+def _full_ggn(model, theta: dict, hyper: dict, xb) -> jax.Array:
+    """A square root M of the GGN J^T Λ J of the negative log-likelihood over ``xb`` in the flat
+    weights (``ravel_pytree`` order): ``(R, P)`` with GGN = MᵀM, R = K·n rows (K: the columns
+    of Λ's square root, n: the rows of ``xb``; P ≤ :data:`FULL_LIMIT`). The Jacobian is taken
+    in reverse mode when the network has fewer outputs than weights, else forward."""
     from bnnpp.inference.laplace.curvature import _lambda_sqrt
 
     flat, unravel = ravel_pytree(theta)
@@ -120,19 +140,43 @@ def _full_ggn(model, theta: dict, hyper: dict, xb) -> tuple[jax.Array, Any]:
 
     kind, f, sd = _observation(latent_trace(model, {**theta, **hyper}, xb, None, _KEY))
     n = f.shape[0]
-    jac = jax.jacfwd(outputs)(flat).reshape(n, -1, flat.shape[0])  # (n, C, P)
+    jacobian = jax.jacrev if f.size < flat.shape[0] else jax.jacfwd
+    jac = jacobian(outputs)(flat).reshape(n, -1, flat.shape[0])  # (n, C, P)
     cols = _lambda_sqrt(kind, f, sd)
     cols = cols.reshape(cols.shape[0], n, -1)  # (K, n, C)
-    m = jnp.einsum("knc,ncp->knp", cols, jac)
-    return jnp.einsum("knp,knq->pq", m, m), unravel
+    return jnp.einsum("knc,ncp->knp", cols, jac).reshape(-1, flat.shape[0])
+
+
+def _full_logdet(root: jax.Array, prec: jax.Array, c) -> jax.Array:
+    """log det(c·MᵀM + diag(prec)) for M = ``root`` ``(R, P)``, ``prec`` ``(P,)`` > 0 and a
+    scalar c ≥ 0, by Cholesky. With fewer rows than weights (R < P: a small batch, or a
+    network wider than its data) by the matrix determinant lemma, log det D + log det(I_R + c
+    M D⁻¹ Mᵀ) with D = diag(prec): an R × R factorisation instead of P × P (the
+    same value; D must be positive, as a Normal prior's precision is). Returns a scalar."""
+    rows, size = root.shape
+    if rows < size:
+        prec = jnp.maximum(prec, 1e-12)
+        small = jnp.eye(rows, dtype=root.dtype) + c * (root / prec) @ root.T
+        return jnp.sum(jnp.log(prec)) + 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(small))))
+    h = c * root.T @ root + jnp.diag(prec)
+    return 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(h))))
+
+
+def _spectrum(root: jax.Array, prec: jax.Array) -> _Spectrum:
+    """:class:`_Spectrum` of the GGN square root ``root`` ``(R, P)`` and a fixed prior
+    precision ``prec`` ``(P,)`` > 0."""
+    a = root * jax.lax.rsqrt(prec)
+    gram = a @ a.T if a.shape[0] < a.shape[1] else a.T @ a
+    return _Spectrum(jnp.sum(jnp.log(prec)), jnp.maximum(jnp.linalg.eigvalsh(gram), 0.0))
 
 
 def log_evidence(model, plan: EvidencePlan, theta: dict, hyper: dict, curv, sd0, xb, yb, scale: float) -> jax.Array:
     """The Laplace-GGN log marginal likelihood (module docstring, without its constant) as a
     function of the unconstrained hyperparameters ``hyper``, at weights ``theta`` with the GGN
-    ``curv`` over ``(xb, yb)`` computed at the noise sd ``sd0``: the full matrix ``(P, P)`` (flat
-    weights in ``ravel_pytree`` order), or per layer ``{"diag": (F+1, out)}``. ``scale``: N/B,
-    the minibatch's weight. Returns a scalar."""
+    ``curv`` over ``(xb, yb)`` computed at the noise sd ``sd0``: the full GGN as its square root
+    M ``(R, P)`` of :func:`_full_ggn` (flat weights in ``ravel_pytree`` order), its
+    :class:`_Spectrum` under a fixed-scale prior, or per layer ``{"diag": (F+1, out)}``.
+    ``scale``: N/B, the minibatch's weight. Returns a scalar."""
 
     def log_prior(th):
         return joint_terms(model, {**th, **hyper}, xb[:1], None if yb is None else yb[:1], _KEY)[0]
@@ -140,11 +184,10 @@ def log_evidence(model, plan: EvidencePlan, theta: dict, hyper: dict, curv, sd0,
     lp, ll, _ = joint_terms(model, {**theta, **hyper}, xb, yb, _KEY)
     _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
     s = (sd0 / _noise(model, {**theta, **hyper}, xb)) ** 2
+    if isinstance(curv, _Spectrum):  # the full GGN, fixed prior precision: its eigenvalues, once per update
+        return lp + scale * ll - 0.5 * (curv.log_prec + jnp.sum(jnp.log1p(s * scale * curv.eigenvalues)))
     if not isinstance(curv, dict):  # the full GGN: log det by Cholesky
-        prec = -ravel_pytree(hvp)[0]
-        h = s * scale * curv + jnp.diag(prec)
-        logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(jnp.linalg.cholesky(h))))
-        return lp + scale * ll - 0.5 * logdet
+        return lp + scale * ll - 0.5 * _full_logdet(curv, -ravel_pytree(hvp)[0], s * scale)
     logdet = 0.0
     for name, c in curv.items():
         g = scale * c["diag"]
@@ -153,6 +196,16 @@ def log_evidence(model, plan: EvidencePlan, theta: dict, hyper: dict, curv, sd0,
         logdet += jnp.sum(jnp.log(jnp.maximum(s * g[:-1].reshape(w.shape) + pw, 1e-12)))
         logdet += jnp.sum(jnp.log(jnp.maximum(s * g[-1].reshape(b.shape) + pb, 1e-12)))
     return lp + scale * ll - 0.5 * logdet
+
+
+def _prior_precision(model, theta: dict, hyper: dict, xb, yb) -> jax.Array:
+    """−diag ∂²/∂θ² log p(θ | h) in the flat weights (``ravel_pytree`` order), ``(P,)``."""
+
+    def log_prior(th):
+        return joint_terms(model, {**th, **hyper}, xb[:1], None if yb is None else yb[:1], _KEY)[0]
+
+    _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
+    return jnp.maximum(-ravel_pytree(hvp)[0], 1e-12)
 
 
 def evidence_update(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb, n: int, steps: int):
@@ -165,7 +218,9 @@ def evidence_update(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb
     theta = {k: position[k] for k in plan.weights}
     hyper0 = {k: position[k] for k in plan.hyper}
     if plan.structure == "full":
-        curv, _ = _full_ggn(model, theta, hyper0, xb)
+        curv = _full_ggn(model, theta, hyper0, xb)
+        if plan.fixed_prior:  # the precision does not move with h: one eigendecomposition, no factorisation per step
+            curv = _spectrum(curv, _prior_precision(model, theta, hyper0, xb, yb))
     else:
         curv, _ = _ggn(model, position, xb, yb, plan.layers, "diag", batch)
     sd0 = _noise(model, position, xb)

@@ -107,6 +107,8 @@ def _ggn(model, u, x, y, layers: dict, structure: str, batch: int):
             g = grads[name].reshape(cols.shape[0], a.shape[0], a.shape[1], -1)  # (K, B, T, out)
             if structure == "kron":
                 acc[name] = {"A": jnp.einsum("bti,btj->ij", a, a), "G": jnp.einsum("kbto,kbtp->op", g, g) / a.shape[1]}
+            elif a.shape[1] == 1:  # dense: (a_i g_o)² = a_i² g_o², a (F+1, B) x (B, out) product
+                acc[name] = {"diag": jnp.einsum("bi,bo->io", a[:, 0] ** 2, jnp.sum(g[:, :, 0] ** 2, axis=0))}
             else:  # per-example gradients of each column, squared
                 acc[name] = {"diag": jnp.sum(jnp.einsum("bti,kbto->kbio", a, g) ** 2, axis=(0, 1))}
         return acc, ll, ssr
