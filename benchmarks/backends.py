@@ -28,8 +28,6 @@ QUICK = {
     "advi": {"num_steps": 2000, "num_samples": 200},
     "bbb": {"epochs": 2000, "num_samples": 200},
     "nuts": {"num_chains": 1, "num_warmup": 100, "num_samples": 100},
-    "mclmc": {"num_chains": 2, "num_warmup": 100, "num_samples": 100},
-    "pathfinder": {"num_paths": 2, "num_samples": 100},
     "sgld": {"num_chains": 1, "num_samples": 200, "burn_in": 1000},
     "ensemble": {"num_steps": 1000},
     "swag": {"pretrain_steps": 1000, "swag_epochs": 20, "rank": 10},

@@ -29,15 +29,15 @@ def linreg(x, y=None):
 
 @pytest.fixture(scope="module", autouse=True)
 def experimental_samplers():
-    """chees is opt-in (importing its module registers it; mclmc and pathfinder are registered
-    by default); it is taken out of the registry again after this module, so other tests see
-    the default set."""
+    """chees, mclmc and pathfinder are opt-in (importing their module registers them); they are
+    taken out of the registry again after this module, so other tests see the default set."""
     import importlib
 
     from bnnpp.inference import registry
 
     before = set(registry.registered())
-    importlib.import_module("bnnpp.inference.chees")
+    for name in ("chees", "mclmc", "pathfinder"):
+        importlib.import_module(f"bnnpp.inference.{name}")
     yield
     for name in set(registry.registered()) - before:
         registry.unregister(name)

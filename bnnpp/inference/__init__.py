@@ -4,8 +4,7 @@ Every iterative method is an :class:`~bnnpp.inference.algorithm.Algorithm` — p
 ``init``/``step``/``sample`` functions over a typed state — driven by the one runner in
 :mod:`bnnpp.inference.runner`; its options are a frozen dataclass
 (:mod:`bnnpp.inference.options`). ``fit(model, data, method=...)`` dispatches by name through
-:mod:`bnnpp.inference.registry`; importing this package registers every method but the
-experimental ``chees`` (``import bnnpp.inference.chees`` registers it).
+:mod:`bnnpp.inference.registry`; importing this package registers every method.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ import os
 import warnings
 from typing import Any
 
-# importing registers each method (chees is experimental: ``import bnnpp.inference.chees`` registers it)
-from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, mclmc, nuts, pathfinder, sgld, swag, vd  # noqa: F401
+from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted, has_checkpoint
 from bnnpp.inference.checks import check_data

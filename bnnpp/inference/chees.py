@@ -1,11 +1,6 @@
 """``chees``: ChEES-HMC (Hoffman, Radul & Sountsov 2021), many chains of jittered HMC in
 lock-step, from BlackJAX's ``dynamic_hmc`` kernel and ``chees_adaptation`` tuner.
 
-Experimental, and not registered by default: ``import bnnpp.inference.chees`` registers
-``method="chees"``. With its defaults it has not converged on the networks it was measured on
-(R-hat above 1.01 on moons and on the hierarchical sinusoid, with divergences;
-benchmarks/README.md, samplers); ``mclmc`` is the many-chain sampler to use.
-
 All ``num_chains`` chains share one step size ε and one trajectory length T. A transition
 runs ``ceil(h_i · T / ε)`` leapfrog steps, ``h_i`` the i-th Halton number in (0, 1) (the
 same for every chain, so no chain waits for another), then a Metropolis correction.
@@ -171,8 +166,7 @@ register(
         "chees",
         CheesOptions,
         build=build,
-        summary="experimental ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in "
-        "warm-up; does not converge with its defaults on the networks measured",
+        summary="ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
         smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
     )
 )
