@@ -124,8 +124,8 @@ def test_fixed_prior_spectrum_matches_the_cholesky_log_determinant():
 
 def test_auto_takes_the_evidence_only_under_normal_priors_and_untempered():
     """map's default ``"auto"``: a plan (the evidence) for a Normal prior, fixed or hierarchical,
-    with a learned noise; the joint MAP (no plan) under a Laplace prior, at temperature ≠ 1, or
-    with nothing to learn."""
+    with a learned noise; the joint MAP (no plan) under a Laplace prior, at temperature ≠ 1,
+    with nothing to learn, or with more weights than the full GGN's limit."""
     from bnnpp.inference.map_estimate import MAPOptions, evidence_plan_of
 
     x, y = _data(20)
@@ -137,3 +137,9 @@ def test_auto_takes_the_evidence_only_under_normal_priors_and_untempered():
     assert evidence_plan_of(bnnpp.models.mlp((3,), likelihood="gaussian", prior=priors.laplace(1.0)), x, y, MAPOptions()) is None
     assert evidence_plan_of(fixed, x, y, MAPOptions(temperature=0.5)) is None
     assert evidence_plan_of(bnnpp.models.mlp((3,), likelihood="gaussian", noise=0.5), x, y, MAPOptions()) is None
+    # more weights than the full GGN's limit: "auto" keeps the joint MAP, "evidence" takes the diagonal GGN
+    wide = bnnpp.models.mlp((300,), likelihood="gaussian", prior=priors.normal(1.0))  # 1,501 weights on 3 inputs
+    wider = bnnpp.models.mlp((500,), likelihood="gaussian", prior=priors.normal(1.0))  # 2,501
+    assert evidence_plan_of(wide, x, y, MAPOptions()).structure == "full"
+    assert evidence_plan_of(wider, x, y, MAPOptions()) is None
+    assert evidence_plan_of(wider, x, y, MAPOptions(hyperparameters="evidence")).structure == "diag"

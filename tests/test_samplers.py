@@ -170,3 +170,21 @@ def test_chees_resume_is_bit_identical(data, tmp_path, monkeypatch):
     for k in whole.stats.sample_stats:
         np.testing.assert_array_equal(resumed.stats.sample_stats[k], whole.stats.sample_stats[k])
     assert resumed.stats.extras["divergences_per_chain"] == whole.stats.extras["divergences_per_chain"]
+
+
+def test_an_old_blackjax_is_refused_in_one_line(monkeypatch):
+    """mclmc and pathfinder need BlackJAX >= 1.4: an older one is named, with the upgrade, before any trace."""
+    import importlib.metadata
+
+    import bnnpp
+    import bnnpp.inference.mclmc  # noqa: F401  (registers mclmc)
+    from bnnpp.inference.pathfinder import require_blackjax
+
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.2.4")
+    for method in ("mclmc", "pathfinder"):
+        with pytest.raises(ImportError, match=r"needs blackjax >= 1.4 \(installed: 1.2.4\): pip install") as err:
+            require_blackjax(method)
+        assert "\n" not in str(err.value)
+    x = np.zeros((4, 1), np.float32)
+    with pytest.raises(ImportError, match="mclmc"):
+        bnnpp.fit(bnnpp.models.mlp((2,), likelihood="gaussian", noise=1.0), (x, x[:, 0]), method="mclmc", progress=False)

@@ -52,6 +52,7 @@ from jax.flatten_util import ravel_pytree
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
 from bnnpp.inference.options import fraction, option, positive_float, positive_int
+from bnnpp.inference.pathfinder import require_blackjax
 from bnnpp.inference.registry import Method, register
 
 __all__ = ["CheesOptions", "build"]
@@ -157,6 +158,7 @@ def build(model, x, y, options: CheesOptions) -> Algorithm:
         The algorithm; draws ``(num_chains, num_samples, *site_shape)`` and per-draw
         ``sample_stats`` (:mod:`bnnpp.inference.manychain`).
     """
+    require_blackjax("chees")
     options = options.resolve(int(x.shape[0]))
     return build_many_chain(model, x, y, options, sampler(options), name="chees")
 

@@ -39,6 +39,7 @@ import jax.numpy as jnp
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
 from bnnpp.inference.options import fraction, option, positive_float, positive_int
+from bnnpp.inference.pathfinder import require_blackjax
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites, num_parameters
 
@@ -133,6 +134,7 @@ def build(model, x, y, options: MCLMCOptions) -> Algorithm:
         The algorithm; draws ``(num_chains, num_samples, *site_shape)`` and per-draw
         ``sample_stats`` (:mod:`bnnpp.inference.manychain`).
     """
+    require_blackjax("mclmc")
     options = options.resolve(int(x.shape[0]))
     dim = num_parameters(latent_sites(model, x, y))
     return build_many_chain(model, x, y, options, sampler(options, dim), name="mclmc")

@@ -204,6 +204,24 @@ class PathfinderInfo(NamedTuple):
     negative_elbo: jax.Array
 
 
+BLACKJAX_MIN = (1, 4)
+"""The oldest BlackJAX that pathfinder, mclmc and chees run on (``adjusted_mclmc.rescale``,
+the ChEES kernel's signature, a Pathfinder that does not stop at a NaN on its first step;
+BlackJAX 1.4 needs jax >= 0.9)."""
+
+
+def require_blackjax(method: str) -> None:
+    """Raise a one-line ImportError naming the upgrade when the installed BlackJAX is older
+    than :data:`BLACKJAX_MIN` (before anything is traced or compiled)."""
+    from importlib.metadata import version
+
+    have = version("blackjax")
+    parts = tuple(int(p) for p in have.split(".")[:2] if p.isdigit())
+    if parts < BLACKJAX_MIN:
+        need = ".".join(map(str, BLACKJAX_MIN))
+        raise ImportError(f"method={method!r} needs blackjax >= {need} (installed: {have}): pip install -U 'blackjax>={need}'")
+
+
 def build(model, x, y, options: PathfinderOptions) -> Algorithm:
     """Pathfinder as an :class:`Algorithm` of one step (module docstring).
 
@@ -212,6 +230,7 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
         ``(num_paths, num_samples, *site_shape)`` (constrained values), and
         ``extras["elbo"]`` the best ELBO of each path.
     """
+    require_blackjax("pathfinder")
     sites = latent_sites(model, x, y)
     shapes = {name: s.shape for name, s in sites.items()}
     joint = log_joint(model)

@@ -263,7 +263,8 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '  --chain-method {vectorized,parallel,sequential}\n'
  '                        how NUTS runs its chains [nuts=vectorized]\n'
  '  --dense-mass          NUTS: adapt a dense mass matrix [nuts]\n'
- '  --noncentered         NUTS: sample location-scale weights as loc + scale * z [nuts]\n'
+ '  --noncentered         sample the weights whose scale is learned (a hierarchical prior) as loc +\n'
+ '                        scale * z (non-centred; off: the weights themselves) [nuts]\n'
  '  --device {auto,cpu,default}\n'
  '                        NUTS: where to run (auto: the CPU when parameters x rows is small, else\n'
  "                        JAX's default device; cpu; default) [nuts=auto]\n"
