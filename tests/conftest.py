@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items):
     which tests/test_samplers.py checks."""
     from importlib.metadata import version
 
-    from bnnpp.inference.pathfinder import BLACKJAX_MIN
+    from bnnpp.inference.checks import BLACKJAX_MIN  # not the samplers' modules: importing them registers them
 
     have = version("blackjax")
     if tuple(int(p) for p in have.split(".")[:2] if p.isdigit()) >= BLACKJAX_MIN:

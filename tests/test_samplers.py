@@ -178,7 +178,7 @@ def test_an_old_blackjax_is_refused_in_one_line(monkeypatch):
 
     import bnnpp
     import bnnpp.inference.mclmc  # noqa: F401  (registers mclmc)
-    from bnnpp.inference.pathfinder import require_blackjax
+    from bnnpp.inference.checks import require_blackjax
 
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.2.4")
     for method in ("mclmc", "pathfinder"):

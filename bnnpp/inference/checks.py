@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["check_data"]
+__all__ = ["BLACKJAX_MIN", "check_data", "require_blackjax"]
 
 
 def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -65,3 +65,21 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
     if likelihood in ("gaussian", "student_t", "heteroscedastic", "poisson"):
         return x, y.astype(np.float32)
     return x, (y.astype(np.int32) if y.dtype.kind in "biu" else y.astype(np.float32))
+
+
+BLACKJAX_MIN = (1, 4)
+"""The oldest BlackJAX that pathfinder, mclmc and chees run on (``adjusted_mclmc.rescale``,
+the ChEES kernel's signature, a Pathfinder that does not stop at a NaN on its first step;
+BlackJAX 1.4 needs jax >= 0.9)."""
+
+
+def require_blackjax(method: str) -> None:
+    """Raise a one-line ImportError naming the upgrade when the installed BlackJAX is older
+    than :data:`BLACKJAX_MIN` (before anything is traced or compiled)."""
+    from importlib.metadata import version
+
+    have = version("blackjax")
+    parts = tuple(int(p) for p in have.split(".")[:2] if p.isdigit())
+    if parts < BLACKJAX_MIN:
+        need = ".".join(map(str, BLACKJAX_MIN))
+        raise ImportError(f"method={method!r} needs blackjax >= {need} (installed: {have}): pip install -U 'blackjax>={need}'")

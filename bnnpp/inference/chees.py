@@ -50,9 +50,9 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.checks import require_blackjax
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
 from bnnpp.inference.options import fraction, option, positive_float, positive_int
-from bnnpp.inference.pathfinder import require_blackjax
 from bnnpp.inference.registry import Method, register
 
 __all__ = ["CheesOptions", "build"]

@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm
+from bnnpp.inference.checks import require_blackjax
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
 from bnnpp.inference.options import fraction, option, positive_float, positive_int
-from bnnpp.inference.pathfinder import require_blackjax
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites, num_parameters
 

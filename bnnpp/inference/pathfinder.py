@@ -32,6 +32,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
+from bnnpp.inference.checks import require_blackjax
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference.options import Options, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
@@ -202,24 +203,6 @@ class PathfinderInfo(NamedTuple):
 
     loss: jax.Array
     negative_elbo: jax.Array
-
-
-BLACKJAX_MIN = (1, 4)
-"""The oldest BlackJAX that pathfinder, mclmc and chees run on (``adjusted_mclmc.rescale``,
-the ChEES kernel's signature, a Pathfinder that does not stop at a NaN on its first step;
-BlackJAX 1.4 needs jax >= 0.9)."""
-
-
-def require_blackjax(method: str) -> None:
-    """Raise a one-line ImportError naming the upgrade when the installed BlackJAX is older
-    than :data:`BLACKJAX_MIN` (before anything is traced or compiled)."""
-    from importlib.metadata import version
-
-    have = version("blackjax")
-    parts = tuple(int(p) for p in have.split(".")[:2] if p.isdigit())
-    if parts < BLACKJAX_MIN:
-        need = ".".join(map(str, BLACKJAX_MIN))
-        raise ImportError(f"method={method!r} needs blackjax >= {need} (installed: {have}): pip install -U 'blackjax>={need}'")
 
 
 def build(model, x, y, options: PathfinderOptions) -> Algorithm:
