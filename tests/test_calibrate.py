@@ -121,15 +121,23 @@ def test_aps_sets_hold_their_rate(score, randomized):
     assert 1 < np.mean(sizes) < 10  # informative: neither singletons that under-cover nor every class
 
 
+def _softmax(z):
+    e = np.exp(z - z.max(1, keepdims=True))
+    return e / e.sum(1, keepdims=True)
+
+
+def _labels(rng, probs):
+    """One label a row drawn from ``probs`` ``(n, classes)``."""
+    return (rng.random((len(probs), 1)) > np.cumsum(probs, axis=1)).sum(1).clip(max=probs.shape[1] - 1)
+
+
 def test_temperature_recovers_overconfidence_factor():
     rng = np.random.default_rng(3)
     n, classes = 20_000, 10
     logits = rng.normal(0, 1.5, (n, classes))
-    true = np.exp(logits - logits.max(1, keepdims=True))
-    true /= true.sum(1, keepdims=True)
-    y = (rng.random((n, 1)) > np.cumsum(true, axis=1)).sum(1).clip(max=classes - 1)
-    over = np.exp(3 * logits - (3 * logits).max(1, keepdims=True))
-    over /= over.sum(1, keepdims=True)
+    true = _softmax(logits)
+    y = _labels(rng, true)
+    over = _softmax(3 * logits)
     t = calibrate.fit_temperature(over[None], y)
     # the NLL minimiser's sampling error at n = 20,000 is about 1%; 5% leaves room
     assert abs(t - 3.0) < 0.15
@@ -144,9 +152,8 @@ def test_brier_temperature_is_the_brier_minimiser_and_recovers_overconfidence():
     rng = np.random.default_rng(3)
     n, classes = 20_000, 10
     logits = rng.normal(0, 1.5, (n, classes))
-    y = (rng.random((n, 1)) > np.cumsum(np.exp(logits) / np.exp(logits).sum(1, keepdims=True), axis=1)).sum(1).clip(max=classes - 1)
-    over = np.exp(3 * logits - (3 * logits).max(1, keepdims=True))
-    over /= over.sum(1, keepdims=True)
+    y = _labels(rng, _softmax(logits))
+    over = _softmax(3 * logits)
     # the Brier score is proper too: its minimiser recovers the factor 3 (sampling error ~1-2% at this n)
     assert abs(calibrate.fit_temperature(over, y, "brier") - 3.0) < 0.15
     # two different draws: the objective is the Brier score of the draw-averaged scaled predictive
@@ -163,9 +170,8 @@ def test_brier_temperature_is_not_dragged_by_a_few_confidently_wrong_rows():
     rng = np.random.default_rng(4)
     n, classes = 20_000, 10
     logits = rng.normal(0, 3.0, (n, classes))
-    true = np.exp(logits - logits.max(1, keepdims=True))
-    true /= true.sum(1, keepdims=True)
-    y = (rng.random((n, 1)) > np.cumsum(true, axis=1)).sum(1).clip(max=classes - 1)
+    true = _softmax(logits)
+    y = _labels(rng, true)
     wrong = rng.random(n) < 0.02
     probs = true.copy()
     probs[wrong] = 1e-6
