@@ -220,9 +220,8 @@ def sweep(
         progress: a bar over groups (vmap) or fits (loop).
         model_fn: prior → model, to sweep another network than the MLP (``hidden`` and
             ``activation`` are then unused), e.g. ``lambda p: models.from_flax(Net(), num_classes=2, prior=p)``.
-        **options: the method's options (e.g. ``num_steps``, ``num_samples``); ``map`` gets
-            ``hyperparameters="map"``, the joint MAP, unless it is given (the evidence updates
-            would run at every step of a vmapped fit).
+        **options: the method's options (e.g. ``num_steps``, ``num_samples``), the same for
+            every fit.
 
     Returns:
         ``{"runs": [...], "seconds": float, "compiled_groups": int}``; each run is a dict with
@@ -244,11 +243,6 @@ def sweep(
                 "bnnpp compare --prior ... or fit each with bnnpp fit"
             )
     chosen = get_method(method)
-    if chosen.name == "map" and "hyperparameters" not in options:
-        # map's default ("auto") trains hierarchical scales by the evidence every `evidence_every`
-        # steps; vmapped, that lax.cond on each fit's own step counter becomes a select and the
-        # update runs at every step (~9x slower on moons): the sweep takes the joint MAP unless told
-        options = {**options, "hyperparameters": "map"}
     parsed = chosen.parse(options)
     for d in datasets:
         x, y = check_data(d, _model(d, configs[0].prior, hidden, activation, model_fn))

@@ -60,6 +60,33 @@ def test_members_are_the_one_by_one_map_fits(small_moons, net):
             np.testing.assert_allclose(post.samples[site][m, 0], np.asarray(v[0]), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("layout", ["vmap", "in_turn"])
+def test_evidence_members_are_the_one_by_one_map_fits(layout):
+    """``hyperparameters="evidence"``: member m is the evidence-trained MAP run alone (the
+    evidence updates, due every 4th step, come from the runner's step index, which stays a
+    branch under the members' vmap), in both layouts; and the updates moved the prior scale
+    and the noise away from their start at 1."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1, 1, (24, 1)).astype(np.float32)
+    y = (np.sin(3 * x[:, 0]) + 0.1 * rng.normal(size=24)).astype(np.float32)
+    model = bnnpp.models.mlp((6,), likelihood="gaussian", noise=None, prior=bnnpp.priors.normal(scale=bnnpp.priors.half_normal(1.0)))
+    seed, members, steps = 3, 2, 200
+    post = bnnpp.fit(model, (x, y), method="ensemble", seed=seed, progress=False, members=members, num_steps=steps,
+                     hyperparameters="evidence", layout=layout, chunk_size=70)
+    assert post.stats.extras["layout"] == layout
+    keys = default_keys(jax.random.PRNGKey(seed))
+    options = ensemble.map_options(ensemble.EnsembleOptions(hyperparameters="evidence"), num_steps=steps)
+    one = map_estimate.build(post.model, x, y, options)
+    assert one.hooks.periodic is not None
+    for m in range(members):
+        member_keys = lambda root, m=m: Keys(jax.random.fold_in(keys.init, m), keys.steps, keys.data, keys.sample)
+        alone = one._replace(hooks=one.hooks._replace(keys=member_keys))
+        draws, _ = trace_fit(alone, jax.random.PRNGKey(seed), jnp.asarray(x), jnp.asarray(y))
+        for site, v in draws.items():  # float32 reassociation only (test above)
+            np.testing.assert_allclose(post.samples[site][m, 0], np.asarray(v[0]), rtol=1e-4, atol=1e-4)
+        assert abs(float(np.asarray(draws["noise"]).ravel()[0]) - 1.0) > 0.3
+
+
 def test_members_are_independent(small_moons, net):
     x, y = small_moons
     three = bnnpp.fit(net, (x, y), method="ensemble", seed=1, progress=False, members=3, num_steps=30)

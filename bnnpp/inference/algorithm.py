@@ -144,6 +144,14 @@ class Hooks(NamedTuple):
             run it: there ``sample`` gives the draws.
         keys: ``keys(root) -> Keys`` when a method derives its keys from the seed otherwise than
             :func:`default_keys` (module docstring: why advi, map, laplace and sgld keep one).
+        periodic: ``periodic(t, state, batch) -> state``, run by the runner right after step
+            ``t`` (0-based) on the same batch, for an update that is due only now and then
+            (map's evidence update of the hyperparameters every ``evidence_every`` steps). The
+            runner passes ``t`` from its loop index, never from the (possibly batched) state,
+            so a ``lax.cond`` on ``t`` stays a branch when fits or members are ``vmap``-ped
+            (the sweep, an ensemble); inside ``step`` the same cond on a counter in the state
+            would become a select that runs the update at every step.
+        member_periodic: ``periodic`` for one member's state, for ``member_step``'s chunks.
     """
 
     approximation: Callable[[ArrayTree], Any] | None = None
@@ -153,6 +161,8 @@ class Hooks(NamedTuple):
     member_step: Callable[[jax.Array, ArrayTree, Any], tuple[ArrayTree, NamedTuple]] | None = None
     finalize: Callable[[jax.Array, ArrayTree, Any, Outcome], Outcome] | None = None
     keys: Callable[[jax.Array], Keys] | None = None
+    periodic: Callable[[jax.Array, ArrayTree, Any], ArrayTree] | None = None
+    member_periodic: Callable[[jax.Array, ArrayTree, Any], ArrayTree] | None = None
 
 
 class Algorithm(NamedTuple):

@@ -128,10 +128,14 @@ def _init(plan: _Plan, data) -> RunState:
     return RunState(plan.algorithm.init(plan.keys.init, data), jnp.zeros((), jnp.int32), perm)
 
 
-def _one_step(plan: _Plan, rs: RunState, data):
-    """One step of the algorithm on this step's minibatch."""
+def _one_step(plan: _Plan, rs: RunState, data, index=None):
+    """One step of the algorithm on this step's minibatch, then its ``periodic`` hook.
+    ``index``: the step's number from the caller's loop (unbatched under ``vmap``, unlike
+    ``rs.t``), given where the loop counts steps."""
     batch, perm = _minibatch(plan, rs.t, rs.perm, data)
     state, info = plan.algorithm.step(jax.random.fold_in(plan.keys.steps, rs.t), rs.state, batch)
+    if plan.algorithm.hooks.periodic is not None:
+        state = plan.algorithm.hooks.periodic(rs.t if index is None else index, state, batch)
     return RunState(state, rs.t + 1, perm), info
 
 
@@ -189,8 +193,8 @@ def _unit(plan: _Plan, rs: RunState, index, data):
     """Unit ``index``: one step (``row = (info, None, -1)``), or for emitting algorithms the
     segment of steps up to ``ends[index]`` (``row = (last info, emitted, first bad step or
     -1)``). Returns ``(rs, row, ok)``; ``ok`` is False when a loss or an output is not finite."""
-    if plan.ends is None:
-        rs, info = _one_step(plan, rs, data)
+    if plan.ends is None:  # a unit is a step: its index is the step's
+        rs, info = _one_step(plan, rs, data, index)
         row = (info, None, jnp.int32(-1))
         return rs, row, all_finite(info)
     info_shape = jax.eval_shape(lambda r: _one_step(plan, r, data)[1], rs)
@@ -258,14 +262,18 @@ def _row_shape(plan: _Plan, rs, data):
     return jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], _abstract(rs), _abstract(data))
 
 
-def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape, guard: str):
+def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape, guard: str, select_stop: bool = False):
     """``chunk_size`` units from ``start`` in a ``lax.scan``, each checked as ``guard`` says
-    (:func:`_lower_chunk`): ``(carry, rows)``."""
+    (:func:`_lower_chunk`): ``(carry, rows)``.
+
+    ``select_stop``: a stopped fit still computes each unit and discards it (a select) instead of
+    branching around it. For traces that are ``vmap``-ped over fits (the sweep): there ``stopped``
+    is batched, and a ``lax.cond`` on it becomes a select whose branches see every operand
+    batched — the step index too, so a ``periodic`` hook's cond on it would run at every step."""
 
     def body(c, i):
         rs, stopped, bad_unit = c
         index = start + i
-        active = jnp.logical_and(~stopped, index < num_units)
 
         def do(r):
             new, row, ok = _unit(plan, r, index, data)
@@ -274,7 +282,14 @@ def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int
         def skip(r):
             return r, _blank(row_shape), jnp.array(True)
 
-        new, row, ok = jax.lax.cond(active, do, skip, rs)
+        if select_stop:
+            new, row, ok = jax.lax.cond(index < num_units, do, skip, rs)
+            keep = lambda a, b: jnp.where(stopped, b, a)
+            new, row = jax.tree_util.tree_map(keep, new, rs), jax.tree_util.tree_map(keep, row, _blank(row_shape))
+            active = ~stopped & (index < num_units)
+        else:
+            active = jnp.logical_and(~stopped, index < num_units)
+            new, row, ok = jax.lax.cond(active, do, skip, rs)
         bad = jnp.logical_and(active, ~ok)
         if guard == "step":
             new = jax.tree_util.tree_map(lambda a, b: jnp.where(bad, b, a), new, rs)
@@ -300,7 +315,8 @@ def _members_in_turn(plan: _Plan, carry, start, data, chunk_size: int, num_units
     def one_member(args):
         m, state = args
         step = lambda key, st, batch: algorithm.hooks.member_step(jax.random.fold_in(key, m), st, batch)
-        member_plan = plan._replace(algorithm=algorithm._replace(step=step))
+        hooks = algorithm.hooks._replace(periodic=algorithm.hooks.member_periodic)
+        member_plan = plan._replace(algorithm=algorithm._replace(step=step, hooks=hooks))
         (r, halted, bad), rows = _scan_units(
             member_plan, (rs._replace(state=state), stopped, bad_unit), start, data, chunk_size, num_units, member_rows, "loss"
         )
@@ -357,7 +373,7 @@ def _trace(algorithm: Algorithm, root, x, y, guard: bool):
         rs0 = _init(plan, data)
         carry = (rs0, jnp.bool_(False), jnp.int32(-1))
         (rs, _, stopped_at), (info, emitted, _) = _scan_units(
-            plan, carry, jnp.int32(0), data, num_units, num_units, _row_shape(plan, rs0, data), "step"
+            plan, carry, jnp.int32(0), data, num_units, num_units, _row_shape(plan, rs0, data), "step", select_stop=True
         )
         # the last unit attempted: the bad one when stopped (the later rows are blanks)
         last = jnp.where(stopped_at >= 0, stopped_at, num_units - 1)

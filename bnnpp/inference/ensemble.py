@@ -47,7 +47,7 @@ import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import joint_terms
-from bnnpp.inference.map_estimate import MAPOptions, MAPState
+from bnnpp.inference.map_estimate import HYPERPARAMETERS, HYPERPARAMETERS_HELP, MAPOptions, MAPState
 from bnnpp.inference.map_estimate import build as build_map
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -107,6 +107,7 @@ class EnsembleOptions(Options):
         "fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al. 2017)",
         check=fraction(0.0, float("inf"), low_open=False, high_open=True),
     )
+    hyperparameters: str = option("map", HYPERPARAMETERS_HELP + "; each member its own", choices=HYPERPARAMETERS)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
 
@@ -156,10 +157,9 @@ def member_keys(key: jax.Array, members: int) -> jax.Array:
 
 def map_options(options, **overrides) -> MAPOptions:
     """The :class:`MAPOptions` of one member from an options dataclass with MAP's fields; the
-    hyperparameters jointly with the weights (``hyperparameters="map"``, not ``map``'s
-    ``"auto"``: the ensemble family's members were measured so, and their evidence updates
-    under ``vmap`` would run at every step)."""
-    fields = ("batch_size", "learning_rate", "optimizer", "init_loc", "init_radius")
+    hyperparameters as the options say, else jointly with the weights (``hyperparameters="map"``,
+    not ``map``'s ``"auto"``: the ensemble family's members were measured so)."""
+    fields = ("batch_size", "learning_rate", "optimizer", "init_loc", "init_radius", "hyperparameters")
     given = {f: getattr(options, f) for f in fields if hasattr(options, f)}
     return MAPOptions(**{"hyperparameters": "map", **given, **overrides})
 
@@ -271,7 +271,7 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     starts there (:func:`vmapped_map`)."""
     members = options.members
     num_steps = options.steps_for(x.shape[0])
-    init, vstep, modes, _, one_step = vmapped_map(
+    init, vstep, modes, one, one_step = vmapped_map(
         model,
         x,
         y,
@@ -292,6 +292,11 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
         state, loss = one_step(key, state, batch_data)
         return state, EnsembleInfo(loss)
 
+    member_periodic = vperiodic = None
+    if one.hooks.periodic is not None:  # evidence updates: t is the runner's, shared by every member
+        member_periodic = one.hooks.periodic
+        vperiodic = lambda t, state, batch_data: jax.vmap(member_periodic, in_axes=(None, 0, None))(t, state, batch_data)
+
     def sample(key, state, num_samples):
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v[:, None], (v.shape[0], num_samples, *v.shape[1:])), modes(state))
 
@@ -304,6 +309,8 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
             extras=lambda state: {"members": members},  # the runner adds "layout"
             postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
             member_step=member_step if layout == "in_turn" else None,
+            periodic=vperiodic,
+            member_periodic=member_periodic,
         ),
     )
 

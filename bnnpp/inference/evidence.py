@@ -24,7 +24,7 @@ Why: a point estimate of θ and its scale jointly runs to the mode where every w
 scale shrink together (the joint density has a spike at scale → 0), explaining the targets
 as noise; the evidence integrates θ out around the mode and rewards scales that fit.
 
-Everything runs inside the method's compiled step (a ``lax.cond`` on the step counter): no
+Everything runs inside the method's compiled program (a ``lax.cond`` on the runner's step index, the ``periodic`` hook): no
 host round-trip.
 """
 
@@ -63,11 +63,11 @@ class EvidenceState(NamedTuple):
     """The optimiser state of a MAP step under ``hyperparameters="evidence"``.
 
     opt: the weights' optimiser state; hyper_opt: Adam's state on the hyperparameters (the
-    sites of :attr:`EvidencePlan.hyper`); t: steps done, int32 ``()``."""
+    sites of :attr:`EvidencePlan.hyper`). The steps done come from the runner's loop (the
+    ``periodic`` hook of :class:`~bnnpp.inference.algorithm.Hooks`), not from this state."""
 
     opt: Any
     hyper_opt: Any
-    t: jax.Array
 
 
 class EvidencePlan(NamedTuple):

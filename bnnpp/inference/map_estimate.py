@@ -165,7 +165,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         # hyperparameters start at 1 (unconstrained 0: unit prior scales, unit noise sd)
         hyper = {k: u[k] if start and k in start else jnp.zeros_like(u[k]) for k in plan.hyper}
         u = {**u, **hyper}
-        return MAPState(u, EvidenceState(opt.init(u), hyper_optimizer().init(hyper), jnp.zeros((), jnp.int32)))
+        return MAPState(u, EvidenceState(opt.init(u), hyper_optimizer().init(hyper)))
 
     def neg_log_joint(u, xb, yb):
         log_prior, log_lik, _ = joint_terms(model, u, xb, yb, key_model)
@@ -176,18 +176,23 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         if plan is None:
             position, opt_state = apply_optimizer(opt, grads, state.opt_state, state.position)
             return MAPState(position, opt_state), MAPInfo(loss)
-        # the weights by the log joint with the hyperparameters held; every `every` steps the
-        # hyperparameters by the evidence at the new weights (bnnpp.inference.evidence)
+        # the weights by the log joint with the hyperparameters held (`periodic` moves them)
         ev = state.opt_state
         position, opt_inner = apply_optimizer(opt, grads, ev.opt, state.position)
         position = {**position, **{k: state.position[k] for k in plan.hyper}}
-        t = ev.t + 1
+        return MAPState(position, ev._replace(opt=opt_inner)), MAPInfo(loss)
+
+    def periodic(t, state, batch_data):
+        # after step t (0-based), every `every` steps: the hyperparameters by the evidence at the
+        # new weights (bnnpp.inference.evidence); the last update leaves `every` steps to the weights
+        ev = state.opt_state
+        done = t + 1
         position, hyper_opt = jax.lax.cond(
-            (t % every == 0) & (t + every <= num_steps),  # the last update leaves `every` steps to the weights
-            lambda: evidence_update(model, plan, position, ev.hyper_opt, *batch_data, n, options.evidence_steps),
-            lambda: (position, ev.hyper_opt),
+            (done % every == 0) & (done + every <= num_steps),
+            lambda: evidence_update(model, plan, state.position, ev.hyper_opt, *batch_data, n, options.evidence_steps),
+            lambda: (state.position, ev.hyper_opt),
         )
-        return MAPState(position, EvidenceState(opt_inner, hyper_opt, t)), MAPInfo(loss)
+        return MAPState(position, ev._replace(hyper_opt=hyper_opt))
 
     def sample(key, state, num_samples):
         # latent shapes do not depend on n: one row is enough to run the model
@@ -199,7 +204,12 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         step,
         sample,
         RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name="map"),
-        Hooks(point=lambda state: state.position, keys=map_keys, postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"}),
+        Hooks(
+            point=lambda state: state.position,
+            keys=map_keys,
+            postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
+            periodic=None if plan is None else periodic,
+        ),
     )
 
 
@@ -225,15 +235,18 @@ def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperp
         xd, yd = data
         key_init, key_steps = jax.random.split(key)
 
-        def body(state, k):
+        def body(state, kt):
+            k, t = kt
             if batch_size is None or batch_size >= n:
                 batch = (xd, yd)
             else:
                 rows = jax.random.randint(k, (batch_size,), 0, n)
                 batch = (xd[rows], yd[rows])
-            return one.step(k, state, batch)[0], None
+            state = one.step(k, state, batch)[0]
+            return (state if one.hooks.periodic is None else one.hooks.periodic(t, state, batch)), None
 
-        state, _ = jax.lax.scan(body, one.init(key_init, data), jax.random.split(key_steps, num_steps))
+        steps = (jax.random.split(key_steps, num_steps), jnp.arange(num_steps, dtype=jnp.int32))
+        state, _ = jax.lax.scan(body, one.init(key_init, data), steps)
         return state.position
 
     return start
