@@ -426,7 +426,8 @@ def fit(
             are conservative and, with saturated probabilities, large for most rows and empty
             for the most confident ones (module docstring).
         raps_lambda, raps_k: the RAPS penalty (used with ``score="raps"`` only).
-        seed: seed of the uniforms of randomised scores on the calibration split.
+        seed: seed of the uniforms of randomised scores on the calibration split and of the
+            folds of ``temperature_loss="auto"``.
 
     Returns:
         The :class:`Calibration`.
