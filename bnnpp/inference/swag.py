@@ -22,12 +22,12 @@ only the filled columns are used (``K`` is then the number collected).
 The SWAG-phase rate: SGD on a loss whose Hessian has largest eigenvalue ``λ`` is stable only
 at rates below ``2/λ`` (near a mode the iterate's component along that eigenvector is
 multiplied by ``1 − η λ`` each step), and ``λ`` of the per-example loss grows with the inverse
-noise variance of a regression: on UCI yacht and energy (noise sd 2–3% of the targets' sd) it
-is 5,000–17,000 at the pretrained mode, where a fixed rate of 0.01 diverges. By default
-(``swag_learning_rate=None``) each member measures ``λ`` at the end of its pretraining, by
-:data:`POWER_ITERATIONS` steps of the power iteration on Hessian-vector products of the
-per-example loss over :data:`PROBE_ROWS` evenly spaced training rows, and runs SGD at
-``min(RATE_CAP, RATE_FACTOR / λ)``.
+noise variance of a regression: on data with little noise (UCI yacht and energy) a fixed rate
+of 0.01 is many times past ``2/λ`` and diverges (``benchmarks/README.md``, swag_rate, has the
+measurements). By default (``swag_learning_rate=None``) each member measures ``λ`` at the end
+of its pretraining, by :data:`POWER_ITERATIONS` steps of the power iteration on Hessian-vector
+products of the per-example loss over :data:`PROBE_ROWS` evenly spaced training rows, and runs
+SGD at ``min(RATE_CAP, RATE_FACTOR / λ)``.
 
 ``multiswag`` trains ``members`` such runs side by side as one vmapped program (each from
 its own initial key, on the same minibatches); its posterior has ArviZ ``chain`` = member,
