@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 
@@ -20,7 +19,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from _common import default_data_dir, machine  # noqa: E402
+from _common import default_data_dir, machine, write_results  # noqa: E402
 
 SCORES = {"aps": (0.0, 0), "raps": (0.01, 1)}  # (λ, k_reg) as bnnpp.calibrate.fit's defaults
 
@@ -53,7 +52,6 @@ def main(argv=None) -> int:
     import bnnpp
     from bnnpp import calibrate as C
     from bnnpp import metrics
-    from bnnpp.files import atomic_file
 
     d = bnnpp.data.load("mnist", default_data_dir(), validation=0, flatten=True)
     yc, yt = np.asarray(d.y_train[10000:15000]), np.asarray(d.y_test)
@@ -82,9 +80,7 @@ def main(argv=None) -> int:
         for tname, t in r["temperatures"].items():
             cells = [f"{v['coverage']:.4f}, {v['size']:.3f}, {v['empty']:.3f}" for v in r["sets"][tname].values()]
             lines.append(f"| {r['method']} | {r['seed']} | {tname} ({t:.3f}) | " + " | ".join(cells) + " |")
-    for ext, text in ((".json", json.dumps(result, indent=1)), (".md", "\n".join(lines) + "\n")):
-        with atomic_file(args.out + ext, "w") as f:
-            f.write(text)
+    write_results(os.path.dirname(args.out), os.path.basename(args.out), result, "\n".join(lines) + "\n")
     return 0
 
 

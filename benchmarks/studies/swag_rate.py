@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -24,7 +23,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from _common import default_data_dir, machine  # noqa: E402
+from _common import default_data_dir, machine, write_results  # noqa: E402
 
 RATES = {"0.01 (former default)": 0.01, "default": None}
 
@@ -55,7 +54,6 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import bnnpp
     from bnnpp import metrics
-    from bnnpp.files import atomic_file
 
     rows, t0 = [], time.perf_counter()
     for name, model, (x, y, xt, yt), options in problems(args.data_dir, [s for s in args.uci.split(",") if s]):
@@ -85,9 +83,7 @@ def main(argv=None) -> int:
         lam = "—" if r["curvature"] is None else f"{r['curvature']:.4g}"
         lines.append(f"| {r['problem']} | {r['rate_option']} | {r['rate']:.3g} | {lam} | {r['pretrain_loss']:.4g} | {r['swag_mean_loss']:.4g} | "
                      f"{'yes' if r['left_mode'] else 'no'} | {score} | {r['nll']:.4g} |")
-    for ext, text in ((".json", json.dumps(result, indent=1)), (".md", "\n".join(lines) + "\n")):
-        with atomic_file(args.out + ext, "w") as f:
-            f.write(text)
+    write_results(os.path.dirname(args.out), os.path.basename(args.out), result, "\n".join(lines) + "\n")
     return 0
 
 

@@ -10,7 +10,6 @@ split 0 (conformal.py's protocol, twice each) and on 10,000 MNIST images (MLP 78
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import sys
 import time
@@ -18,12 +17,11 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
-from _common import default_data_dir, machine  # noqa: E402
+from _common import default_data_dir, machine, write_results  # noqa: E402
 
 
 def main() -> int:
     import bnnpp
-    from bnnpp.files import atomic_file
 
     warnings.simplefilter("ignore")
     d = bnnpp.data.uci("yacht", 0, default_data_dir(), validation=0.2, seed=0)
@@ -49,9 +47,7 @@ def main() -> int:
     lines += [f"| {r['problem']} | {r['repeat']} | {r['rate_option']} | {r['seconds']:.1f} | {r['rate']:.3g} | "
               f"{'—' if r['curvature'] is None else format(r['curvature'], '.4g')} |" for r in rows]
     out = os.path.join(HERE, "results", "swag_rate_cost")
-    for ext, text in ((".json", json.dumps(result, indent=1)), (".md", "\n".join(lines) + "\n")):
-        with atomic_file(out + ext, "w") as f:
-            f.write(text)
+    write_results(os.path.dirname(out), os.path.basename(out), result, "\n".join(lines) + "\n")
     return 0
 
 
