@@ -17,9 +17,11 @@ true ``y`` with probability ≥ 1 − α, whatever the posterior. The scores:
 * ``"aps"`` (classification, adaptive prediction sets, Romano, Sesia & Candès 2020): with the
   mean class probabilities sorted in decreasing order and ``o(y)`` the rank of class ``y``
   (1 = most probable), ``E(x, y) = Σ_{j < o(y)} π_(j) + u·π_y``, ``u = 1`` or, randomised,
-  ``u ~ Uniform(0, 1)``; the set is ``{c : E(x, c) ≤ q̂}``. With ``u = 1`` the sets are
-  conservative, and with saturated probabilities (a confident MAP fit) most scores tie near 1,
-  so coverage can exceed 1 − α by far; the randomised score gives 1 − α on average.
+  ``u ~ Uniform(0, 1)`` (the default); the set is ``{c : E(x, c) ≤ q̂}``. With ``u = 1`` the
+  sets are conservative, and with saturated probabilities (a confident network) most
+  calibration scores lie just below 1, so ``q̂`` does too: a test row whose top probability
+  exceeds ``q̂`` gets an empty set and every other row a set that must gather mass ``q̂``, many
+  classes. The randomised score gives 1 − α on average with sets of about one class.
 * ``"raps"`` (Angelopoulos, Bates, Malik & Jordan 2021): APS plus ``λ·max(0, o(y) − k_reg)``,
   which penalises long tails of unlikely classes.
 
@@ -37,7 +39,12 @@ label gets probability p adds ``−log p`` to the NLL without bound. When a few 
 misclassified rows carry most of the calibration NLL, as in a deep ensemble that is already
 calibrated on the bulk of its rows, the NLL-optimal ``T`` softens every confident, correct
 prediction to pay for them and raises the ECE; the Brier-optimal ``T`` weighs the rows evenly
-(``benchmarks/README.md``, temperature scaling, has the measurements). When both are asked for, ``T`` is fitted first and
+(``benchmarks/README.md``, temperature scaling, has the measurements). ``temperature_loss="auto"``
+(the default) picks one of the two on the calibration split alone: it is cut into 5 folds, each
+loss's ``T`` is fitted on four and applied to the fifth, and the loss whose out-of-fold
+predictions have the lower ECE (15 equal-width bins, Guo et al.) fits the final ``T`` on the
+whole split (NLL on ties, and below :data:`AUTO_MIN_ROWS` rows, where the ECE of a fold is
+mostly noise). When both are asked for, ``T`` is fitted first and
 the conformal scores are computed from the temperature-scaled probabilities, on the same split
 (one fitted scalar; split the calibration data yourself for the strict guarantee).
 
@@ -56,15 +63,18 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "AUTO_MIN_ROWS",
     "CLASSIFICATION_SCORES",
     "REGRESSION_SCORES",
     "TEMPERATURE_LOSSES",
+    "TEMPERATURE_LOSS_CHOICES",
     "Calibration",
     "aps_scores",
     "class_scores",
     "conformal_quantile",
     "conformal_rank",
     "cqr_scores",
+    "choose_temperature_loss",
     "fit",
     "fit_temperature",
     "normalized_scores",
@@ -73,7 +83,13 @@ __all__ = [
 ]
 
 TEMPERATURE_LOSSES = ("nll", "brier")
-"""What :func:`fit_temperature` minimises on the calibration split."""
+"""What :func:`fit_temperature` minimises on the calibration split (and what a :class:`Calibration` records)."""
+TEMPERATURE_LOSS_CHOICES = ("auto", *TEMPERATURE_LOSSES)
+"""What :func:`fit` accepts: ``"auto"`` picks one of :data:`TEMPERATURE_LOSSES` (:func:`choose_temperature_loss`)."""
+AUTO_FOLDS = 5
+"""Folds of the calibration split that ``temperature_loss="auto"`` cross-validates over."""
+AUTO_MIN_ROWS = 100
+"""Calibration rows below which ``temperature_loss="auto"`` takes the NLL without cross-validating."""
 
 REGRESSION_SCORES = ("normalized", "cqr")
 """Conformity scores of regression intervals."""
@@ -203,10 +219,10 @@ def _tempered_brier(logp: np.ndarray, y: np.ndarray, temperature: float) -> floa
     return float(np.sum(mean**2, axis=-1).mean())
 
 
-def check_temperature_loss(loss) -> str:
-    """``loss`` if it is one of :data:`TEMPERATURE_LOSSES`; else a one-line ValueError."""
-    if loss not in TEMPERATURE_LOSSES:
-        raise ValueError(f"temperature_loss must be one of {', '.join(TEMPERATURE_LOSSES)}, got {loss!r}")
+def check_temperature_loss(loss, choices: tuple[str, ...] = TEMPERATURE_LOSS_CHOICES) -> str:
+    """``loss`` if it is one of ``choices``; else a one-line ValueError."""
+    if not isinstance(loss, str) or loss not in choices:
+        raise ValueError(f"temperature_loss must be one of {', '.join(choices)}, got {loss!r}")
     return loss
 
 
@@ -226,7 +242,7 @@ def fit_temperature(probs, y, loss: str = "nll") -> float:
     """
     from scipy.optimize import minimize_scalar
 
-    objective = _tempered_nll if check_temperature_loss(loss) == "nll" else _tempered_brier
+    objective = _tempered_nll if check_temperature_loss(loss, TEMPERATURE_LOSSES) == "nll" else _tempered_brier
     p = np.asarray(probs, np.float64)
     if p.ndim == 2:
         p = p[None]
@@ -235,6 +251,45 @@ def fit_temperature(probs, y, loss: str = "nll") -> float:
     lo, hi = np.log(TEMPERATURE_BOUNDS)
     result = minimize_scalar(lambda t: objective(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
     return float(math.exp(result.x))
+
+
+def choose_temperature_loss(probs, y, seed: int = 0) -> tuple[str, tuple[float, ...]]:
+    """``temperature_loss="auto"``: the loss of :data:`TEMPERATURE_LOSSES` whose temperature
+    calibrates best on held-out rows of the calibration split itself (module docstring).
+
+    The ``n`` rows are permuted (seeded) and cut into :data:`AUTO_FOLDS` folds; for each loss,
+    ``T`` is fitted (:func:`fit_temperature`) on all folds but one and scales the held-out one,
+    and the ECE (:func:`bnnpp.metrics.ece`) of the ``n`` out-of-fold predictives is that loss's
+    score. Below :data:`AUTO_MIN_ROWS` rows no folds are cut and the NLL is taken.
+
+    Args:
+        probs: per-draw class probabilities ``(S, n, C)`` (or ``(n, C)`` for one draw).
+        y: class indices ``(n,)``.
+        seed: seed of the fold assignment.
+
+    Returns:
+        ``(loss, eces)``: the chosen loss (``"nll"`` on ties) and the out-of-fold ECE of each
+        of :data:`TEMPERATURE_LOSSES` in that order (``()`` below :data:`AUTO_MIN_ROWS` rows).
+    """
+    from bnnpp.metrics import ece
+
+    p = np.asarray(probs, np.float64)
+    if p.ndim == 2:
+        p = p[None]
+    y = np.asarray(y, np.int64)
+    n = p.shape[1]
+    if n < AUTO_MIN_ROWS:
+        return "nll", ()
+    folds = np.array_split(np.random.default_rng(seed).permutation(n), AUTO_FOLDS)
+    eces = []
+    for loss in TEMPERATURE_LOSSES:
+        held_out = np.empty(p.shape[1:])
+        for fold in folds:
+            rest = np.setdiff1d(np.arange(n), fold)
+            t = fit_temperature(p[:, rest], y[rest], loss)
+            held_out[fold] = np.asarray(scale_probs(p[:, fold], t), np.float64).mean(axis=0)
+        eces.append(ece(held_out, y))
+    return TEMPERATURE_LOSSES[int(np.argmin(eces))], tuple(float(e) for e in eces)
 
 
 @dataclass(frozen=True)
@@ -251,6 +306,8 @@ class Calibration:
             targets, ``K`` for ``(n, K)``) or for the classifier's sets.
         temperature: the classifier's temperature (1.0: none).
         temperature_loss: what the temperature was fitted by (:data:`TEMPERATURE_LOSSES`).
+        temperature_cv_ece: when ``temperature_loss="auto"`` chose it, the out-of-fold ECE of
+            each of :data:`TEMPERATURE_LOSSES` (:func:`choose_temperature_loss`); else ``()``.
         randomized: APS/RAPS with the uniform ``u`` (``u`` is drawn from the ``seed`` of
             ``predict``); else ``u = 1``.
         raps_lambda, raps_k: the RAPS penalty.
@@ -263,6 +320,7 @@ class Calibration:
     threshold: tuple[float, ...] = ()
     temperature: float = 1.0
     temperature_loss: str = "nll"
+    temperature_cv_ece: tuple[float, ...] = ()
     randomized: bool = False
     raps_lambda: float = 0.0
     raps_k: int = 0
@@ -285,6 +343,7 @@ class Calibration:
                 threshold=tuple(float(t) for t in d.get("threshold", ())),
                 temperature=float(d.get("temperature", 1.0)),
                 temperature_loss=str(d.get("temperature_loss", "nll")),
+                temperature_cv_ece=tuple(float(e) for e in d.get("temperature_cv_ece", ())),
                 randomized=bool(d.get("randomized", False)),
                 raps_lambda=float(d.get("raps_lambda", 0.0)),
                 raps_k=int(d.get("raps_k", 0)),
@@ -341,8 +400,8 @@ def fit(
     *,
     score: str | None = None,
     temperature_scaling: bool | None = None,
-    temperature_loss: str = "nll",
-    randomized: bool = False,
+    temperature_loss: str = "auto",
+    randomized: bool = True,
     raps_lambda: float = 0.01,
     raps_k: int = 1,
     seed: int = 0,
@@ -360,10 +419,15 @@ def fit(
         temperature_scaling: fit a temperature first (classifiers only; default: True for a
             classifier).
         temperature_loss: ``"nll"`` (Guo et al.) or ``"brier"``: what the temperature
-            minimises on the calibration split (module docstring).
-        randomized: randomised APS/RAPS scores (exact coverage 1 − α in expectation; smaller sets).
+            minimises on the calibration split; ``"auto"``: the one of the two with the lower
+            cross-validated ECE on that split (module docstring, :func:`choose_temperature_loss`).
+        randomized: randomised APS/RAPS scores (coverage 1 − α in expectation, sets of about
+            one class for a confident classifier); ``False``: ``u = 1``, deterministic sets that
+            are conservative and, with saturated probabilities, large for most rows and empty
+            for the most confident ones (module docstring).
         raps_lambda, raps_k: the RAPS penalty (used with ``score="raps"`` only).
-        seed: seed of the uniforms of randomised scores on the calibration split.
+        seed: seed of the uniforms of randomised scores on the calibration split and of the
+            folds of ``temperature_loss="auto"``.
 
     Returns:
         The :class:`Calibration`.
@@ -381,7 +445,7 @@ def fit(
     if temperature_scaling and task != "classification":
         raise ValueError("temperature scaling is for classifiers; a regression is calibrated by conformal intervals (alpha=...)")
     check_temperature_loss(temperature_loss)
-    if temperature_loss != "nll" and (task != "classification" or temperature_scaling is False):
+    if temperature_loss != "auto" and (task != "classification" or temperature_scaling is False):
         raise ValueError("temperature_loss chooses how a classifier's temperature is fitted: drop it, or fit a temperature")
     if alpha is None and not (task == "classification" and temperature_scaling is not False):
         raise ValueError("nothing to calibrate: give alpha (conformal) or, for a classifier, temperature_scaling=True")
@@ -398,13 +462,16 @@ def fit(
         if not (np.all(np.isfinite(y)) and np.all(y == np.round(y)) and y.min() >= 0 and y.max() < classes):
             raise ValueError(f"y must hold class indices 0..{classes - 1}")
         y = y.astype(np.int64)
-        temperature = fit_temperature(probs, y, temperature_loss) if temperature_scaling is not False else 1.0
-        cal = Calibration(task, n, temperature=temperature, temperature_loss=temperature_loss)
+        cal = Calibration(task, n)
+        if temperature_scaling is not False:
+            loss, cv_ece = (temperature_loss, ()) if temperature_loss != "auto" else choose_temperature_loss(probs, y, seed)
+            temperature = fit_temperature(probs, y, loss)
+            cal = dataclasses.replace(cal, temperature=temperature, temperature_loss=loss, temperature_cv_ece=cv_ece)
         if alpha is None:
             return cal
         score = score or "aps"
         lam, k = (float(raps_lambda), int(raps_k)) if score == "raps" else (0.0, 0)
-        mean = scale_probs(probs, temperature).mean(axis=0)
+        mean = scale_probs(probs, cal.temperature).mean(axis=0)
         u = np.random.default_rng(seed).random(n) if randomized else None
         q = conformal_quantile(aps_scores(mean, y, u, raps_lambda=lam, raps_k=k), alpha)
         return dataclasses.replace(

@@ -198,7 +198,7 @@ def test_bad_arguments_are_one_line_errors():
         calibrate.fit(cpred, cy + 10, 0.1)
     with pytest.raises(ValueError, match="damaged"):
         calibrate.Calibration.from_dict({"task": "classification"})
-    with pytest.raises(ValueError, match="temperature_loss must be one of nll, brier"):
+    with pytest.raises(ValueError, match="temperature_loss must be one of auto, nll, brier"):
         calibrate.fit(cpred, cy, 0.1, temperature_loss="ece")
     with pytest.raises(ValueError, match="temperature_loss chooses how a classifier's temperature"):
         calibrate.fit(pred, y, 0.1, temperature_loss="brier")
@@ -206,8 +206,77 @@ def test_bad_arguments_are_one_line_errors():
         calibrate.fit(cpred, cy, 0.1, temperature_scaling=False, temperature_loss="brier")
     with pytest.raises(ValueError, match="unknown temperature_loss"):
         calibrate.Calibration.from_dict({"task": "classification", "n": 5, "temperature_loss": "ece"})
-    # a calibration saved before temperature_loss existed loads as Guo et al.'s NLL fit
-    assert calibrate.Calibration.from_dict({"task": "classification", "n": 5, "temperature": 1.5}).temperature_loss == "nll"
+    with pytest.raises(ValueError, match="temperature_loss must be one of nll, brier"):
+        calibrate.fit_temperature(cpred.probs, cy, "auto")  # "auto" chooses between the losses in fit
+    # a calibration saved before temperature_loss existed loads as Guo et al.'s NLL fit, with
+    # u = 1 sets (the former default) and no cross-validation record
+    old = calibrate.Calibration.from_dict({"task": "classification", "n": 5, "temperature": 1.5, "alpha": 0.1, "score": "aps"})
+    assert old.temperature_loss == "nll" and not old.randomized and old.temperature_cv_ece == ()
+
+
+@pytest.mark.parametrize("factor", [3.0, 0.5])
+def test_auto_temperature_recovers_a_known_over_or_under_confidence(factor):
+    """Labels drawn from softmax(z), the predictive softmax(factor · z): both losses are proper, so
+    whichever "auto" picks, T recovers the factor (sampling error ~1-2% at n = 20,000)."""
+    rng = np.random.default_rng(5)
+    logits = rng.normal(0, 1.5, (20_000, 10))
+    y = _labels(rng, _softmax(logits))
+    cal = calibrate.fit(Prediction("classification", probs=_softmax(factor * logits)[None]), y, None)
+    assert cal.temperature_loss in calibrate.TEMPERATURE_LOSSES and len(cal.temperature_cv_ece) == 2
+    assert abs(cal.temperature - factor) < 0.05 * factor
+    assert calibrate.Calibration.from_dict(cal.to_dict()) == cal
+
+
+def test_auto_temperature_picks_brier_where_a_few_confidently_wrong_rows_drag_the_nll():
+    """The predictive is right (T = 1) on 98% of the rows and gives the label 1e-6 on 2%: the NLL
+    temperature softens every row for them and its out-of-fold ECE is the higher, so "auto" takes
+    the Brier temperature, and on fresh rows of the same kind it has the lower ECE too. Below
+    AUTO_MIN_ROWS rows "auto" is the NLL, with nothing cross-validated."""
+    from bnnpp import metrics
+
+    def problem(rng, n, classes=10):
+        true = _softmax(rng.normal(0, 3.0, (n, classes)))
+        y = _labels(rng, true)
+        wrong = rng.random(n) < 0.02
+        probs = true.copy()
+        probs[wrong] = 1e-6
+        probs[wrong, (y[wrong] + 1) % classes] = 1 - 1e-6 * (classes - 1)
+        return probs, y
+
+    rng = np.random.default_rng(4)
+    probs, y = problem(rng, 5_000)
+    cal = calibrate.fit(Prediction("classification", probs=probs[None]), y, None)
+    nll_ece, brier_ece = cal.temperature_cv_ece
+    assert cal.temperature_loss == "brier" and brier_ece < nll_ece
+    assert cal.temperature == pytest.approx(calibrate.fit_temperature(probs, y, "brier"))
+    fresh, y_fresh = problem(rng, 20_000)
+    t_nll = calibrate.fit_temperature(probs, y, "nll")
+    assert metrics.ece(calibrate.scale_probs(fresh, cal.temperature), y_fresh) < metrics.ece(calibrate.scale_probs(fresh, t_nll), y_fresh)
+    few = calibrate.fit(Prediction("classification", probs=probs[None, :99]), y[:99], None)
+    assert few.temperature_loss == "nll" and few.temperature_cv_ece == ()
+
+
+def test_default_sets_of_a_confident_classifier_hold_their_rate_with_about_one_class():
+    """A calibrated but confident predictive (softmax of logits with sd 20: top-class accuracy
+    0.95, as MNIST's MLPs): with u = 1 the threshold lies just below 1, so the most confident rows
+    get empty sets (9%) and the rest many classes (3.2 on average); the default (randomised) sets
+    hold 1 − α with about one class each (1.04). Exchangeable rows, 200 repeats of n = 100
+    (tolerance as TOL)."""
+    rng = np.random.default_rng(6)
+    covered, sizes, deterministic_sizes, empty = [], [], [], []
+    for r in range(200):
+        rows = [_softmax(rng.normal(0, 20.0, (m, 10))) for m in (100, 2000)]
+        (p_cal, y_cal), (p_test, y_test) = [(p, _labels(rng, p)) for p in rows]
+        pred_cal, pred_test = (Prediction("classification", probs=p[None]) for p in (p_cal, p_test))
+        sets = calibrate.fit(pred_cal, y_cal, 0.1, temperature_scaling=False, seed=r).apply(pred_test, seed=r).sets
+        covered.append(sets[np.arange(len(y_test)), y_test].mean())
+        sizes.append(sets.sum(1).mean())
+        fixed = calibrate.fit(pred_cal, y_cal, 0.1, temperature_scaling=False, randomized=False).apply(pred_test).sets
+        deterministic_sizes.append(fixed.sum(1).mean())
+        empty.append((fixed.sum(1) == 0).mean())
+    assert 0.9 - TOL <= np.mean(covered) <= 0.9 + 1 / 101 + TOL
+    assert np.mean(sizes) < 1.1
+    assert np.mean(deterministic_sizes) > 2.5 and np.mean(empty) > 0.05, (np.mean(deterministic_sizes), np.mean(empty))
 
 
 FRESH = """

@@ -505,3 +505,28 @@ def test_swag_warns_that_small_data_under_a_hierarchical_prior_does_not_suit_it(
         warnings.simplefilter("always")
         bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", noise=0.1), (x, y), method="multiswag", **small)
     assert not [w for w in caught if "not suited" in str(w.message)]
+
+
+@pytest.mark.slow
+def test_swag_default_rate_is_below_sgds_stability_limit_at_the_known_curvature():
+    """Linear-Gaussian regression y = Xw + b + N(0, σ²), σ = 0.05 fixed, w, b ~ N(0, 1): the
+    per-example loss's Hessian is AᵀA / (nσ²) + I / n (A = [X, 1]) everywhere; with the inputs'
+    sds 2 and 0.5, λ_max ≈ 1,600, well apart from the next eigenvalue (≈ 400), so 30 power
+    iterations pin it. The default rate is min(0.01, 1.5 / λ_max); the former fixed rate 0.01
+    (η λ ≈ 16 > 2, SGD's stability limit) leaves the mode."""
+    rng = np.random.default_rng(0)
+    n, sigma = 200, 0.05
+    x = (rng.normal(size=(n, 2)) * [2.0, 0.5]).astype(np.float32)
+    y = (x @ np.array([1.0, -0.5]) + 0.3 + sigma * rng.normal(size=n)).astype(np.float32)
+    model = bnnpp.models.mlp((), likelihood="gaussian", noise=sigma, standardize=False, prior=bnnpp.priors.normal(1.0))
+    a = np.c_[x, np.ones(n)].astype(np.float64)
+    lam = np.linalg.eigvalsh(a.T @ a / (n * sigma**2) + np.eye(3) / n).max()
+    small = {"pretrain_steps": 300, "swag_epochs": 10, "rank": 2, "num_samples": 5, "progress": False}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        post = bnnpp.fit(model, (x, y), method="swag", **small)
+    extras = post.stats.extras
+    assert extras["curvature"][0] == pytest.approx(lam, rel=1e-3)  # float32 HVPs of a 3-d quadratic
+    assert extras["swag_learning_rate"][0] == pytest.approx(1.5 / lam, rel=1e-3)
+    with pytest.warns(RuntimeWarning, match="left the pretrained mode"):
+        bnnpp.fit(model, (x, y), method="swag", swag_learning_rate=0.01, **small)

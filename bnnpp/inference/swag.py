@@ -19,6 +19,16 @@ A draw is (their §4, SWAG with diagonal plus low-rank covariance)::
 so the covariance is ``½ Σ_diag + D̂ D̂ᵀ / (2(K−1))``. With fewer than ``K`` collections
 only the filled columns are used (``K`` is then the number collected).
 
+The SWAG-phase rate: SGD on a loss whose Hessian has largest eigenvalue ``λ`` is stable only
+at rates below ``2/λ`` (near a mode the iterate's component along that eigenvector is
+multiplied by ``1 − η λ`` each step), and ``λ`` of the per-example loss grows with the inverse
+noise variance of a regression: on data with little noise (UCI yacht and energy) a fixed rate
+of 0.01 is many times past ``2/λ`` and diverges (``benchmarks/README.md``, swag_rate, has the
+measurements). By default (``swag_learning_rate=None``) each member measures ``λ`` at the end
+of its pretraining, by :data:`POWER_ITERATIONS` steps of the power iteration on Hessian-vector
+products of the per-example loss over :data:`PROBE_ROWS` evenly spaced training rows, and runs
+SGD at ``min(RATE_CAP, RATE_FACTOR / λ)``.
+
 ``multiswag`` trains ``members`` such runs side by side as one vmapped program (each from
 its own initial key, on the same minibatches); its posterior has ArviZ ``chain`` = member,
 ``num_samples`` draws each. ``swag`` is one member, one chain.
@@ -67,6 +77,14 @@ from bnnpp.introspection import latent_sites
 __all__ = ["MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
 
 SCHEDULES = ("constant", "cyclical")
+RATE_CAP = 0.01
+"""The largest default SWAG-phase rate (on the per-example loss), the rate of flat losses (moons)."""
+RATE_FACTOR = 1.5
+"""The default SWAG-phase rate is at most ``RATE_FACTOR / λ`` (SGD's stability needs ``< 2 / λ``)."""
+POWER_ITERATIONS = 30
+"""Power-iteration steps of the curvature estimate ``λ``."""
+PROBE_ROWS = 512
+"""Training rows (evenly spaced) of the curvature estimate."""
 DEFAULT_BATCH = 32
 """The default minibatch; on fewer than 2 × 32 rows it is capped at half the rows (at least 1),
 so that every epoch has two minibatches and the SWAG phase its SGD noise."""
@@ -104,8 +122,13 @@ class SWAGOptions(Options):
     )
     learning_rate: float = option(1e-2, "pretraining Adam learning rate", check=positive_float)
     optimizer: Any = option(None, "pretraining optax transformation (replaces learning_rate)", check=optimizer, flag=False)  # noqa: RUF009
-    swag_learning_rate: float = option(
-        0.01, "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N)", check=positive_float
+    swag_learning_rate: float | None = option(
+        None,
+        "SGD learning rate of the SWAG phase, on the per-example loss (log joint / N); None: each member's "
+        "min(0.01, 1.5 / the largest Hessian eigenvalue of that loss at its pretrained mode), below SGD's "
+        "stability limit 2 / eigenvalue",
+        check=optional(positive_float),
+        type=float,
     )
     schedule: str = option(
         "constant",
@@ -196,7 +219,10 @@ class SWAGState(NamedTuple):
     member axis; sgd: the SWAG-phase optimizer state (member axis); moments: :class:`SWAGMoments`
     (member axis); pretrain_loss: each member's loss at the last pretraining step ``(M,)``
     (NaN without pretraining); swag_loss: the running mean of its SWAG-phase losses ``(M,)``
-    — together they tell a SWAG phase that left the mode (rate too high) from one around it."""
+    — together they tell a SWAG phase that left the mode (rate too high) from one around it;
+    rate: each member's SWAG-phase learning rate ``(M,)``; curvature: the largest Hessian
+    eigenvalue of its per-example loss at the pretrained mode ``(M,)`` (0 until measured, and
+    when the rate was given: the runner's guard takes a NaN anywhere in the state for a diverged step)."""
 
     t: jax.Array
     pre: MAPState
@@ -204,6 +230,8 @@ class SWAGState(NamedTuple):
     moments: SWAGMoments
     pretrain_loss: jax.Array
     swag_loss: jax.Array
+    rate: jax.Array
+    curvature: jax.Array
 
 
 class SWAGInfo(NamedTuple):
@@ -258,13 +286,43 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     dim = int(flat_zero.shape[0])
     key_model = jax.random.PRNGKey(0)  # as map_estimate: the models draw nothing random at a fixed position
 
-    lr = options.swag_learning_rate / n  # per-example loss = log joint / N
+    # the per-example loss = log joint / N; each member's rate multiplies its gradient (SGD is linear in it)
     if options.schedule == "constant":
-        schedule = lr
-    else:  # cosine from lr to 0 within each collection period, restarting: collect at the lowest rate
-        cosine = optax.cosine_decay_schedule(lr, period)
+        schedule = 1.0 / n
+    else:  # cosine from the rate to 0 within each collection period, restarting: collect at the lowest rate
+        cosine = optax.cosine_decay_schedule(1.0 / n, period)
         schedule = lambda count: cosine(count % period)
     sgd = optax.sgd(schedule)
+    given_rate = options.swag_learning_rate
+    probe = np.linspace(0, n - 1, min(n, PROBE_ROWS)).astype(np.int64)
+    x_probe, y_probe = jnp.asarray(x[probe]), jnp.asarray(y[probe])
+
+    def curvature(position):
+        """The largest |eigenvalue| of the per-example loss's Hessian at ``position`` (power iteration)."""
+        flat, unravel_member = ravel_pytree(position)
+
+        def per_example(f):
+            log_prior, log_lik, _ = joint_terms(model, unravel_member(f), x_probe, y_probe, key_model)
+            return -(log_prior / n + log_lik / len(probe))
+
+        grad = jax.grad(per_example)
+
+        def hvp(v):
+            return jax.jvp(grad, (flat,), (v,))[1]
+
+        def power(_, v):
+            w = hvp(v)
+            return w / jnp.maximum(jnp.linalg.norm(w), 1e-30)
+
+        v0 = jax.random.normal(jax.random.PRNGKey(1), flat.shape, flat.dtype)
+        v = jax.lax.fori_loop(0, POWER_ITERATIONS, power, v0 / jnp.linalg.norm(v0))
+        return jnp.abs(jnp.vdot(v, hvp(v)))
+
+    def rates(position):
+        """Each member's SWAG-phase rate and curvature ``(M,)`` at the pretrained ``position``."""
+        lam = jax.vmap(curvature)(position)
+        rate = jnp.where(jnp.isfinite(lam) & (lam > 0), jnp.minimum(RATE_CAP, RATE_FACTOR / lam), RATE_CAP)
+        return rate, lam
 
     def init(key, data):
         pre = init_pre(key, data)
@@ -275,19 +333,26 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
             jnp.zeros((members,), jnp.int32),
         )
         nan = jnp.full((members,), jnp.nan)
-        return SWAGState(jnp.zeros((), jnp.int32), pre, jax.vmap(sgd.init)(pre.position), moments, nan, jnp.zeros((members,)))
+        rate = jnp.full((members,), RATE_CAP if given_rate is None else given_rate)
+        zero = jnp.zeros((members,))
+        return SWAGState(jnp.zeros((), jnp.int32), pre, jax.vmap(sgd.init)(pre.position), moments, nan, zero, rate, zero)
 
     def pretrain_step(key, state, batch_data):
         pre, loss = step_pre(key, state.pre, batch_data)
         return state._replace(t=state.t + 1, pre=pre, pretrain_loss=loss), SWAGInfo(loss, jnp.array(False))
 
     def swag_step(key, state, batch_data):
-        def one_member(position, sgd_state, moments):
+        rate, lam = state.rate, state.curvature
+        if given_rate is None:  # measured once, at the first SWAG step
+            rate, lam = jax.lax.cond(state.t == pretrain, lambda: rates(state.pre.position), lambda: (rate, lam))
+
+        def one_member(position, sgd_state, member_rate):
             loss, grads = jax.value_and_grad(lambda u: one_loss(u, batch_data))(position)
+            grads = jax.tree_util.tree_map(lambda g: member_rate * g, grads)
             position, sgd_state = apply_optimizer(sgd, grads, sgd_state, position)
             return position, sgd_state, loss
 
-        position, sgd_state, loss = jax.vmap(one_member)(state.pre.position, state.sgd, state.moments)
+        position, sgd_state, loss = jax.vmap(one_member)(state.pre.position, state.sgd, rate)
         due = (state.t + 1 - pretrain) % period == 0
         moments = jax.lax.cond(
             due,
@@ -297,7 +362,7 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
         pre = MAPState(position, state.pre.opt_state)
         done = (state.t - pretrain).astype(loss.dtype)  # SWAG steps before this one
         swag_loss = (done * state.swag_loss + loss) / (done + 1)
-        return SWAGState(state.t + 1, pre, sgd_state, moments, state.pretrain_loss, swag_loss), SWAGInfo(loss, due)
+        return SWAGState(state.t + 1, pre, sgd_state, moments, state.pretrain_loss, swag_loss, rate, lam), SWAGInfo(loss, due)
 
     def one_loss(u, batch_data):
         log_prior, log_lik, _ = joint_terms(model, u, *batch_data, key_model)
@@ -354,7 +419,7 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
         warnings.warn(
             f"{int(left.sum())} of {members} SWAG run(s) left the pretrained mode (mean SWAG-phase loss "
             f"{swag_loss[left].max():.4g} against {pretrain_loss[left].max():.4g} after pretraining): "
-            f"lower swag_learning_rate (now {options.swag_learning_rate:g}) or raise pretrain_steps",
+            f"lower swag_learning_rate (now {float(np.max(np.asarray(state.rate)[left])):.3g}) or raise pretrain_steps",
             RuntimeWarning,
             stacklevel=2,
         )
@@ -364,6 +429,8 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
         "rank": options.rank,
         "pretrain_loss": [float(v) if np.isfinite(v) else None for v in pretrain_loss],
         "swag_mean_loss": [float(v) if np.isfinite(v) else None for v in swag_loss],
+        "swag_learning_rate": [float(v) for v in np.asarray(state.rate)],
+        "curvature": [float(v) if v > 0 else None for v in np.asarray(state.curvature, np.float64)],
     }
 
 

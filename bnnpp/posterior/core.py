@@ -290,8 +290,8 @@ class Posterior:
         *,
         score: str | None = None,
         temperature_scaling: bool | None = None,
-        temperature_loss: str = "nll",
-        randomized: bool = False,
+        temperature_loss: str = "auto",
+        randomized: bool = True,
         raps_lambda: float = 0.01,
         raps_k: int = 1,
         num_samples: int | None = None,
@@ -306,8 +306,9 @@ class Posterior:
                 for a classifier), in the model's units, not used for fitting.
             alpha: the miscoverage (0.1: 90% intervals or sets); ``None``: temperature only.
             score, temperature_scaling, temperature_loss, randomized, raps_lambda, raps_k: see
-                :func:`bnnpp.calibrate.fit` (``temperature_loss="brier"``: the temperature
-                minimises the held-out Brier score instead of the NLL).
+                :func:`bnnpp.calibrate.fit` (``temperature_loss``: ``"auto"`` picks the NLL or
+                the Brier score for the temperature by cross-validated ECE on this split;
+                ``randomized``: randomised APS/RAPS sets, ``False`` for deterministic ones).
             num_samples, seed: the draws and seed of the calibration prediction (:meth:`predict`).
 
         Returns:

@@ -247,7 +247,9 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        swag=100]\n'
  '  --swag-learning-rate SWAG_LEARNING_RATE\n'
  '                        SGD learning rate of the SWAG phase, on the per-example loss (log joint /\n'
- '                        N) [multiswag=0.01, swag=0.01]\n'
+ "                        N); None: each member's min(0.01, 1.5 / the largest Hessian eigenvalue of\n"
+ "                        that loss at its pretrained mode), below SGD's stability limit 2 /\n"
+ '                        eigenvalue [multiswag=None, swag=None]\n'
  '  --rank RANK           K: deviations kept for the low-rank part of the covariance [multiswag=20,\n'
  '                        swag=20]\n'
  '  --collect-every COLLECT_EVERY\n'
