@@ -21,6 +21,7 @@ the full data (Hoffman et al. 2013, stochastic variational inference).
 from __future__ import annotations
 
 import functools
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -37,6 +38,8 @@ from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
+from bnnpp.inference.collapse import SMALL_DATA_ROWS, mean_field_small_data_note
+from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.options import (
@@ -239,12 +242,29 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
             return MeanFieldGaussian({n: params[f"{n}_auto_loc"] for n in sites}, scale)
         return GuideParameters(params)
 
+    # mean-field q on small data under a hierarchical prior: not suited, said once after the fit
+    layers = find_layers(model, x[:1], y[:1])
+    small = (
+        options.guide == "normal" and n <= SMALL_DATA_ROWS and getattr(model, "task", None) == "regression" and hierarchical_normal(layers)
+    )
+
+    def extras(state):
+        if small:
+            warnings.warn(mean_field_small_data_note("advi", n), UserWarning, stacklevel=2)
+        return {}
+
     return Algorithm(
         init,
         step,
         sample,
         RunSpec(num_steps=steps_for(options, n), num_samples=options.num_samples, batch_size=options.batch_size, name="advi"),
-        Hooks(point=point, approximation=approximation, keys=_keys, postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"}),
+        Hooks(
+            point=point,
+            approximation=approximation,
+            extras=extras,
+            keys=_keys,
+            postfix=lambda info: {"elbo": f"{-info.loss.mean():.4g}"},
+        ),
     )
 
 
@@ -260,7 +280,6 @@ def _evidence_sites(model, x, y, options: ADVIOptions, sites) -> tuple:
     :func:`bnnpp.inference.bbb.resolve_hyperparameters` for why); else none."""
     if options.hyperparameters == "variational" or options.guide != "normal":
         return ()
-    from bnnpp.inference.bbb import hierarchical_normal
 
     layers = find_layers(model, x[:1], y[:1])
     if options.hyperparameters == "auto" and not hierarchical_normal(layers):

@@ -45,7 +45,8 @@ import numpy as np
 import optax
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import SMALL_DATA_ROWS
+from bnnpp.inference.collapse import SMALL_DATA_ROWS, mean_field_small_data_note
+from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.kl_weighting import blundell_weights as blundell_weights  # noqa: F401  (re-exported)
 from bnnpp.inference.kl_weighting import kl_weights
@@ -171,18 +172,6 @@ class BBBOptions(Options):
 
 DEFAULTS = BBBOptions.defaults()
 """Every option's default (the dict of bnnpp 0.1)."""
-
-
-def hierarchical_normal(layers: dict) -> bool:
-    """Whether every bnnpp layer has a Normal prior and some layer's scale is sampled (a
-    hierarchical prior): the case ``hyperparameters="auto"`` resolves to ``"evidence"``. Other
-    priors keep the variational factors: a Cauchy or Student-t prior's curvature is negative
-    away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
-    half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
-    kinds = [lay["prior"] for lay in layers.values()]
-    return (
-        bool(kinds) and all(getattr(p, "kind", None) == "normal" for p in kinds) and any(getattr(p, "hierarchical", False) for p in kinds)
-    )
 
 
 def resolve_hyperparameters(choice: str, layers: dict) -> str:
@@ -394,13 +383,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
 
     def extras(state):
         if small:
-            warnings.warn(
-                f"bbb under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) under-states how the "
-                "predictive sd grows away from the training inputs (its mean-field q; benchmarks/README.md, small regression "
-                "data): for uncertainty outside the data fit method='nuts' or method='ensemble'",
-                UserWarning,
-                stacklevel=2,
-            )
+            warnings.warn(mean_field_small_data_note("bbb", n), UserWarning, stacklevel=2)
         if "prior" not in state.params:
             return {}
         pp = state.params["prior"]

@@ -274,6 +274,19 @@ def overconfidence_message(posterior) -> str | None:
     return None
 
 
+def mean_field_small_data_note(method: str, n: int) -> str:
+    """The one line a mean-field method (bbb, advi's ``guide="normal"``) prints after a
+    regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical Normal prior:
+    its predictive sd grows too little away from the data there (1.3–2.0× against NUTS's 7–10×
+    on the 32-point sinusoid; benchmarks/README.md, small regression data), so it is not suited
+    to the case, and the line names the methods that are."""
+    return (
+        f"{method} under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) under-states how the "
+        "predictive sd grows away from the training inputs (its mean-field q; benchmarks/README.md, small regression "
+        "data): for uncertainty outside the data fit method='laplace', method='ensemble' or method='nuts'"
+    )
+
+
 def warn_if_collapsed(posterior) -> str | None:
     """Warn (:class:`CollapseWarning`) with :func:`collapse_message`, else (:class:`OverconfidenceWarning`)
     with :func:`overconfidence_message`, and record the line in ``posterior.stats.extras`` under

@@ -43,7 +43,16 @@ from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
 
-__all__ = ["EVIDENCE_LEARNING_RATE", "FULL_LIMIT", "EvidencePlan", "EvidenceState", "evidence_plan", "log_evidence", "resolve_every"]
+__all__ = [
+    "EVIDENCE_LEARNING_RATE",
+    "FULL_LIMIT",
+    "EvidencePlan",
+    "EvidenceState",
+    "evidence_plan",
+    "hierarchical_normal",
+    "log_evidence",
+    "resolve_every",
+]
 
 EVIDENCE_LEARNING_RATE = 0.1
 """Adam's rate on the unconstrained hyperparameters (Immer et al. 2021 use 0.1)."""
@@ -98,7 +107,7 @@ def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
     not required (``hyperparameters="auto"``), also ``None`` unless every layer's prior is
     Normal (fixed or hierarchical): the log determinant needs a positive prior precision, and a
     flat, Laplace, Cauchy, Student-t or mixture prior's curvature is zero or negative in places
-    (:func:`bnnpp.inference.bbb.hierarchical_normal`)."""
+    (:func:`hierarchical_normal`)."""
     layers = find_layers(model, x[:1], y[:1])
     sites = latent_sites(model, x, y)
     layers = {k: v for k, v in layers.items() if f"{k}.w" in sites and f"{k}.b" in sites}
@@ -114,6 +123,18 @@ def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
     size = sum(int(np.prod(sites[k].shape)) for k in weights)
     fixed = all(not getattr(v["prior"], "hierarchical", True) for v in layers.values())
     return EvidencePlan(layers, weights, hyper, "full" if size <= FULL_LIMIT else "diag", fixed)
+
+
+def hierarchical_normal(layers: dict) -> bool:
+    """Whether every bnnpp layer has a Normal prior and some layer's scale is sampled (a
+    hierarchical prior): the case ``hyperparameters="auto"`` resolves to ``"evidence"``. Other
+    priors keep the variational factors: a Cauchy or Student-t prior's curvature is negative
+    away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
+    half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
+    kinds = [lay["prior"] for lay in layers.values()]
+    return (
+        bool(kinds) and all(getattr(p, "kind", None) == "normal" for p in kinds) and any(getattr(p, "hierarchical", False) for p in kinds)
+    )
 
 
 def resolve_every(every: int | None, num_steps: int) -> int:

@@ -51,9 +51,9 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.bbb import hierarchical_normal
 from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
+from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import MAPState
 from bnnpp.inference.optimizer_step import apply_optimizer

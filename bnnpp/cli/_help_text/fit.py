@@ -179,7 +179,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        trained MAP of map_steps steps, which the means also start from; q over\n'
  "                        the weights only; guide='normal'), auto (evidence under a hierarchical\n"
  "                        Normal prior with guide='normal', else variational) [advi=auto, bbb=auto,\n"
- '                        ensemble=map, laplace=map, map=auto]\n'
+ '                        ensemble=auto, laplace=auto, map=auto]\n'
  '  --temperature TEMPERATURE\n'
  '                        posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T;\n'
  '                        Wenzel et al. 2020); 1: the posterior [advi=1.0, ensemble=1.0,\n'

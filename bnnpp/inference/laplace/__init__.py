@@ -134,7 +134,7 @@ class LaplaceOptions(map_estimate.MAPOptions):
 
     # the joint MAP by default, not map's "auto": the evidence-trained MAP made laplace better on five of six small-data
     # problems but worse on one (the cubic's second draw, 1.30x -> 1.54x NUTS's NLL; benchmarks/README.md)
-    hyperparameters: str = option("map", map_estimate.HYPERPARAMETERS_HELP, choices=map_estimate.HYPERPARAMETERS)
+    hyperparameters: str = option("auto", map_estimate.HYPERPARAMETERS_HELP, choices=map_estimate.HYPERPARAMETERS)
     subset: str = option("all", "Laplace over every latent site or the last layer's weights", choices=("all", "last_layer"))
     hessian: str = option("auto", "curvature: exact Hessian, GGN diagonal or K-FAC (auto: kron for bnnpp networks)", choices=HESSIANS)
     prior_precision: str | float = option(
