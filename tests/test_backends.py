@@ -59,6 +59,7 @@ CONJUGATE_OPTIONS = {
     "nuts": {"num_warmup": 500, "num_samples": 1000},
     "sgld": {"step_size": 1e-3, "num_samples": 1000, "burn_in": 1000, "thinning": 5},
     "mclmc": {"num_chains": 4, "num_warmup": 200, "num_samples": 500},
+    "pathfinder": {"num_paths": 2, "num_steps": 30, "num_samples": 1000},  # exact on a Gaussian posterior
 }
 CONJUGATE_OPTIONS["ensemble"] = {**CONJUGATE_OPTIONS["map"], "members": 3}
 SGLD_VARIANTS = ("sgld", "psgld", "sghmc")
@@ -216,7 +217,7 @@ MOONS_OPTIONS = {
 @pytest.mark.parametrize(
     "method",
     # advi: the same fit (model, seed, defaults) is tests/test_advi.py::test_moons_accuracy, fast, which checks more
-    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc", "advi") else m for m in bnnpp.registered()],
+    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc", "pathfinder", "advi") else m for m in bnnpp.registered()],
 )
 def test_moons_accuracy(method, moons):
     model = bnnpp.models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))

@@ -222,6 +222,11 @@ def test_config_to_argv_matches_the_flags(tmp_path):
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["fit"]
     flags = config.to_argv(sub, {"num_steps": 5, "hidden": [4, 4], "learn_prior": True, "method": "bbb"})
     assert flags == ["--num-steps", "5", "--hidden", "4,4", "--learn-prior", "--method", "bbb"]
+    # a switch some method has on by default: false gives its --no- form, which parses to False
+    flags = config.to_argv(sub, {"method": "mclmc", "noncentered": False, "learn_prior": False})
+    assert flags == ["--method", "mclmc", "--no-noncentered"]
+    assert sub.parse_args([*flags, "--out", "x"]).noncentered is False
+    assert not hasattr(sub.parse_args(["--method", "mclmc", "--out", "x"]), "noncentered")  # not given: the method's default
     compare = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["compare"]
     flags = config.to_argv(compare, {"methods": "map,nuts", "nuts": {"num_samples": 5}}, command="compare")
     assert flags == ["--set", "nuts.num_samples=5", "--methods", "map,nuts"]

@@ -37,6 +37,7 @@ The chains run on the non-centred form of the model by default (``noncentered=Tr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -44,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm
-from bnnpp.inference.checks import require_blackjax
+from bnnpp.inference.checks import blackjax_missing, require_blackjax
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
 from bnnpp.inference.options import fraction, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
@@ -160,6 +161,7 @@ register(
         MCLMCOptions,
         build=build,
         summary="adjusted MCLMC / MAMS (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
+        requires=functools.partial(blackjax_missing, "mclmc"),
         smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
     )
 )
