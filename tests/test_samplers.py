@@ -172,7 +172,7 @@ def test_chees_resume_is_bit_identical(data, tmp_path, monkeypatch):
     assert resumed.stats.extras["divergences_per_chain"] == whole.stats.extras["divergences_per_chain"]
 
 
-def test_an_old_blackjax_is_refused_in_one_line(monkeypatch):
+def test_an_old_blackjax_is_refused_in_one_line(monkeypatch, tmp_path, capsys):
     """mclmc and pathfinder need BlackJAX >= 1.4: with an older one they stay registered, say why
     (Method.unavailable), and fit and compare refuse them in one line naming the upgrade, before
     any trace."""
@@ -194,3 +194,8 @@ def test_an_old_blackjax_is_refused_in_one_line(monkeypatch):
         bnnpp.fit(bnnpp.models.mlp((2,), likelihood="gaussian", noise=1.0), (x, x[:, 0]), method="mclmc", progress=False)
     with pytest.raises(ImportError, match="pathfinder"):
         check_methods(["map", "pathfinder"])
+    from bnnpp.cli import main
+
+    assert main(["compare", "--data", "moons", "--methods", "map,pathfinder", "--quick", "--out", str(tmp_path / "c")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "needs blackjax >= 1.4" in err, err
