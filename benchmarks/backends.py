@@ -28,6 +28,8 @@ QUICK = {
     "advi": {"num_steps": 2000, "num_samples": 200},
     "bbb": {"epochs": 2000, "num_samples": 200},
     "nuts": {"num_chains": 1, "num_warmup": 100, "num_samples": 100},
+    "mclmc": {"num_chains": 2, "num_warmup": 100, "num_samples": 100},
+    "pathfinder": {"num_paths": 2, "num_samples": 100},
     "sgld": {"num_chains": 1, "num_samples": 200, "burn_in": 1000},
     "ensemble": {"num_steps": 1000},
     "swag": {"pretrain_steps": 1000, "swag_epochs": 20, "rank": 10},
@@ -87,7 +89,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     import bnnpp
 
-    methods = args.methods.split(",") if args.methods else list(bnnpp.registered())
+    # unset: every registered method this environment can run (mclmc/pathfinder need BlackJAX >= 1.4)
+    methods = args.methods.split(",") if args.methods else [m for m in bnnpp.registered() if bnnpp.inference.get_method(m).unavailable is None]
     unknown = sorted(set(methods) - set(bnnpp.registered()))
     if unknown:
         raise SystemExit(f"unknown method(s) {', '.join(unknown)}; registered: {', '.join(bnnpp.registered())}")

@@ -44,13 +44,20 @@ REFERENCE_OPTIONS: dict[str, dict] = {
 
 
 def check_methods(methods: Sequence[str]) -> list[str]:
-    """Validate a list of method names; returns it without duplicates, in order."""
+    """Validate a list of method names; returns it without duplicates, in order.
+
+    Raises:
+        ValueError: none given, or a name that is not registered.
+        ImportError: a method this environment cannot run (:attr:`Method.unavailable`).
+    """
     methods = [m.strip() for m in methods if m.strip()]
     if not methods:
         raise ValueError(f"give at least one method, e.g. --methods {','.join(registered())}")
     unknown = [m for m in methods if m not in registered()]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(registered())}")
+    for m in methods:  # a method this environment cannot run: refused before the first fit
+        get_method(m).check_available()
     return list(dict.fromkeys(methods))
 
 

@@ -90,11 +90,14 @@ def to_argv(parser: argparse.ArgumentParser, table: dict[str, Any], *, base: str
         flag = action.option_strings[0]
         if key in PATH_KEYS and isinstance(value, str) and os.path.exists(os.path.join(base, value)) and not os.path.isabs(value):
             value = os.path.join(base, value)
-        if action.nargs == 0:  # a switch: true sets it; false leaves the default (off)
+        if action.nargs == 0:  # a switch: true sets it; false gives its --no- form, else leaves the default (off)
             if not isinstance(value, bool):
                 raise ValueError(f"config key {key!r} is a switch: true or false, got {value!r}")
+            off = [o for o in action.option_strings if o.startswith("--no-")] if isinstance(action, argparse.BooleanOptionalAction) else []
             if value:
                 argv.append(flag)
+            elif off:
+                argv.append(off[0])
             continue
         if isinstance(action, argparse._AppendAction) and isinstance(value, list):
             for v in value:

@@ -36,18 +36,15 @@ def moons():
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the registry-wide cases of the BlackJAX samplers on a BlackJAX older than they
-    need (the oldest-versions leg of .ci/run): those methods refuse it in one line instead,
-    which tests/test_samplers.py checks."""
-    from importlib.metadata import version
+    """Skip the cases parametrised with a ``method`` this environment cannot run (the registry's
+    ``Method.unavailable``: mclmc and pathfinder below BlackJAX 1.4, the oldest-versions leg of
+    .ci/run); those methods refuse it in one line instead, which tests/test_samplers.py checks.
+    Tests that name such a method themselves carry their own skip mark."""
+    from bnnpp.inference.registry import get_method, registered
 
-    from bnnpp.inference.checks import BLACKJAX_MIN  # not the samplers' modules: importing them registers them
-
-    have = version("blackjax")
-    if tuple(int(p) for p in have.split(".")[:2] if p.isdigit()) >= BLACKJAX_MIN:
-        return
-    skip = pytest.mark.skip(reason=f"blackjax {have} < {'.'.join(map(str, BLACKJAX_MIN))}: mclmc, chees and pathfinder need a newer one")
     for item in items:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        if params.get("method") in ("mclmc", "chees", "pathfinder") or any(m in item.name for m in ("mclmc", "chees", "pathfinder")):
-            item.add_marker(skip)
+        method = getattr(getattr(item, "callspec", None), "params", {}).get("method")
+        if isinstance(method, str) and method in registered():
+            why = get_method(method).unavailable
+            if why is not None:
+                item.add_marker(pytest.mark.skip(reason=why))

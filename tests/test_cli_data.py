@@ -194,6 +194,23 @@ def test_bad_input_is_one_line(houses, tmp_path, capsys, argv, match):
     assert not (tmp_path / "out").exists()
 
 
+def test_fit_sizes_the_run_folder_for_the_chains_it_will_run(tmp_path, capsys, monkeypatch):
+    """mclmc's num_chains is unset (by device) until its options are resolved: the free-space
+    check before the fit counts the resolved chains (it failed on None)."""
+    from bnnpp import files
+
+    seen = []
+
+    def refuse(path, nbytes, what):
+        seen.append(nbytes)
+        raise ValueError("no room (test)")
+
+    monkeypatch.setattr(files, "check_free_space", refuse)
+    argv = ["fit", "--data", "moons", "--method", "mclmc", "--num-samples", "5", "--hidden", "2", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    assert "no room (test)" in capsys.readouterr().err and len(seen) == 1
+
+
 def test_predict_missing_column_names_the_cli_flag(houses, tmp_path, capsys, monkeypatch):
     """bnnpp predict's hint names its own flag (--x), not read_inputs' Python argument."""
     monkeypatch.setenv("BNNPP_CACHE_DIR", str(tmp_path / "cache"))
@@ -222,6 +239,11 @@ def test_config_to_argv_matches_the_flags(tmp_path):
     sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["fit"]
     flags = config.to_argv(sub, {"num_steps": 5, "hidden": [4, 4], "learn_prior": True, "method": "bbb"})
     assert flags == ["--num-steps", "5", "--hidden", "4,4", "--learn-prior", "--method", "bbb"]
+    # a switch some method has on by default: false gives its --no- form, which parses to False
+    flags = config.to_argv(sub, {"method": "mclmc", "noncentered": False, "learn_prior": False})
+    assert flags == ["--method", "mclmc", "--no-noncentered"]
+    assert sub.parse_args([*flags, "--out", "x"]).noncentered is False
+    assert not hasattr(sub.parse_args(["--method", "mclmc", "--out", "x"]), "noncentered")  # not given: the method's default
     compare = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices["compare"]
     flags = config.to_argv(compare, {"methods": "map,nuts", "nuts": {"num_samples": 5}}, command="compare")
     assert flags == ["--set", "nuts.num_samples=5", "--methods", "map,nuts"]

@@ -181,7 +181,12 @@ def net():
     return bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
 
 
-@pytest.mark.parametrize("method", bnnpp.registered())
+# mclmc and pathfinder: three fits of a compile-heavy program, 60-85 s each on 2 loaded cores (slow);
+# their fast siblings are tests/test_backends.py's conjugate cases (groups, save/load, predict)
+SLOW_CONTRACT = ("mclmc", "pathfinder")
+
+
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_CONTRACT else m for m in bnnpp.registered()])
 def test_every_method_keeps_the_contract(method, moons, net, tmp_path, monkeypatch):
     post = bnnpp.fit(net, moons, method=method, seed=3, progress=False, **_quick(method))
     sites = latent_sites(net, moons.x_train, moons.y_train)
@@ -231,7 +236,7 @@ SWEEP = {  # smaller still: the sweep traces the whole fit into one program per 
 }
 
 
-@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m == "nuts" else m for m in bnnpp.registered()])
+@pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", *SLOW_CONTRACT) else m for m in bnnpp.registered()])
 def test_every_method_sweeps_vmapped(method):
     """Every registered method traces whole inside the sweep's vmap over seeds: one program,
     a finite score per seed, and different seeds give different fits."""

@@ -23,6 +23,7 @@ def _shown_default(option: str, default) -> str:
             "epochs": "unset",
             "learning_rate": "step_size",
             "step_size": "by variant",
+            "num_chains": "by device",
         }.get(option, "None")
     return str(default)
 
@@ -31,12 +32,20 @@ def method_flags() -> list[tuple[str, str, dict]]:
     """Every inference flag, generated from the registered methods' options dataclasses:
     ``(dest, option, argparse kwargs)``. Only flags the user gives are passed on; a flag whose
     option the chosen method does not take is an error naming the flags it does take. The
-    help text lists the methods that take each flag, with their defaults."""
+    help text lists the methods that take each flag, with their defaults. A switch that some
+    method has on by default comes as ``--flag`` and ``--no-flag``; the other switches only turn
+    an option on."""
     out = []
     for cli in command_line_options():
-        takers = ", ".join(m if isinstance(d, bool) else f"{m}={_shown_default(cli.option, d)}" for m, d in cli.takers.items())
+        # a switch some method has on by default: --flag / --no-flag, each method's default shown
+        on_and_off = cli.type is bool and any(d is True for d in cli.takers.values())
+        takers = ", ".join(
+            m if isinstance(d, bool) and not on_and_off else f"{m}={_shown_default(cli.option, d)}" for m, d in cli.takers.items()
+        )
         kwargs: dict = {"help": f"{cli.help} [{takers}]"}
-        if cli.type is bool:
+        if on_and_off:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif cli.type is bool:
             kwargs.update(action="store_const", const=True)
         elif cli.choices is not None:
             kwargs["choices"] = list(cli.choices)

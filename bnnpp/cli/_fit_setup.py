@@ -179,7 +179,7 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     parsed.check_data(xg, yg)
     # room for the run folder, before anything compiles: draws of every parameter, and with
     # small data the pointwise log-likelihood and a replicated data set per draw
-    merged = parsed.as_dict()
+    merged = parsed.resolve(len(xg)).as_dict()  # lengths and chains as the fit will run them (mclmc's num_chains: by device)
     draws = int(merged.get("num_samples", 1)) * int(merged.get("num_chains", 1))
     params = num_parameters(check_model(model, x, y))  # the model's own checks first (its "y" site, memory)
     per_draw = params + (2 * len(xg) if xg.size <= MAX_SAVED_DATA else 0)

@@ -185,7 +185,7 @@ def run(args) -> int:
             get_method("nuts").check_options({**REFERENCE_OPTIONS["quick" if args.quick else "full"], **reference_options})
         elif args.reference is not None:
             get_method(args.reference).check_options(reference_options)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, ImportError) as e:  # ImportError: a method this environment cannot run (BlackJAX too old)
         raise CLIError(str(e)) from None
     results, posteriors = compare_methods(
         model,

@@ -289,7 +289,7 @@ def fit_and_report(args) -> FitReport | dict:
             return _fit_and_write(args, dataset, model, options, record)
         with files.run_folder_lock(args.out):
             return _fit_and_write(args, dataset, model, options, record)
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError, ImportError) as e:  # ImportError: a method this environment cannot run (BlackJAX too old)
         raise CLIError(str(e)) from None
 
 

@@ -4,7 +4,8 @@ Every iterative method is an :class:`~bnnpp.inference.algorithm.Algorithm` — p
 ``init``/``step``/``sample`` functions over a typed state — driven by the one runner in
 :mod:`bnnpp.inference.runner`; its options are a frozen dataclass
 (:mod:`bnnpp.inference.options`). ``fit(model, data, method=...)`` dispatches by name through
-:mod:`bnnpp.inference.registry`; importing this package registers every method.
+:mod:`bnnpp.inference.registry`; importing this package registers every method but the
+experimental ``chees`` (``import bnnpp.inference.chees`` registers it).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import os
 import warnings
 from typing import Any
 
-from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, nuts, sgld, swag, vd  # noqa: F401  (importing registers each method)
+# importing registers each method (chees is experimental: ``import bnnpp.inference.chees`` registers it)
+from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, mclmc, nuts, pathfinder, sgld, swag, vd  # noqa: F401
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted, has_checkpoint
 from bnnpp.inference.checks import check_data
@@ -128,10 +130,13 @@ def fit(
     Raises:
         ValueError / TypeError: unknown method or option, bad option value, or bad data — all
         before anything compiles.
+        ImportError: the method needs a library this environment lacks or has too old
+            (:attr:`Method.unavailable`, one line naming the upgrade).
         TrainingInterrupted: SIGINT or SIGTERM stopped training (a ``KeyboardInterrupt``; its
             ``checkpoint_dir`` says where to resume from).
     """
     chosen = get_method(method)
+    chosen.check_available()
     parsed = chosen.parse(options)
     seed = seed_integer(seed)
     refuse_flax_module(model)

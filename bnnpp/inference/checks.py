@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BLACKJAX_MIN", "check_data", "require_blackjax"]
+__all__ = ["BLACKJAX_MIN", "blackjax_missing", "check_data", "require_blackjax"]
 
 
 def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -73,13 +73,22 @@ the ChEES kernel's signature, a Pathfinder that does not stop at a NaN on its fi
 BlackJAX 1.4 needs jax >= 0.9)."""
 
 
-def require_blackjax(method: str) -> None:
-    """Raise a one-line ImportError naming the upgrade when the installed BlackJAX is older
-    than :data:`BLACKJAX_MIN` (before anything is traced or compiled)."""
+def blackjax_missing(method: str) -> str | None:
+    """Why ``method`` cannot run with the installed BlackJAX: one line naming the upgrade when
+    it is older than :data:`BLACKJAX_MIN`, else ``None`` (reads the package's metadata only)."""
     from importlib.metadata import version
 
     have = version("blackjax")
     parts = tuple(int(p) for p in have.split(".")[:2] if p.isdigit())
     if parts < BLACKJAX_MIN:
         need = ".".join(map(str, BLACKJAX_MIN))
-        raise ImportError(f"method={method!r} needs blackjax >= {need} (installed: {have}): pip install -U 'blackjax>={need}'")
+        return f"method={method!r} needs blackjax >= {need} (installed: {have}): pip install -U 'blackjax>={need}'"
+    return None
+
+
+def require_blackjax(method: str) -> None:
+    """Raise :func:`blackjax_missing`'s one-line ImportError when the installed BlackJAX is
+    older than :data:`BLACKJAX_MIN` (before anything is traced or compiled)."""
+    missing = blackjax_missing(method)
+    if missing is not None:
+        raise ImportError(missing)

@@ -190,7 +190,10 @@ class Sampler(NamedTuple):
     update: ``update(tuning, old_chains, new_chains, info, inverse_mass_matrix, t) ->
         tuning`` on warm-up step ``t`` (all chains' states and infos);
     window: ``(start, stop)`` warm-up steps whose positions enter the mass-matrix moments;
-    threshold: pooled draws needed before the estimate replaces the identity.
+    threshold: pooled draws needed before the estimate replaces the identity;
+    auxiliary: standard-normal coordinates appended to every chain's position (a dynamics that
+        needs more dimensions than the model has: the chains sample the model's posterior times
+        N(0, I), whose marginal is the posterior; the draws and ``lp`` leave them out).
     """
 
     init_chain: Callable
@@ -200,6 +203,7 @@ class Sampler(NamedTuple):
     update: Callable
     window: tuple[int, int]
     threshold: float
+    auxiliary: int = 0
 
 
 def max_bits(num_steps: int) -> int:
@@ -225,9 +229,26 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
     joint = log_joint(chained)
     num_chains, num_warmup, num_samples = int(options.num_chains), int(options.num_warmup), int(options.num_samples)
     start_at, stop_at = sampler.window
+    aux = int(sampler.auxiliary)
+
+    def density(data):
+        """The chains' log density: the log joint, times N(0, I) on the auxiliary coordinates
+        (a position is then ``(u, z)``, z ``(aux,)``)."""
+        if not aux:
+            return lambda u: joint(u, data)
+        return lambda p: joint(p[0], data) - 0.5 * jnp.sum(jnp.square(p[1]))
+
+    def model_part(position):
+        return position[0] if aux else position
+
+    def model_lp(chains):
+        # the log joint at the draw: the auxiliary coordinates' N(0, I) term taken out again
+        if not aux:
+            return chains.logdensity
+        return chains.logdensity + 0.5 * jnp.sum(jnp.square(chains.position[1]), axis=-1)
 
     def init(key, data):
-        logdensity = lambda u: joint(u, data)
+        logdensity = density(data)
         if options.init_loc == "pathfinder":
             u0 = starts(
                 logdensity,
@@ -240,16 +261,18 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
             )
         else:
             u0 = jax.vmap(lambda k: init_uniform(shapes, k, float(options.init_radius)))(jax.random.split(key, num_chains))
+        if aux:
+            u0 = (u0, jax.random.normal(jax.random.fold_in(key, 1), (num_chains, aux)))
         chains = jax.vmap(lambda u: sampler.init_chain(u, logdensity))(u0)
         zeros = jnp.zeros((num_chains,), jnp.float32)
         last = ChainStats(
-            zeros, jnp.zeros((num_chains,), bool), zeros, jnp.zeros((num_chains,), jnp.int32), -chains.logdensity, chains.logdensity
+            zeros, jnp.zeros((num_chains,), bool), zeros, jnp.zeros((num_chains,), jnp.int32), -chains.logdensity, model_lp(chains)
         )
-        moments = Moments(jnp.zeros(()), jnp.zeros((dim,)), jnp.zeros((dim,)))
+        moments = Moments(jnp.zeros(()), jnp.zeros((dim + aux,)), jnp.zeros((dim + aux,)))
         return ManyChainState(chains, sampler.init_tuning(), moments, last, jnp.zeros((num_chains,), jnp.int32), jnp.zeros((), jnp.int32))
 
     def step(key, state, batch):
-        logdensity = lambda u: joint(u, batch)
+        logdensity = density(batch)
         t = state.t
         warm = t < num_warmup
         imm = inverse_mass_matrix(state.moments, sampler.threshold)
@@ -269,25 +292,25 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
             jnp.asarray(info.num_integration_steps, jnp.int32) * jnp.ones((num_chains,), jnp.int32),
             # a diverging proposal's energy can be inf, which the runner's guard would read as a broken state
             jnp.nan_to_num(jnp.asarray(info.energy, jnp.float32), nan=MAX_ENERGY, posinf=MAX_ENERGY, neginf=-MAX_ENERGY),
-            chains.logdensity,
+            model_lp(chains),
         )
         divergences = state.divergences + (diverging & ~warm).astype(jnp.int32)
         new = ManyChainState(chains, tuning, moments, last, divergences, t + 1)
-        return new, ManyChainInfo(-jnp.mean(chains.logdensity), jnp.mean(info.acceptance_rate), step_size)
+        return new, ManyChainInfo(-jnp.mean(last.lp), jnp.mean(info.acceptance_rate), step_size)
 
     def values(position):
         # a decentred site's value is the deterministic site of its name
         return jax.vmap(lambda u: constrained_values(chained, u, x[:1], y[:1], KEY_MODEL, sites))(position)
 
     def emit(key, state):
-        return values(state.chains.position), state.last._asdict()
+        return values(model_part(state.chains.position)), state.last._asdict()
 
     def sample(key, state, n):
-        return values(state.chains.position)
+        return values(model_part(state.chains.position))
 
     def extras(state) -> dict:
         per_chain = [int(v) for v in np.asarray(state.divergences)]
-        imm = np.asarray(inverse_mass_matrix(state.moments, sampler.threshold))
+        imm = np.asarray(inverse_mass_matrix(state.moments, sampler.threshold))[:dim]  # ravel order: the model's coordinates first
         return {
             "divergences": sum(per_chain),
             "divergences_per_chain": per_chain,

@@ -23,6 +23,13 @@ shared by all chains; W = ``num_warmup``):
 3. steps ``[W/2, W)``: ε by dual averaging with L fixed.
 
 The ``num_samples`` kept steps use dual averaging's averaged ε and the L of phase 2.
+
+The isokinetic dynamics needs D ≥ 2: its velocity lies on the unit sphere of R^D, which for
+D = 1 is two points the gradient cannot turn between (BlackJAX's momentum update divides by
+D − 1, so the energy error is NaN, every proposal is rejected and dual averaging drives ε to
+0). A one-parameter model is therefore sampled with one auxiliary N(0, 1) coordinate
+appended (the chains sample the posterior times N(0, 1), whose marginal is the posterior);
+the draws leave it out.
 The chains run on the non-centred form of the model by default (``noncentered=True``,
 :func:`bnnpp.inference.nuts.noncentered_model`: the weights with a learned scale). Starts, statistics and extras as ``chees`` (:mod:`bnnpp.inference.chees`,
 :mod:`bnnpp.inference.manychain`).
@@ -30,6 +37,7 @@ The chains run on the non-centred form of the model by default (``noncentered=Tr
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -37,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm
-from bnnpp.inference.checks import require_blackjax
+from bnnpp.inference.checks import blackjax_missing, require_blackjax
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain, halton, max_bits
 from bnnpp.inference.options import fraction, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
@@ -49,6 +57,9 @@ INITIAL_STEP_SIZE = 0.1
 EARLY_STEPS = 2.0
 """Average integrator steps of a transition in the first warm-up phase (BlackJAX's default
 ``target_num_integration_steps``)."""
+MIN_DIM = 2
+"""The fewest coordinates the isokinetic dynamics runs on (module docstring); a model with
+fewer is padded with auxiliary N(0, 1) coordinates."""
 
 
 @dataclass(frozen=True)
@@ -80,7 +91,10 @@ class MCLMCTuning(NamedTuple):
 
 
 def sampler(options: MCLMCOptions, dim: int) -> Sampler:
-    """Adjusted MCLMC as a :class:`~bnnpp.inference.manychain.Sampler`."""
+    """Adjusted MCLMC as a :class:`~bnnpp.inference.manychain.Sampler` for a model of ``dim``
+    parameters (padded to :data:`MIN_DIM` with auxiliary coordinates)."""
+    auxiliary = max(0, MIN_DIM - dim)
+    dim = dim + auxiliary
     from blackjax.adaptation.step_size import dual_averaging_adaptation
     from blackjax.mcmc import adjusted_mclmc_dynamic
     from blackjax.mcmc.adjusted_mclmc import rescale
@@ -124,6 +138,7 @@ def sampler(options: MCLMCOptions, dim: int) -> Sampler:
         update=tune,
         window=(warmup // 4, half),
         threshold=float(max(2, int(options.num_chains) * (half - warmup // 4))),
+        auxiliary=auxiliary,
     )
 
 
@@ -146,6 +161,7 @@ register(
         MCLMCOptions,
         build=build,
         summary="adjusted MCLMC / MAMS (BlackJAX): many chains in lock-step, step size and trajectory length tuned in warm-up",
+        requires=functools.partial(blackjax_missing, "mclmc"),
         smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
     )
 )

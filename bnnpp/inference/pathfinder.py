@@ -22,6 +22,7 @@ the uniform start (with a warning).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -32,7 +33,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.checks import require_blackjax
+from bnnpp.inference.checks import blackjax_missing, require_blackjax
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference.options import Options, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
@@ -258,6 +259,7 @@ register(
         PathfinderOptions,
         build=build,
         summary="Pathfinder variational inference (BlackJAX): Gaussians along L-BFGS paths, one chain per path",
+        requires=functools.partial(blackjax_missing, "pathfinder"),
         smoke={"num_paths": 2, "num_steps": 20, "num_samples": 20},
     )
 )

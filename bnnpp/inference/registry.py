@@ -40,6 +40,9 @@ class Method:
         summary: one line for help texts.
         smoke: options for a fit of seconds on a tiny network (``bnnpp compare --quick`` and the
             test tables use them); checked against ``options`` when the method is made.
+        requires: ``requires() -> str | None``: why the method cannot run in this environment
+            (one line naming the fix, e.g. a library too old), or ``None`` when it can; unset:
+            it always can. The method stays registered either way (:attr:`unavailable`).
     """
 
     name: str
@@ -47,6 +50,7 @@ class Method:
     build: Callable[..., Algorithm]
     summary: str = ""
     smoke: dict[str, Any] = field(default_factory=dict, compare=False)
+    requires: Callable[[], str | None] | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if not callable(self.build):
@@ -55,6 +59,17 @@ class Method:
             self.options.parse(self.name, dict(self.smoke))
         except (TypeError, ValueError) as e:
             raise type(e)(f"method {self.name!r}: smoke settings: {e}") from None
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why the method cannot run here (:attr:`requires`' line), or ``None``."""
+        return None if self.requires is None else self.requires()
+
+    def check_available(self) -> None:
+        """Raise :attr:`unavailable` as a one-line ImportError, before anything is traced."""
+        why = self.unavailable
+        if why is not None:
+            raise ImportError(why)
 
     # -- options --------------------------------------------------------------------
 
