@@ -120,6 +120,7 @@ def test_rhat_warns_when_chains_disagree_and_not_when_they_agree():
     assert check(_sampled(agree)) == []
     notes = check(_sampled(disagree))
     assert len(notes) == 1 and notes[0].startswith("nuts: R-hat = ") and "dense_0.scale" in notes[0] and "\n" not in notes[0]
+    assert check(_sampled(disagree, method="mclmc"))[0].startswith("mclmc: R-hat = ")  # the many-chain samplers too
     assert check(_sampled(disagree, method="ensemble")) == []  # members are independent fits, not chains
     assert check(_sampled(disagree[:1])) == []  # one chain: no R-hat
 

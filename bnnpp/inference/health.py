@@ -68,7 +68,7 @@ RHAT_THRESHOLD = 1.01
 """Largest rank-normalised split R-hat of a converged sampler (Vehtari et al. 2021, §4)."""
 RHAT_ROWS = 20
 """Training rows at which the predictive's R-hat is checked."""
-MCMC_METHODS = ("nuts", "sgld")
+MCMC_METHODS = ("nuts", "sgld", "mclmc", "chees")
 """Methods whose chains are Markov chains over one posterior (ensemble and MultiSWAG members
 are independent fits, not chains: their disagreement is the point)."""
 
