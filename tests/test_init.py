@@ -69,9 +69,9 @@ def test_ensemble_member_zero_starts_at_the_given_values_the_others_at_random(fi
 def test_posthoc_laplace_equals_the_laplace_of_a_fit_at_the_same_weights():
     """laplace num_steps=0 at a MAP's weights is the laplace fit whose MAP found them."""
     full = _quiet_fit(_model(), (X, Y), method="laplace", num_steps=300, seed=1, num_samples=20)
-    # the MAP of the laplace fit is the map fit with the same seed, steps and hyperparameters (laplace's default "map";
-    # map's own default, "auto", trains this hierarchical prior's scales by evidence)
-    map_post = _quiet_fit(_model(), (X, Y), method="map", num_steps=300, seed=1, hyperparameters="map")
+    # the MAP of the laplace fit is the map fit with the same seed, steps and hyperparameters (both default to
+    # "auto", which trains this hierarchical prior's scales by evidence)
+    map_post = _quiet_fit(_model(), (X, Y), method="map", num_steps=300, seed=1)
     post = _quiet_fit(_model(), (X, Y), method="laplace", num_steps=0, init=map_post, seed=1, num_samples=20)
     a, b = full.predict(X).mean, post.predict(X).mean
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
