@@ -285,5 +285,6 @@ def test_default_fit_runs_on_the_cosine_schedule(method):
         return np.asarray(bnnpp.fit(net, (x, y), method=method, seed=0, progress=False, num_samples=5, **steps, **o).samples["dense_0.w"])
 
     cosine = optax.adam(optax.cosine_decay_schedule(1e-2, 30))
-    np.testing.assert_array_equal(fit(), fit(optimizer=cosine))
-    assert not np.allclose(fit(), fit(schedule="constant"))
+    default = fit()  # once: a seeded fit is deterministic, and each fit compiles anew
+    np.testing.assert_array_equal(default, fit(optimizer=cosine))
+    assert not np.allclose(default, fit(schedule="constant"))
