@@ -216,7 +216,7 @@ MOONS_OPTIONS = {
 
 @pytest.mark.parametrize(
     "method",
-    # advi: the same fit (model, seed, defaults) is tests/test_advi.py::test_moons_accuracy, fast, which checks more
+    # advi: the same fit (model, seed, defaults) is tests/test_advi.py::test_moons_accuracy (slow too), which checks more
     [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc", "pathfinder", "advi") else m for m in bnnpp.registered()],
 )
 def test_moons_accuracy(method, moons):

@@ -189,15 +189,18 @@ def _local_minibatch(plan: _Plan, t, perm, data):
     return jax.tree_util.tree_unflatten(tree, list(out[1:])), out[0]
 
 
-def _unit(plan: _Plan, rs: RunState, index, data):
+def _unit(plan: _Plan, rs: RunState, index, data, info_shape=None):
     """Unit ``index``: one step (``row = (info, None, -1)``), or for emitting algorithms the
     segment of steps up to ``ends[index]`` (``row = (last info, emitted, first bad step or
-    -1)``). Returns ``(rs, row, ok)``; ``ok`` is False when a loss or an output is not finite."""
+    -1)``). Returns ``(rs, row, ok)``; ``ok`` is False when a loss or an output is not finite.
+    ``info_shape``: the abstract info of one step (``_row_shape(...)[0]``) where the caller has
+    it, so that the step is not traced once more for its shape."""
     if plan.ends is None:  # a unit is a step: its index is the step's
         rs, info = _one_step(plan, rs, data, index)
         row = (info, None, jnp.int32(-1))
         return rs, row, all_finite(info)
-    info_shape = jax.eval_shape(lambda r: _one_step(plan, r, data)[1], rs)
+    if info_shape is None:
+        info_shape = _info_shape(plan, rs, data)
     info0 = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), info_shape)
 
     def body(_, carry):
@@ -257,9 +260,20 @@ def _abstract(tree):
     return jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), jnp.result_type(a)), tree)
 
 
+def _info_shape(plan: _Plan, rs, data):
+    """The abstract info of one step from run state ``rs`` on ``data`` (traces the step once)."""
+    return jax.eval_shape(lambda r, d: _one_step(plan, r, d)[1], _abstract(rs), _abstract(data))
+
+
 def _row_shape(plan: _Plan, rs, data):
-    """The abstract rows (info, emitted, …) one unit returns for run state ``rs`` and ``data``; compiles nothing."""
-    return jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], _abstract(rs), _abstract(data))
+    """The abstract rows (info, emitted, …) one unit returns for run state ``rs`` and ``data``;
+    compiles nothing. An emitting algorithm's row is built from one trace of its step and one of
+    ``emit`` (tracing the whole unit would trace the step twice: a NUTS step takes seconds)."""
+    if plan.ends is None:
+        return jax.eval_shape(lambda r, d: _unit(plan, r, jnp.int32(0), d)[1], _abstract(rs), _abstract(data))
+    info = jax.tree_util.tree_map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype), _info_shape(plan, rs, data))
+    emitted = jax.eval_shape(lambda s: plan.algorithm.run.emit(jax.random.fold_in(plan.keys.sample, 0), s), _abstract(rs).state)
+    return info, emitted, jax.ShapeDtypeStruct((), jnp.int32)
 
 
 def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int, row_shape, guard: str, select_stop: bool = False):
@@ -276,7 +290,7 @@ def _scan_units(plan: _Plan, carry, start, data, chunk_size: int, num_units: int
         index = start + i
 
         def do(r):
-            new, row, ok = _unit(plan, r, index, data)
+            new, row, ok = _unit(plan, r, index, data, row_shape[0])
             return new, row, (ok & all_finite(new.state)) if guard == "step" else ok
 
         def skip(r):

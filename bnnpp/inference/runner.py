@@ -48,7 +48,6 @@ from functools import partial
 from typing import Any, NamedTuple
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
@@ -71,8 +70,8 @@ from bnnpp.inference.chunks import (  # noqa: F401  (_keys_of, _minibatch: used 
     _num_units,
     _Plan,
     _plan,
+    _row_shape,
     _seed_keys,
-    _unit,
     all_finite,
     compile_all,
     guarded_trace_fit,
@@ -371,7 +370,7 @@ def _start(fit: _Fit, programs, model, x, y, seed, options, checkpoint, resume):
             remove(os.fspath(checkpoint.directory))
         checkpointer = Checkpointer(checkpoint, fingerprint(fit.method, seed, options, x, y, fit.chunk_size, model=model))
         if resume and checkpointer.latest() is not None:
-            row_shape = jax.eval_shape(lambda r, d: _unit(fit.plan, r, jnp.int32(0), d)[1], fit.rs_shape, fit.data)
+            row_shape = _row_shape(fit.plan, fit.rs_shape, fit.data)
             rs0, pieces, start_unit, restored_log, _ = checkpointer.restore(
                 jax.tree_util.tree_structure(rs0), jax.tree_util.tree_structure(row_shape)
             )
