@@ -372,6 +372,8 @@ def test_vmapped_sweep_runs_the_new_methods(method, options):
         ("ensemble", {"adversarial_epsilon": -0.1}, "adversarial_epsilon must be a number in"),
         ("ensemble", {"layout": "rows"}, "layout must be one of"),
         ("ensemble", {"layout": "in_turn", "members_per_batch": 2}, "pass either members_per_batch or layout"),
+        ("ensemble", {"hyperparameters": "evidence", "adversarial_epsilon": 0.1}, "does not take adversarial training"),
+        ("ensemble", {"hyperparameters": "evidence", "temperature": 0.5}, "does not take a temperature"),
         ("swag", {"rank": 1}, "rank must be at least 2"),
         ("swag", {"swag_epochs": 3, "collect_every": 2}, "raise swag_epochs"),
         ("swag", {"schedule": "linear"}, "schedule must be one of"),

@@ -123,6 +123,18 @@ class EnsembleOptions(Options):
         """Steps of the fit on ``n`` training rows (:func:`~bnnpp.inference.options.steps_for`)."""
         return steps_for(self, n)
 
+    def check(self) -> None:
+        super().check()
+        if self.hyperparameters == "evidence" and self.adversarial_epsilon > 0:
+            raise ValueError(
+                "hyperparameters='evidence' does not take adversarial training: set adversarial_epsilon=0 or hyperparameters='map'"
+            )
+        if self.hyperparameters == "evidence" and self.temperature != 1.0:
+            raise ValueError(
+                "hyperparameters='evidence' does not take a temperature (the evidence is of the untempered model): "
+                "use hyperparameters='map' or temperature=1"
+            )
+
 
 class EnsembleInfo(NamedTuple):
     """loss: every member's (minibatch estimate of its) negative log joint, ``(M,)``."""
@@ -179,7 +191,7 @@ def map_options(options, **overrides) -> MAPOptions:
     """The :class:`MAPOptions` of one member from an options dataclass with MAP's fields; the
     hyperparameters as the options say (``ensemble``, resolved by :func:`member_hyperparameters`),
     else jointly with the weights (``hyperparameters="map"``: swag's and multiswag's pretraining)."""
-    fields = ("batch_size", "learning_rate", "optimizer", "init_loc", "init_radius", "hyperparameters")
+    fields = ("batch_size", "learning_rate", "optimizer", "init_loc", "init_radius", "hyperparameters", "temperature")
     given = {f: getattr(options, f) for f in fields if hasattr(options, f)}
     return MAPOptions(**{"hyperparameters": "map", **given, **overrides})
 
