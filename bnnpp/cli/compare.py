@@ -74,7 +74,7 @@ def add_parser(sub) -> None:
     )
     add_file_flags(p)
     p.add_argument("--data-noise", type=float, default=None, help="noise of the generated data")
-    p.add_argument("--methods", default=",".join(registered()), help="comma-separated methods")
+    p.add_argument("--methods", default=None, help="comma-separated methods (default: every registered method this environment can run)")
     p.add_argument("--hidden", default="5,5", help="hidden widths, comma-separated")
     p.add_argument("--activation", default="tanh", choices=sorted(bnnpp.models.ACTIVATIONS))
     p.add_argument("--prior", default="normal", choices=list(priors.PRIORS), help="weight prior family")
@@ -138,7 +138,8 @@ def _build(args):
         raise ValueError(f"--seed must be ≥ 0, got {args.seed}")
     if os.path.exists(args.out) and not os.path.isdir(args.out):
         raise ValueError(f"--out {args.out} is a file: give a folder path")
-    methods = check_methods(args.methods.split(","))
+    names = args.methods.split(",") if args.methods is not None else [m for m in registered() if get_method(m).unavailable is None]
+    methods = check_methods(names)
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     except ValueError:

@@ -36,8 +36,8 @@ HELP = ('usage: bnnpp compare [-h] [--config FILE] [--data {moons,circles,sinuso
  "                        are standardised with the training rows' mean and sd\n"
  '  --data-noise DATA_NOISE\n'
  '                        noise of the generated data\n'
- '  --methods METHODS     comma-separated methods (default: advi,bbb,ensemble,laplace,map,mc_dropout\n'
- '                        ,mclmc,multiswag,nuts,pathfinder,sgld,swag,vd)\n'
+ '  --methods METHODS     comma-separated methods (default: every registered method this environment\n'
+ '                        can run)\n'
  '  --hidden HIDDEN       hidden widths, comma-separated (default: 5,5)\n'
  '  --activation {elu,gelu,identity,relu,sigmoid,softplus,tanh}\n'
  '  --prior {normal,laplace,cauchy,student-t,flat,scale-mixture}\n'
