@@ -55,6 +55,7 @@ from bnnpp.inference.collapse import SMALL_DATA_ROWS
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
 from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
+from bnnpp.inference.laplace.curvature import largest_hessian_eigenvalue
 from bnnpp.inference.map_estimate import MAPState
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
@@ -305,18 +306,7 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
             log_prior, log_lik, _ = joint_terms(model, unravel_member(f), x_probe, y_probe, key_model)
             return -(log_prior / n + log_lik / len(probe))
 
-        grad = jax.grad(per_example)
-
-        def hvp(v):
-            return jax.jvp(grad, (flat,), (v,))[1]
-
-        def power(_, v):
-            w = hvp(v)
-            return w / jnp.maximum(jnp.linalg.norm(w), 1e-30)
-
-        v0 = jax.random.normal(jax.random.PRNGKey(1), flat.shape, flat.dtype)
-        v = jax.lax.fori_loop(0, POWER_ITERATIONS, power, v0 / jnp.linalg.norm(v0))
-        return jnp.abs(jnp.vdot(v, hvp(v)))
+        return largest_hessian_eigenvalue(per_example, flat, POWER_ITERATIONS)
 
     def rates(position):
         """Each member's SWAG-phase rate and curvature ``(M,)`` at the pretrained ``position``."""

@@ -134,3 +134,22 @@ def _ggn(model, u, x, y, layers: dict, structure: str, batch: int):
     if structure == "kron":
         curv = {k: {"A": v["A"] / n, "G": v["G"]} for k, v in curv.items()}
     return curv, {"loglik": ll, "ssr": ssr}
+
+
+def largest_hessian_eigenvalue(f, x: jax.Array, iterations: int, key: jax.Array | None = None) -> jax.Array:
+    """|λ|max of the Hessian of the scalar ``f`` at the flat vector ``x`` ``(P,)``, by
+    ``iterations`` steps of the power iteration on Hessian-vector products (forward over
+    reverse mode; no Hessian is formed). Returns a scalar ``()``: ``|vᵀ H v|`` at the last
+    iterate ``v``, a lower bound that converges to |λ|max."""
+    grad = jax.grad(f)
+
+    def hvp(v):
+        return jax.jvp(grad, (x,), (v,))[1]
+
+    def power(_, v):
+        w = hvp(v)
+        return w / jnp.maximum(jnp.linalg.norm(w), 1e-30)
+
+    v0 = jax.random.normal(jax.random.PRNGKey(1) if key is None else key, x.shape, x.dtype)
+    v = jax.lax.fori_loop(0, iterations, power, v0 / jnp.linalg.norm(v0))
+    return jnp.abs(jnp.vdot(v, hvp(v)))
