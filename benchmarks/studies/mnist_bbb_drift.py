@@ -18,6 +18,7 @@ Writes ``--out``/<label>.json (default benchmarks/studies/results/mnist_bbb_drif
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -46,8 +47,12 @@ def layer_stats(loc: dict, sigma: dict, spike_sigma: float | None) -> dict:
     for name in sorted(loc):
         mu, s = np.abs(np.asarray(loc[name], np.float64)).ravel(), np.asarray(sigma[name], np.float64).ravel()
         row = {
-            "sigma_q10": float(np.quantile(s, 0.1)), "sigma_median": float(np.median(s)), "sigma_q90": float(np.quantile(s, 0.9)),
-            "absmu_q10": float(np.quantile(mu, 0.1)), "absmu_median": float(np.median(mu)), "absmu_q90": float(np.quantile(mu, 0.9)),
+            "sigma_q10": float(np.quantile(s, 0.1)),
+            "sigma_median": float(np.median(s)),
+            "sigma_q90": float(np.quantile(s, 0.9)),
+            "absmu_q10": float(np.quantile(mu, 0.1)),
+            "absmu_median": float(np.median(mu)),
+            "absmu_q90": float(np.quantile(mu, 0.9)),
             "snr_median": float(np.median(mu / s)),
             "snr_below_1": float(np.mean(mu / s < 1.0)),
         }
@@ -67,8 +72,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--label", required=False)
     ap.add_argument("--plot", nargs="+", metavar="JSON", help="draw σ and |μ| per layer against the epoch for these records; no training")
     ap.add_argument("--png", default=None, help="--plot: output PNG (default: beside the first record)")
-    ap.add_argument("--prior", type=_cell, default=_cell("mixture:0.75,0,8"),
-                    help="mixture:PI,A,B (π, −log σ1, −log σ2) or normal:SCALE")
+    ap.add_argument("--prior", type=_cell, default=_cell("mixture:0.75,0,8"), help="mixture:PI,A,B (π, −log σ1, −log σ2) or normal:SCALE")
     ap.add_argument("--hidden", type=int, nargs="+", default=[400, 400])
     ap.add_argument("--n-train", type=int, default=10000, help="the first N of the 50,000 training images")
     ap.add_argument("--n-test", type=int, default=10000)
@@ -82,19 +86,38 @@ def main(argv=None) -> dict:
     ap.add_argument("--estimator", choices=("reparam", "local", "flipout"), default="reparam")
     ap.add_argument("--init-scale", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--final", action="store_true",
-                    help="after training: the posterior predictive from 100 draws and the SNR / magnitude pruning table")
+    ap.add_argument(
+        "--final", action="store_true", help="after training: the posterior predictive from 100 draws and the SNR / magnitude pruning table"
+    )
+    ap.add_argument(
+        "--sigma-epochs",
+        type=int,
+        default=0,
+        help="after training, this many epochs of Adam on ρ alone at --sigma-lr with the means frozen "
+        "(fits the σ's to the ELBO at fixed μ, so that the SNR ranks weights); --final scores before and after",
+    )
+    ap.add_argument("--sigma-lr", type=float, default=1e-3, help="--sigma-epochs: Adam's constant rate for ρ")
     ap.add_argument("--data-dir", default=None)
-    ap.add_argument("--record-every", type=int, default=1,
-                    help="per-layer σ/|μ| statistics and the JSON rewrite every K epochs (the errors are scored every epoch)")
-    ap.add_argument("--time-limit", type=float, default=None,
-                    help="stop training after this many seconds (the record says so) and still run --final")
+    ap.add_argument(
+        "--record-every",
+        type=int,
+        default=1,
+        help="per-layer σ/|μ| statistics and the JSON rewrite every K epochs (the errors are scored every epoch)",
+    )
+    ap.add_argument(
+        "--time-limit", type=float, default=None, help="stop training after this many seconds (the record says so) and still run --final"
+    )
     ap.add_argument("--out", default=os.path.join(HERE, "results", "mnist_bbb_drift"))
     ap.add_argument("--summarize", nargs="+", metavar="JSON", help="a markdown table of these records (to --md or stdout); no training")
     ap.add_argument("--md", default=None, help="--summarize: write the table here")
-    ap.add_argument("--every", type=int, default=None, help="--summarize: add the error at the means every EVERY epochs, one column a record")
-    ap.add_argument("--checks", action="store_true",
-                    help="no training: the KL weights of an MNIST epoch (sum, float32) and the KL sum in float32 against float64")
+    ap.add_argument(
+        "--every", type=int, default=None, help="--summarize: add the error at the means every EVERY epochs, one column a record"
+    )
+    ap.add_argument(
+        "--checks",
+        action="store_true",
+        help="no training: the KL weights of an MNIST epoch (sum, float32) and the KL sum in float32 against float64",
+    )
     args = ap.parse_args(argv)
     if args.plot:
         return plot(args.plot, args.png)
@@ -107,7 +130,6 @@ def main(argv=None) -> dict:
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
     import optax
     from _common import default_data_dir, machine
 
@@ -133,26 +155,35 @@ def main(argv=None) -> dict:
     opt = optax.adam(lr, eps=args.adam_eps)
     opt = bbb.slow_rho(opt, args.rho_lr_factor)  # Adam on ρ at rho_lr_factor × the rate, same schedule
     opts = bbb.BBBOptions(
-        epochs=args.epochs, batch_size=batch, optimizer=opt, estimator=args.estimator,
-        kl_weighting=args.kl_weighting, init_scale=args.init_scale, num_samples=1,
+        epochs=args.epochs,
+        batch_size=batch,
+        optimizer=opt,
+        estimator=args.estimator,
+        kl_weighting=args.kl_weighting,
+        init_scale=args.init_scale,
+        num_samples=1,
     )
     algo = bbb.build(model, x, y, opts)
     root = jax.random.PRNGKey(args.seed)
     k_init, k_steps, k_data = jax.random.split(root, 3)
     xd, yd = jax.device_put(x), jax.device_put(y)
 
-    @jax.jit
-    def epoch(state, e):
-        perm = jax.random.permutation(jax.random.fold_in(k_data, e), n)
+    def make_epoch(algo):
+        @jax.jit
+        def epoch(state, e):
+            perm = jax.random.permutation(jax.random.fold_in(k_data, e), n)
 
-        def body(st, i):
-            idx = jax.lax.dynamic_slice(perm, (i * batch,), (batch,))
-            st, info = algo.step(jax.random.fold_in(k_steps, st.t), st, (xd[idx], yd[idx]))
-            return st, (info.nll, info.kl)
+            def body(st, i):
+                idx = jax.lax.dynamic_slice(perm, (i * batch,), (batch,))
+                st, info = algo.step(jax.random.fold_in(k_steps, st.t), st, (xd[idx], yd[idx]))
+                return st, (info.nll, info.kl)
 
-        state, (nll, kl) = jax.lax.scan(body, state, jnp.arange(m))
-        return state, nll.mean(), kl.mean()
+            state, (nll, kl) = jax.lax.scan(body, state, jnp.arange(m))
+            return state, nll.mean(), kl.mean()
 
+        return epoch
+
+    epoch = make_epoch(algo)
     score = jax.jit(validation_error(model, len(xt)))
     vargs = validation_batches(xt, yt)
     # the last 10,000 training images (Blundell et al.'s validation split): settings are
@@ -167,7 +198,9 @@ def main(argv=None) -> dict:
         "date": dt.datetime.now().isoformat(timespec="minutes"),
         "machine": machine(),
         "settings": {k: v for k, v in vars(args).items() if k not in ("plot", "png", "out", "data_dir")},
-        "n_train": n, "n_test": len(xt), "batches_per_epoch": m,
+        "n_train": n,
+        "n_test": len(xt),
+        "batches_per_epoch": m,
         "curve": [],
     }
     os.makedirs(args.out, exist_ok=True)
@@ -177,8 +210,14 @@ def main(argv=None) -> dict:
         state, nll, kl = epoch(state, e)
         loc = state.params["loc"]
         err, verr = float(score(loc, *vargs)), float(score_val(loc, *vargs_val))
-        row = {"epoch": e + 1, "test_error_at_means": err, "val_error_at_means": verr, "nll": float(nll), "kl": float(kl),
-               "seconds": time.perf_counter() - t0}
+        row = {
+            "epoch": e + 1,
+            "test_error_at_means": err,
+            "val_error_at_means": verr,
+            "nll": float(nll),
+            "kl": float(kl),
+            "seconds": time.perf_counter() - t0,
+        }
         last = e + 1 == args.epochs or (args.time_limit is not None and row["seconds"] > args.time_limit)
         if (e + 1) % args.record_every == 0 or e == 0 or last:
             sigma = {k: softplus(v) for k, v in state.params["rho"].items()}
@@ -193,12 +232,50 @@ def main(argv=None) -> dict:
             lay = row.get("layers", {})
             spk = " units_off " + ",".join(f"{v['units_off']:.2f}" for k, v in lay.items() if "units_off" in v)
             spk += "" if spike is None else " in_spike " + ",".join(f"{v['in_spike']:.2f}" for k, v in lay.items() if k.endswith(".w"))
-            print(f"{args.label} epoch {e + 1}: err {err:.2%} val {verr:.2%} nll {float(nll):.1f} kl {float(kl):.4g}{spk} "
-                  f"({row['seconds']:.0f} s)", flush=True)
+            print(
+                f"{args.label} epoch {e + 1}: err {err:.2%} val {verr:.2%} nll {float(nll):.1f} kl {float(kl):.4g}{spk} "
+                f"({row['seconds']:.0f} s)",
+                flush=True,
+            )
         if last and e + 1 < args.epochs:
             record["stopped_early"] = f"--time-limit {args.time_limit:g} s reached after epoch {e + 1} of {args.epochs}"
             print(record["stopped_early"], flush=True)
             break
+    if args.sigma_epochs:
+        # σ phase: the means frozen (their updates zeroed), Adam on ρ alone. With ρ slowed during
+        # training the σ's stay near σ₀ and the SNR ranks weights by |μ| only; at fixed μ the ELBO
+        # sends the σ of a weight the data do not need towards the prior's width and keeps the
+        # others small (Blundell et al. 2015, sec. 5.1 prune by |μ|/σ), while the error at the
+        # means cannot change.
+        if args.final:
+            record["final_before_sigma_phase"] = final_evaluation(model, algo, state, x, y, xt, yt, jax.random.fold_in(root, 7), record)
+        opt_sigma = optax.multi_transform(
+            {"rho": optax.adam(args.sigma_lr, eps=args.adam_eps), "rest": optax.set_to_zero()},
+            lambda params: {k: "rho" if k == "rho" else "rest" for k in params},
+        )
+        algo_s = bbb.build(model, x, y, dataclasses.replace(opts, optimizer=opt_sigma, epochs=args.sigma_epochs))
+        state = state._replace(opt_state=opt_sigma.init(state.params))
+        epoch_s, done, t1 = make_epoch(algo_s), len(record["curve"]), time.perf_counter()
+        for e in range(done, done + args.sigma_epochs):
+            state, nll, kl = epoch_s(state, e)
+            loc = state.params["loc"]
+            sigma = {k: softplus(v) for k, v in state.params["rho"].items()}
+            row = {
+                "epoch": e + 1,
+                "phase": "sigma",
+                "test_error_at_means": float(score(loc, *vargs)),
+                "val_error_at_means": float(score_val(loc, *vargs_val)),
+                "nll": float(nll),
+                "kl": float(kl),
+                "seconds": time.perf_counter() - t1,
+                "layers": layer_stats(loc, sigma, spike),
+            }
+            record["curve"].append(row)
+            print(
+                f"{args.label} sigma epoch {e + 1}: nll {float(nll):.1f} kl {float(kl):.4g} median σ "
+                + ",".join(f"{v['sigma_median']:.3g}" for k, v in row["layers"].items() if k.endswith(".w")),
+                flush=True,
+            )
     if args.final:
         record["final"] = final_evaluation(model, algo, state, x, y, xt, yt, jax.random.fold_in(root, 7), record)
         with open(path + ".tmp", "w") as f:
@@ -232,8 +309,12 @@ def summarize(paths: list[str], md: str | None, every: int | None = None) -> dic
             f"{tail:.2%} | {best['nll']:.0f} → {last['nll']:.0f} | {best['kl']:.4g} → {last['kl']:.4g} | "
             f"{lay(c[0], 'sigma_median')} → {lay(last, 'sigma_median')} | {lay(c[0], 'absmu_median')} → {lay(last, 'absmu_median')} | {off} |"
         )
-    lines += ["", "| record | error at the means, epoch 100 | highest after epoch 100 (rise) | 10-epoch mean: epochs 91–100 → highest after (rise) | last | epoch chosen on validation: val / test error "
-              "| predictive, 100 draws (NLL) | pruned by SNR: 50 / 75 / 95 / 98% |", "|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| record | error at the means, epoch 100 | highest after epoch 100 (rise) | 10-epoch mean: epochs 91–100 → highest after (rise) | last | epoch chosen on validation: val / test error "
+        "| predictive, 100 draws (NLL) | pruned by SNR: 50 / 75 / 95 / 98% |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for p in paths:
         r = json.load(open(p))
         c = r["curve"]
@@ -241,7 +322,7 @@ def summarize(paths: list[str], md: str | None, every: int | None = None) -> dic
         after = max(x["test_error_at_means"] for x in c[99:]) if len(c) >= 100 else None
         rise = "" if e100 is None else f"{after:.2%} ({100 * (after - e100):+.2f} points)"
         errs = [x["test_error_at_means"] for x in c]
-        means = [sum(errs[i - 9: i + 1]) / 10 for i in range(9, len(errs))]  # means[j]: epochs j+1 … j+10
+        means = [sum(errs[i - 9 : i + 1]) / 10 for i in range(9, len(errs))]  # means[j]: epochs j+1 … j+10
         smooth = "" if len(c) < 110 else f"{means[90]:.2%} → {max(means[91:]):.2%} ({100 * (max(means[91:]) - means[90]):+.2f} points)"
         val = [x for x in c if "val_error_at_means" in x]
         chosen = min(val, key=lambda x: x["val_error_at_means"]) if val else None
@@ -252,7 +333,9 @@ def summarize(paths: list[str], md: str | None, every: int | None = None) -> dic
         if fin.get("pruning"):
             rows = {round(float(x["fraction"]), 2): x for x in fin["pruning"] if x["rule"] == "snr"}
             prune = " / ".join(f"{rows[f]['test_error']:.2%}" if f in rows else "–" for f in (0.5, 0.75, 0.95, 0.98))
-        lines.append(f"| {r['label']} | {'' if e100 is None else f'{e100:.2%}'} | {rise} | {smooth} | {c[-1]['test_error_at_means']:.2%} | {pick} | {pred} | {prune} |")
+        lines.append(
+            f"| {r['label']} | {'' if e100 is None else f'{e100:.2%}'} | {rise} | {smooth} | {c[-1]['test_error_at_means']:.2%} | {pick} | {pred} | {prune} |"
+        )
     if every:
         recs = [json.load(open(p)) for p in paths]
         longest = max(len(r["curve"]) for r in recs)
@@ -333,8 +416,10 @@ def final_evaluation(model, algo, state, x, y, xt, yt, key, record) -> dict:
     probs = evaluation.predict_probs(post, xt)
     p10, pall = probs[np.arange(10) * len(probs) // 10].mean(0), probs.mean(0)
     return {
-        "test_error_100_draws": 1.0 - metrics.accuracy(pall, yt), "test_nll_100_draws": metrics.nll(pall, yt),
-        "test_error_10_draws": 1.0 - metrics.accuracy(p10, yt), "test_nll_10_draws": metrics.nll(p10, yt),
+        "test_error_100_draws": 1.0 - metrics.accuracy(pall, yt),
+        "test_nll_100_draws": metrics.nll(pall, yt),
+        "test_error_10_draws": 1.0 - metrics.accuracy(p10, yt),
+        "test_nll_10_draws": metrics.nll(p10, yt),
         "pruning": pruning.pruning_table(post, xt, yt, fractions=(0, 0.5, 0.75, 0.95, 0.98), num_samples=10),
     }
 
