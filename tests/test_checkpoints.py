@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 import pytest
 
@@ -121,7 +122,11 @@ def test_nuts_checkpoints_and_resumes_in_the_middle_of_the_draws(moons, net, tmp
 
 
 def _cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "bnnpp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    env = dict(os.environ)
+    if jax.default_backend() == "gpu":  # XLA GPU's reductions differ run to run unless told (README, checkpoints)
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true").strip()
+    return subprocess.Popen([sys.executable, "-m", "bnnpp", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, **kw)
 
 
 @pytest.mark.slow  # ~80 s; the in-process resume tests (every method, bit-identical) stay in the fast set
