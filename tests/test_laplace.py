@@ -113,6 +113,25 @@ def test_evidence_recovers_the_prior_precision_and_noise(hessian):
     np.testing.assert_allclose(post.samples["noise"], post.info["noise"], rtol=1e-5)  # draws carry the evidence's σ
 
 
+def test_auto_takes_the_evidence_trained_maps_prior_and_noise():
+    """Under a hierarchical prior the default MAP trains the layer variances and the noise by the
+    evidence; prior_precision='auto' then uses them: δ of layer l is 1/variance_l at the MAP (a
+    Normal prior's precision) and σ the MAP's noise, neither re-tuned. Under prior_precision=
+    'evidence' laplace re-tunes both on its K-FAC evidence (the earlier default), so they differ."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-4, 4, (20, 1)).astype(np.float32)
+    y = (x[:, 0] ** 3 + 3 * rng.normal(size=20)).astype(np.float32)
+    model = bnnpp.models.mlp((10,), activation="relu", likelihood="gaussian", noise=None, prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
+    post = bnnpp.fit(model, (x, y), method="laplace", num_steps=500, progress=False)
+    mode = bnnpp.fit(model, (x, y), method="map", num_steps=500, progress=False)  # the same MAP (same seed and options)
+    variances = [float(mode.samples[f"dense_{i}.variance"][0, 0]) for i in range(2)]
+    np.testing.assert_allclose(post.info["prior_precision"], [1 / v for v in variances], rtol=1e-4)
+    assert post.info["noise"] == pytest.approx(float(mode.samples["noise"][0, 0]), rel=1e-5)
+    np.testing.assert_allclose(post.samples["noise"], post.info["noise"], rtol=1e-5)
+    tuned = bnnpp.fit(model, (x, y), method="laplace", num_steps=500, prior_precision="evidence", progress=False)
+    assert np.ndim(tuned.info["prior_precision"]) == 0 and tuned.info["noise"] != pytest.approx(post.info["noise"], rel=1e-3)
+
+
 @pytest.mark.slow
 def test_logistic_regression_matches_a_long_nuts_run():
     """Bernoulli regression with 4 coefficients on 300 rows: the posterior is close to Gaussian,
@@ -205,7 +224,7 @@ def _linreg(x, y=None):
         ("mlp", {"hessian": "diag", "prior_precision": "model"}, "needs hessian='full'"),
         ("hier", {"hessian": "full"}, "use prior_precision='model'"),
         ("probs", {"hessian": "full"}, "Categorical\\(logits"),
-        ("mlp", {"prior_precision": "often"}, "must be 'evidence', 'model', 'validation' or a positive number"),
+        ("mlp", {"prior_precision": "often"}, "must be 'auto', 'evidence', 'model', 'validation' or a positive number"),
         ("mlp", {"hessian": "lbfgs"}, "hessian must be one of"),
         ("mlp", {"hessian": "full", "prior_structure": "layerwise"}, "layerwise' needs hessian='diag' or 'kron'"),
     ],

@@ -227,8 +227,10 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        curvature: exact Hessian, GGN diagonal or K-FAC (auto: kron for bnnpp\n'
  '                        networks) [laplace=auto]\n'
  '  --prior-precision PRIOR_PRECISION\n'
- "                        'evidence' (maximise the marginal likelihood), 'model' (full only) or a\n"
- '                        number [laplace=evidence]\n'
+ "                        'evidence' (maximise the marginal likelihood), 'model' (full only), a\n"
+ "                        number, or 'auto': the prior scales and noise the evidence-trained MAP\n"
+ "                        learned under a hierarchical prior (diag/kron), else 'evidence'\n"
+ '                        [laplace=auto]\n'
  '  --prior-structure {scalar,layerwise}\n'
  '                        one prior precision for all weights, or one per layer (diag/kron)\n'
  '                        [laplace=scalar]\n'

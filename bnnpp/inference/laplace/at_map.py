@@ -14,7 +14,7 @@ import numpyro.distributions as dist
 from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 
-from bnnpp.inference.joint import latent_trace, log_likelihood, site_log_prior
+from bnnpp.inference.joint import joint_terms, latent_trace, log_likelihood, site_log_prior
 from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.laplace.curvature import _ggn
 from bnnpp.inference.laplace.evidence import _evidence, _gaussian_loglik
@@ -30,7 +30,7 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
     """The approximation's params (see :class:`LaplaceGaussian`) at the MAP ``u``, traceable."""
     theta = {k: u[k] for k in sorted(p.subset)}  # sorted: the flattening order of ravel_pytree
     fixed = {k: v for k, v in u.items() if k not in theta}
-    fixed_delta = None if options.precision in ("evidence", "model", "validation") else jnp.float32(options.precision)
+    fixed_delta = None if p.precision in ("evidence", "model", "validation", "from_map") else jnp.float32(p.precision)
     n = x.shape[0]
     params = {**{f"{k}__mean": v for k, v in theta.items()}, **{f"{k}__fixed": v for k, v in fixed.items()}}
     if p.hessian == "full":
@@ -89,7 +89,9 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
         else:
             factors = {k: (jnp.linalg.eigh(c["A"]), jnp.linalg.eigh(c["G"])) for k, c in curv.items()}
             eig = jnp.concatenate([jnp.outer(jnp.maximum(a[0], 0), jnp.maximum(g[0], 0)).ravel() for a, g in factors.values()])
-        layerwise = options.prior_structure == "layerwise"
+        layerwise = options.prior_structure == "layerwise" or p.precision == "from_map"
+        if p.precision == "from_map":  # the evidence-trained MAP's prior, one δ per layer, fixed
+            fixed_delta = _layer_prior_precision(model, u, x, y, theta, list(curv))
         sizes = [int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv]
         sq = [jnp.sum(theta[f"{k}.w"] ** 2) + jnp.sum(theta[f"{k}.b"] ** 2) for k in curv]
         if not layerwise:
@@ -115,11 +117,25 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
                 params[f"{name}__kron_eig"] = scale * jnp.outer(jnp.maximum(la, 0), jnp.maximum(lg, 0)) + delta_l
     if p.tune_sigma:
         params["noise__fixed"] = biject_to(dist.constraints.positive).inv(sigma)
-    params["prior_precision"] = jnp.asarray(jnp.nan if options.precision == "model" else delta, jnp.float32)
+    params["prior_precision"] = jnp.asarray(jnp.nan if p.precision == "model" else delta, jnp.float32)
     noise = sigma if p.tune_sigma else (_noise_of(model, u, x) if p.likelihood == "gaussian" else jnp.nan)
     params["noise"] = jnp.asarray(noise, jnp.float32)
     params["log_marginal_likelihood"] = jnp.asarray(log_z, jnp.float32)
     return params
+
+
+def _layer_prior_precision(model, u, x, y, theta: dict, layers: list) -> jax.Array:
+    """Per layer, the mean over its weights and bias of −diag ∂²/∂θ² log p(θ | h) at the MAP's
+    hyperparameters h (the Hessian-vector product with ones: exact for the factorised priors of
+    :mod:`bnnpp.priors`; a Normal prior's 1/scale², shared by a layer's weights and bias under a
+    hierarchical scale). ``(len(layers),)``."""
+    rest = {k: v for k, v in u.items() if k not in theta}
+
+    def log_prior(th):
+        return joint_terms(model, {**th, **rest}, x[:1], y[:1], _KEY)[0]
+
+    _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
+    return jnp.stack([jnp.maximum(-jnp.mean(jnp.concatenate([hvp[f"{k}.w"].ravel(), hvp[f"{k}.b"].ravel()])), 1e-12) for k in layers])
 
 
 def _mask_np(theta: dict, replaced) -> np.ndarray:
