@@ -290,7 +290,13 @@ def mean_field_small_data_note(method: str, n: int) -> str:
 def warn_if_collapsed(posterior) -> str | None:
     """Warn (:class:`CollapseWarning`) with :func:`collapse_message`, else (:class:`OverconfidenceWarning`)
     with :func:`overconfidence_message`, and record the line in ``posterior.stats.extras`` under
-    ``"collapse_warning"`` or ``"overconfidence_warning"``; returns the line or ``None``."""
+    ``"collapse_warning"`` or ``"overconfidence_warning"``; returns the line or ``None`` (also for a
+    posterior with non-finite draws: the fit's health check names that, and a check that predicts
+    would only raise)."""
+    try:
+        posterior.check_finite()
+    except ValueError:
+        return None
     message = collapse_message(posterior)
     if message is not None:
         posterior.stats.extras["collapse_warning"] = message

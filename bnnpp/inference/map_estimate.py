@@ -17,7 +17,7 @@ for every other method (all uncertainty is aleatoric).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import jax
@@ -231,22 +231,38 @@ def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperp
     one = build(model, x, y, options)
     n = x.shape[0]
 
+    # the fallback start: map's own default (Glorot-scale layers), taken when the uniform start's run goes
+    # non-finite (a heteroscedastic net on UCI energy from U(±2): its log-scale output overflowed)
+    fallback = build(model, x, y, replace(options, init_loc=DEFAULTS["init_loc"]))
+
     def start(key, data):
         xd, yd = data
         key_init, key_steps = jax.random.split(key)
 
-        def body(state, kt):
+        def body(carry, kt):
+            state, restarted, stopped = carry
             k, t = kt
             if batch_size is None or batch_size >= n:
                 batch = (xd, yd)
             else:
                 rows = jax.random.randint(k, (batch_size,), 0, n)
                 batch = (xd[rows], yd[rows])
-            state = one.step(k, state, batch)[0]
-            return (state if one.hooks.periodic is None else one.hooks.periodic(t, state, batch)), None
+            new, info = one.step(k, state, batch)
+            new = new if one.hooks.periodic is None else one.hooks.periodic(t, new, batch)
+            leaves = jax.tree_util.tree_leaves(new.position)
+            finite = jnp.isfinite(info.loss) & jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in leaves]))
+            # the first non-finite step restarts from the fallback start, a second one stops at the state before it
+            # (the runner's NaN guard); never handing NaN to the method that starts here
+            restart = ~finite & ~restarted & ~stopped
+            stopped = stopped | (~finite & restarted)
+            pick = jax.tree_util.tree_map(lambda old, upd: jnp.where(stopped | ~finite, old, upd), state, new)
+            pick = jax.tree_util.tree_map(lambda a, b: jnp.where(restart, a, b), again, pick)
+            return (pick, restarted | restart, stopped), None
 
+        again = fallback.init(jax.random.fold_in(key_init, 1), data)  # once, outside the loop
         steps = (jax.random.split(key_steps, num_steps), jnp.arange(num_steps, dtype=jnp.int32))
-        state, _ = jax.lax.scan(body, one.init(key_init, data), steps)
+        carry = (one.init(key_init, data), jnp.zeros((), bool), jnp.zeros((), bool))
+        (state, _, _), _ = jax.lax.scan(body, carry, steps)
         return state.position
 
     return start
