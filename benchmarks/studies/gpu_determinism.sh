@@ -2,8 +2,7 @@
 # Issue 36 on a GPU: are two uninterrupted bnnpp fits bit-identical there? Two moons/bbb fits side by side,
 # with default XLA flags and with --xla_gpu_deterministic_ops=true; prints the max |difference| per site.
 # Usage (device machine, repository root, wheels in .whl/): OUT=DIR bash benchmarks/studies/gpu_determinism.sh
-S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl 2>/dev/null
-export PYTHONPATH="$S:$PWD"
+source benchmarks/studies/gpu_env.sh
 F="fit --data moons --method bbb --epochs 400 --batch-size 100 --num-samples 20 --quiet --no-cache"
 for v in plain det; do
   [ $v = det ] && export XLA_FLAGS=--xla_gpu_deterministic_ops=true

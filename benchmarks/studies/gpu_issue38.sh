@@ -10,12 +10,10 @@
 #   bash benchmarks/studies/gpu_issue38.sh OUTDIR        SMOKE=1 for a tiny CPU check of the script
 set -u
 OUTDIR=${1:?usage: gpu_issue38.sh OUTDIR}
-S=$(mktemp -d)
-python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl
-export PYTHONPATH="$S:$PWD" BNNPP_DATA_DIR="${BNNPP_DATA_DIR:-$PWD/.gpu_data}" XLA_PYTHON_CLIENT_PREALLOCATE=false
+source benchmarks/studies/gpu_env.sh
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 R=$OUTDIR/mnist_bbb_600ep
 mkdir -p "$R"
-{ nvidia-smi -L 2>/dev/null; python3 -c "import jax, numpyro, sys; print(sys.version.split()[0], 'jax', jax.__version__, 'numpyro', numpyro.__version__, jax.devices())"; } > "$OUTDIR/device.txt" 2>&1
 D=benchmarks/studies/mnist_bbb_drift.py
 if [ "${SMOKE:-0}" = 1 ]; then
   COMMON="--n-train 2000 --n-test 1000 --epochs 3 --schedule cosine --record-every 2 --final --out $R"

@@ -38,7 +38,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from bnnpp.inference.joint import joint_terms, latent_trace
+from bnnpp.inference.joint import joint_terms, latent_trace, prior_diag
 from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
@@ -199,34 +199,26 @@ def log_evidence(model, plan: EvidencePlan, theta: dict, hyper: dict, curv, sd0,
     :class:`_Spectrum` under a fixed-scale prior, or per layer ``{"diag": (F+1, out)}``.
     ``scale``: N/B, the minibatch's weight. Returns a scalar."""
 
-    def log_prior(th):
-        return joint_terms(model, {**th, **hyper}, xb[:1], None if yb is None else yb[:1], _KEY)[0]
-
     lp, ll, _ = joint_terms(model, {**theta, **hyper}, xb, yb, _KEY)
-    _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
+    prec = prior_diag(model, theta, hyper, xb, yb, _KEY)
     s = (sd0 / _noise(model, {**theta, **hyper}, xb)) ** 2
     if isinstance(curv, _Spectrum):  # the full GGN, fixed prior precision: its eigenvalues, once per update
         return lp + scale * ll - 0.5 * (curv.log_prec + jnp.sum(jnp.log1p(s * scale * curv.eigenvalues)))
     if not isinstance(curv, dict):  # the full GGN: log det by Cholesky
-        return lp + scale * ll - 0.5 * _full_logdet(curv, -ravel_pytree(hvp)[0], s * scale)
+        return lp + scale * ll - 0.5 * _full_logdet(curv, ravel_pytree(prec)[0], s * scale)
     logdet = 0.0
     for name, c in curv.items():
         g = scale * c["diag"]
         w, b = theta[f"{name}.w"], theta[f"{name}.b"]
-        pw, pb = -hvp[f"{name}.w"], -hvp[f"{name}.b"]
+        pw, pb = prec[f"{name}.w"], prec[f"{name}.b"]
         logdet += jnp.sum(jnp.log(jnp.maximum(s * g[:-1].reshape(w.shape) + pw, 1e-12)))
         logdet += jnp.sum(jnp.log(jnp.maximum(s * g[-1].reshape(b.shape) + pb, 1e-12)))
     return lp + scale * ll - 0.5 * logdet
 
 
 def _prior_precision(model, theta: dict, hyper: dict, xb, yb) -> jax.Array:
-    """−diag ∂²/∂θ² log p(θ | h) in the flat weights (``ravel_pytree`` order), ``(P,)``."""
-
-    def log_prior(th):
-        return joint_terms(model, {**th, **hyper}, xb[:1], None if yb is None else yb[:1], _KEY)[0]
-
-    _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
-    return jnp.maximum(-ravel_pytree(hvp)[0], 1e-12)
+    """:func:`~bnnpp.inference.joint.prior_diag` in the flat weights (``ravel_pytree`` order), floored at 1e-12, ``(P,)``."""
+    return jnp.maximum(ravel_pytree(prior_diag(model, theta, hyper, xb, yb, _KEY))[0], 1e-12)
 
 
 def evidence_update(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb, n: int, steps: int):

@@ -31,6 +31,7 @@ __all__ = [
     "joint_terms",
     "latent_trace",
     "log_likelihood",
+    "prior_diag",
     "site_log_prior",
 ]
 
@@ -194,3 +195,16 @@ def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draw
 
     keys = jax.random.split(jax.random.PRNGKey(seed), num_draws)
     return np.asarray(jax.jit(weights)(keys, loc, scale, x, y), dtype=np.float64)
+
+
+def prior_diag(model: Callable, theta: dict, hyper: dict, x, y, key) -> dict:
+    """−diag ∂²/∂θ² log p(θ | h) per site of ``theta`` (same shapes): the prior's precision at
+    the unconstrained ``theta`` and the other latent sites ``hyper``, as the Hessian-vector
+    product with ones — exact for the factorised priors of :mod:`bnnpp.priors` (their Hessian
+    in θ is diagonal). The model runs on one row of ``x``/``y`` (``y`` may be ``None``)."""
+
+    def log_prior(th):
+        return joint_terms(model, {**th, **hyper}, x[:1], None if y is None else y[:1], key)[0]
+
+    _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
+    return jax.tree_util.tree_map(jnp.negative, hvp)

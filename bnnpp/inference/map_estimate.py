@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
+from bnnpp.inference.chunks import all_finite
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -249,14 +250,14 @@ def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperp
                 batch = (xd[rows], yd[rows])
             new, info = one.step(k, state, batch)
             new = new if one.hooks.periodic is None else one.hooks.periodic(t, new, batch)
-            leaves = jax.tree_util.tree_leaves(new.position)
-            finite = jnp.isfinite(info.loss) & jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in leaves]))
+            finite = all_finite((info.loss, new.position))
             # the first non-finite step restarts from the fallback start, a second one stops at the state before it
             # (the runner's NaN guard); never handing NaN to the method that starts here
             restart = ~finite & ~restarted & ~stopped
             stopped = stopped | (~finite & restarted)
-            pick = jax.tree_util.tree_map(lambda old, upd: jnp.where(stopped | ~finite, old, upd), state, new)
-            pick = jax.tree_util.tree_map(lambda a, b: jnp.where(restart, a, b), again, pick)
+            pick = jax.tree_util.tree_map(
+                lambda a, old, upd: jnp.where(restart, a, jnp.where(stopped | ~finite, old, upd)), again, state, new
+            )
             return (pick, restarted | restart, stopped), None
 
         again = fallback.init(jax.random.fold_in(key_init, 1), data)  # once, outside the loop

@@ -14,7 +14,7 @@ import numpyro.distributions as dist
 from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 
-from bnnpp.inference.joint import joint_terms, latent_trace, log_likelihood, site_log_prior
+from bnnpp.inference.joint import latent_trace, log_likelihood, prior_diag, site_log_prior
 from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.laplace.curvature import _ggn
 from bnnpp.inference.laplace.evidence import _evidence, _gaussian_loglik
@@ -125,17 +125,11 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
 
 
 def _layer_prior_precision(model, u, x, y, theta: dict, layers: list) -> jax.Array:
-    """Per layer, the mean over its weights and bias of −diag ∂²/∂θ² log p(θ | h) at the MAP's
-    hyperparameters h (the Hessian-vector product with ones: exact for the factorised priors of
-    :mod:`bnnpp.priors`; a Normal prior's 1/scale², shared by a layer's weights and bias under a
-    hierarchical scale). ``(len(layers),)``."""
-    rest = {k: v for k, v in u.items() if k not in theta}
-
-    def log_prior(th):
-        return joint_terms(model, {**th, **rest}, x[:1], y[:1], _KEY)[0]
-
-    _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
-    return jnp.stack([jnp.maximum(-jnp.mean(jnp.concatenate([hvp[f"{k}.w"].ravel(), hvp[f"{k}.b"].ravel()])), 1e-12) for k in layers])
+    """Per layer, the mean over its weights and bias of the prior's precision at the MAP's
+    hyperparameters (:func:`bnnpp.inference.joint.prior_diag`; a Normal prior's 1/scale²,
+    shared by a layer's weights and bias under a hierarchical scale). ``(len(layers),)``."""
+    prec = prior_diag(model, theta, {k: v for k, v in u.items() if k not in theta}, x, y, _KEY)
+    return jnp.stack([jnp.maximum(jnp.mean(jnp.concatenate([prec[f"{k}.w"].ravel(), prec[f"{k}.b"].ravel()])), 1e-12) for k in layers])
 
 
 def _mask_np(theta: dict, replaced) -> np.ndarray:
