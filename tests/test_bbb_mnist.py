@@ -3,20 +3,20 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+from shared_data import DATA_DIR
 
 import bnnpp
 from bnnpp import metrics, priors
 
 
 def _data_dir() -> Path:
-    return Path(os.environ.get("BNNPP_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+    return DATA_DIR
 
 
 @pytest.fixture(scope="module")

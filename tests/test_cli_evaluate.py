@@ -10,11 +10,11 @@ prediction. Bad input fails with one line and exit status 2. Slow: a real ``bnnp
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 import bnnpp
 from bnnpp import metrics, models
@@ -23,7 +23,6 @@ from bnnpp.introspection import latent_sites
 from bnnpp.posterior import Posterior
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "data")
 needs_data = pytest.mark.skipif(
     not (DATA_DIR / "mnist").is_dir() or not (DATA_DIR / "fashion_mnist").is_dir(),
     reason=f"MNIST / Fashion-MNIST IDX files not found in {DATA_DIR} (set BNNPP_DATA_DIR)",

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import struct
 from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 from bnnpp import data
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "data")
 
 # Published label counts of the original files (shared/data/README.md; LeCun's and Zalando's).
 MNIST_TRAIN_COUNTS = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 import bnnpp
 from bnnpp.data import uci
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "data")
 HAVE_UCI = (DATA_DIR / "uci" / "yacht" / "data.txt").is_file()
 
 

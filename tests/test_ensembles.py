@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 from test_advi import _three_weights  # a 3-weight NumPyro model
 
 import bnnpp
@@ -419,10 +420,8 @@ def _run_benchmark(script: str, results, *extra) -> dict:
 
 
 def _mnist_dir():
-    import os
-    import pathlib
 
-    data = pathlib.Path(os.environ.get("BNNPP_DATA_DIR") or pathlib.Path(__file__).resolve().parents[2] / "shared" / "data")
+    data = DATA_DIR
     if not (data / "mnist").is_dir() or not (data / "fashion_mnist").is_dir():
         pytest.skip(f"MNIST / Fashion-MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
     return data

@@ -4,17 +4,15 @@ at the state before (``bnnpp.inference.map_estimate.map_start``)."""
 
 from __future__ import annotations
 
-import os
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 import bnnpp
 from bnnpp import priors
 
-DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 HAVE_UCI = (DATA_DIR / "uci" / "energy" / "data.txt").is_file()
 
 

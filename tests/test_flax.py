@@ -31,6 +31,7 @@ from bnnpp.models import from_flax
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 from flax_bayesian import FlaxLeNet5, FlaxMLP, build_model, main  # noqa: E402
+from shared_data import DATA_DIR  # noqa: E402
 
 
 class LinenMLP(nn.Module):
@@ -349,7 +350,7 @@ def test_example_script_runs(tmp_path, capsys):
 
 
 def _data_dir() -> Path:
-    return Path(os.environ.get("BNNPP_DATA_DIR") or ROOT.parent / "shared" / "data")
+    return DATA_DIR
 
 
 RELOAD = """

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 from bnnpp import models, pruning
 from bnnpp.introspection import latent_sites
@@ -179,13 +180,12 @@ def test_table_markdown_layout():
 @pytest.mark.slow  # about 2 minutes on an idle 2-core CPU: six BBB/MAP fits on the 50,000 MNIST images
 def test_mnist_bbb_benchmark_quick(tmp_path):
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
+    data = DATA_DIR
     if not (data / "mnist").is_dir():
         pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
     proc = subprocess.run([sys.executable, str(root / "benchmarks" / "mnist_bbb.py"), "--quick", "--data-dir", str(data), "--out", str(tmp_path)],
@@ -203,13 +203,12 @@ def test_mnist_bbb_benchmark_quick(tmp_path):
 @pytest.mark.slow  # about 1 minute: three BBB fits on 2,560 MNIST images
 def test_mnist_bbb_variants_quick(tmp_path):
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
+    data = DATA_DIR
     if not (data / "mnist").is_dir():
         pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
     proc = subprocess.run(
@@ -290,13 +289,12 @@ def test_mnist_bbb_drift_records_every_epoch(tmp_path):
     """benchmarks/studies/mnist_bbb_drift.py with tiny arguments: one record per epoch with the per-layer
     statistics, the final predictive and pruning table, and the same with a separate ρ rate."""
     import json
-    import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    data = Path(os.environ.get("BNNPP_DATA_DIR") or root.parent / "shared" / "data")
+    data = DATA_DIR
     if not (data / "mnist").is_dir():
         pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
     script = str(root / "benchmarks" / "studies" / "mnist_bbb_drift.py")

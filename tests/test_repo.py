@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -150,9 +151,8 @@ def test_priors_grid_benchmark_quick(tmp_path):
 
 @pytest.mark.slow
 def test_ood_lenet_benchmark_quick(tmp_path):
-    import os
 
-    data = pathlib.Path(os.environ.get("BNNPP_DATA_DIR") or ROOT.parent / "shared" / "data")
+    data = DATA_DIR
     if not (data / "mnist").is_dir():
         pytest.skip(f"MNIST IDX files not found in {data} (set BNNPP_DATA_DIR)")
     result = _run_quick("ood_lenet", tmp_path)
@@ -176,9 +176,8 @@ def test_probes_benchmark_quick(tmp_path):
 
 @pytest.mark.slow
 def test_uci_benchmark_quick(tmp_path):
-    import os
 
-    data = pathlib.Path(os.environ.get("BNNPP_DATA_DIR") or ROOT.parent / "shared" / "data")
+    data = DATA_DIR
     if not (data / "uci" / "yacht").is_dir():
         pytest.skip(f"UCI sets not found in {data}/uci (set BNNPP_DATA_DIR)")
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "uci.py"), "--quick", "--data-dir", str(data),

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import DATA_DIR
 
 import bnnpp
 from bnnpp.inference.sharding import parse_mesh
 
 REPO = Path(__file__).resolve().parents[1]
 ATOL = 1e-4  # float32 reassociation of the all-reduced sums (module docstring)
-DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "data")
 
 
 def _env(devices: int, **extra) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
 from pathlib import Path
 
 import jax
@@ -15,6 +14,7 @@ import numpy as np
 import numpyro
 import numpyro.distributions as dist
 import pytest
+from shared_data import DATA_DIR
 
 import bnnpp
 from bnnpp import metrics, pruning
@@ -24,7 +24,6 @@ from bnnpp.inference.vd import VariationalDropout, kl_log_uniform, kl_weight
 from bnnpp.posterior.arviz_compat import group_names
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = Path(os.environ.get("BNNPP_DATA_DIR") or REPO.parent / "shared" / "data")
 
 
 def test_kl_approximation_matches_monte_carlo():
