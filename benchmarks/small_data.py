@@ -88,10 +88,24 @@ def problem(name: str, seed: int = 0) -> dict:
         (x, y), (xt, yt) = draw(100), draw(1000)
         model = bnnpp.models.mlp((20, 20), activation="tanh", likelihood="gaussian", noise=None, prior=priors.normal(1.0))
         return {"x": x, "y": y, "x_test": xt, "y_test": yt, "inside": [[50.0, 1960.0]], "outside": [[150.0, 2080.0]], "model": model}
-    raise SystemExit(f"unknown problem {name!r}; choose from sinusoid, blog, cubic, trend2d")
+    if name == "bump":  # held out: added after the defaults were chosen, to judge them on data they were not tuned on
+        x, xt = rng.uniform(0, 10, 60), rng.uniform(0, 10, 1000)
+        f = lambda v: (200 + 50 * np.exp(-0.5 * (v - 5) ** 2) + 5 * rng.normal(size=v.shape)).astype(np.float32)
+        model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=hierarchical)
+        return {"x": x[:, None].astype(np.float32), "y": f(x), "x_test": xt[:, None].astype(np.float32), "y_test": f(xt),
+                "inside": [[5.0]], "outside": [[15.0]], "model": model}
+    if name == "kink":  # held out, as "bump": two ReLU layers under the hierarchical prior
+        x, xt = rng.uniform(-3, 3, 40), rng.uniform(-3, 3, 1000)
+        f = lambda v: (3 * np.abs(v) - 2 + 0.5 * rng.normal(size=v.shape)).astype(np.float32)
+        model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=None, prior=hierarchical)
+        return {"x": x[:, None].astype(np.float32), "y": f(x), "x_test": xt[:, None].astype(np.float32), "y_test": f(xt),
+                "inside": [[0.0]], "outside": [[6.0]], "model": model}
+    raise SystemExit(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS + HELD_OUT)}")
 
 
 PROBLEMS = ("sinusoid", "blog", "cubic", "trend2d")
+HELD_OUT = ("bump", "kink")
+"""Problems added after the defaults were chosen (run with ``--problems``; not in the default set)."""
 
 
 def evaluate(post, p: dict) -> dict:
@@ -226,8 +240,8 @@ def main(argv=None) -> None:
     problems = ["sinusoid"] if args.quick else [t for t in args.problems.split(",") if t]
     methods = list(QUICK_METHODS) if args.quick else [t for t in args.methods.split(",") if t]
     for name in problems:
-        if name not in PROBLEMS:
-            raise SystemExit(f"--problems: unknown {name!r}; choose from {', '.join(PROBLEMS)}")
+        if name not in PROBLEMS + HELD_OUT:
+            raise SystemExit(f"--problems: unknown {name!r}; choose from {', '.join(PROBLEMS + HELD_OUT)}")
     import bnnpp.inference
 
     unknown = [m for m in methods if m not in bnnpp.inference.registered() or m == "nuts"]
