@@ -57,7 +57,7 @@ def _variants(one, loss_of=None):
                 b = (jnp.broadcast_to(b[0], (MEMBERS, *b[0].shape)), b[1])
             new, info = jax.vmap(step, in_axes=(None, 0, (rows_axis, None)))(k, st, b)
             return new, MAPInfo(info.loss)
-        return one._replace(init=init, step=run, num_chains=MEMBERS)
+        return one._replace(init=init, step=run, run=one.run._replace(num_chains=MEMBERS))
 
     def loop(k, st, b):
         new, info = jax.lax.map(lambda s: one.step(k, s, b), st)
@@ -67,7 +67,7 @@ def _variants(one, loss_of=None):
         "map": one,
         "vmap, rows shared": vm(one.step),
         "vmap, rows copied": vm(one.step, 0),
-        "lax.map over members": one._replace(init=init, step=loop, num_chains=MEMBERS),
+        "lax.map over members": one._replace(init=init, step=loop, run=one.run._replace(num_chains=MEMBERS)),
     }
     if loss_of is not None:  # the parts of one step: the loss only, its gradient (an SGD update), Adam with a fixed gradient
         adam = optax.adam(1e-2)
@@ -114,7 +114,9 @@ def step_times(model, x, y, options: dict, steps: int, repeats: int, parts: bool
     from bnnpp.inference import map_estimate
     from bnnpp.inference.joint import joint_terms
 
-    opts = map_estimate.MAPOptions(**options)
+    # the joint MAP: the step structures are compared, and the evidence's periodic hook (map's default under a
+    # hierarchical prior) works on one member's state, not on the variants' stacked ones
+    opts = map_estimate.MAPOptions(**{"hyperparameters": "map", **options})
     one = map_estimate.build(model, x, y, opts)
     n, batch = x.shape[0], opts.batch_size or x.shape[0]
 

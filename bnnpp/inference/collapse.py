@@ -71,8 +71,9 @@ MAX_NEIGHBOUR_ROWS = 1000
 SMALL_DATA_ROWS = 200
 """Issue 35's small data (20–200 training rows): a fit on at most this many rows under a
 hierarchical prior by a method that does not suit the case says so after the fit (``swag`` and
-``multiswag``: no within-member spread; ``bbb``: the predictive sd grows too little away from
-the data; ``benchmarks/README.md``, small regression data)."""
+``multiswag``, also on regression data under any prior: no within-member spread; ``bbb``: the
+predictive sd grows too little away from the data; ``benchmarks/README.md``, small regression
+data)."""
 
 
 OVERFIT_RATIO = 0.5
