@@ -278,7 +278,7 @@ def overconfidence_message(posterior) -> str | None:
 def mean_field_small_data_note(method: str, n: int) -> str:
     """The one line a mean-field method (bbb, advi's ``guide="normal"``) prints after a
     regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical Normal prior:
-    its predictive sd grows too little away from the data there (1.3–2.0× against NUTS's 7–10×
+    its predictive sd grows too little away from the data there (1.1–1.2× against NUTS's 7–10×
     on the 32-point sinusoid; benchmarks/README.md, small regression data), so it is not suited
     to the case, and the line names the methods that are."""
     return (

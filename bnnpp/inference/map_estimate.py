@@ -227,14 +227,17 @@ def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperp
     as :class:`MAPOptions`' (``"evidence"``: the prior scales and noise by the evidence).
 
     Returns ``start(key, data) -> {site: unconstrained value}``, the MAP position."""
-    # uniform, as measured for advi/bbb (a Glorot start cut the sinusoid's sd growth: benchmarks/README.md)
-    options = MAPOptions(num_steps=num_steps, batch_size=batch_size, hyperparameters=hyperparameters, init_loc="uniform")
+    # map's own start ("auto": U(±2/sqrt(fan_in)) for hierarchical layers, Glorot for fixed-scale ones). The wide U(±2)
+    # start used before gave the sinusoid's advi/bbb a little more sd growth (1.6-2.0x against 1.1-1.2x, both far
+    # below NUTS's 7-10x and warned), but on UCI energy's heteroscedastic net it stalled in 5 of 8 seeds at a
+    # train RMSE of 4-23 target sds (benchmarks/README.md, "map_start's start"); this start fitted all 8
+    options = MAPOptions(num_steps=num_steps, batch_size=batch_size, hyperparameters=hyperparameters, init_loc="auto")
     one = build(model, x, y, options)
     n = x.shape[0]
 
-    # the fallback start: map's own default (Glorot-scale layers), taken when the uniform start's run goes
-    # non-finite (a heteroscedastic net on UCI energy from U(±2): its log-scale output overflowed)
-    fallback = build(model, x, y, replace(options, init_loc=DEFAULTS["init_loc"]))
+    # the fallback start, taken when the run goes non-finite (a heteroscedastic net on UCI energy from U(±2): its
+    # log-scale output overflowed): Glorot-scale layers everywhere, a fresh draw
+    fallback = build(model, x, y, replace(options, init_loc="glorot"))
 
     def start(key, data):
         xd, yd = data
