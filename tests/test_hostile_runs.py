@@ -270,8 +270,12 @@ def test_ctrl_c_during_the_imports_is_one_line_and_status_130(tmp_path, delay):
     time.sleep(delay)  # Python, numpy or JAX is still loading
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
+    if "<frozen site>" in err:  # a slow start-up: the signal landed in Python's own site set-up, before any bnnpp code
+        pytest.skip("SIGINT arrived during the interpreter's start-up (site), which no program can handle")
     assert proc.returncode == 130, err
-    assert err.strip() in ("bnnpp: interrupted", "bnnpp fit: interrupted"), err
+    # on a fast machine the later delays land after the imports, before the fit wrote anything: its own one line
+    assert err.strip() in ("bnnpp: interrupted", "bnnpp fit: interrupted", "bnnpp fit: SIGINT: stopped at once; nothing was written"), err
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow  # ~14 s on a loaded 2-core machine: compiles a small MAP fit before the checkpoint is read
