@@ -277,8 +277,11 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     members, n = int(options.members), int(x.shape[0])
     # small data: a hierarchical prior (any task), or regression under any prior: on benchmarks/small_data.py's
     # fixed-prior problems multiswag's sd grew 0.87-1.9x against NUTS's 5-7x (benchmarks/README.md, small data)
-    hierarchical = hierarchical_normal(find_layers(model, x[:1], y[:1]))
-    small = n <= SMALL_DATA_ROWS and (hierarchical or getattr(model, "task", None) == "regression")
+    small = None  # the case named by the small-data line, if any
+    if n <= SMALL_DATA_ROWS and hierarchical_normal(find_layers(model, x[:1], y[:1])):
+        small = "small data under a hierarchical prior"
+    elif n <= SMALL_DATA_ROWS and getattr(model, "task", None) == "regression":
+        small = "small regression data"
     batch = options.batch_size or n
     num_batches = n // batch
     period = num_batches * options.collect_every  # steps between collections
@@ -386,21 +389,20 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
             num_chains=members,
         ),
         Hooks(
-            extras=lambda state: _extras(state, members, options, n, small, hierarchical),
+            extras=lambda state: _extras(state, members, options, n, small),
             postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
         ),
     )
 
 
-def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small: bool = False, hierarchical: bool = False) -> dict:
+def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small: str | None = None) -> dict:
     """Host facts of a finished fit; warns when a member's SWAG phase left its mode, and (``small``)
-    that the method does not suit small data (:data:`SMALL_DATA_ROWS`; under a hierarchical prior,
-    or regression under any prior)."""
+    that the method does not suit the small-data case it names (:data:`SMALL_DATA_ROWS`; under a
+    hierarchical prior, or regression under any prior)."""
     if small:
         name = "swag" if members == 1 else "multiswag"
-        case = "small data under a hierarchical prior" if hierarchical else "small regression data"
         warnings.warn(
-            f"{name} is not suited to {case} ({n} rows, at most {SMALL_DATA_ROWS}): its SGD "
+            f"{name} is not suited to {small} ({n} rows, at most {SMALL_DATA_ROWS}): its SGD "
             "phase gives each member almost no spread on so few rows; fit method='ensemble' or method='nuts' instead",
             UserWarning,
             stacklevel=2,
