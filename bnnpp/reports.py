@@ -120,6 +120,9 @@ def reference_markdown(results: CompareResult | dict) -> list[str]:
         ),
         "",
     ]
+    if ref.get("cache_file"):
+        how = "loaded from the cache" if ref.get("from_cache") else "fitted and cached"
+        lines += [f"The reference was {how}: `{ref['cache_file']}` (delete the file to refit it).", ""]
     if results.task == "regression":
         lines += ["| method | W2 to reference | sd ratio | epistemic sd ratio |", "|---|---|---|---|"]
         for m, r in results.methods.items():

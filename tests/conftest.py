@@ -22,6 +22,13 @@ jax.monitoring.register_event_duration_secs_listener(
 )
 
 
+@pytest.fixture(autouse=True)
+def _reference_cache(tmp_path_factory, monkeypatch):
+    """``bnnpp compare --reference`` caches its reference fit under ``$BNNPP_CACHE_DIR``: the
+    tests' go to a temporary folder, never to the user's ``~/.cache``."""
+    monkeypatch.setenv("BNNPP_CACHE_DIR", str(tmp_path_factory.mktemp("bnnpp_cache")))
+
+
 @pytest.fixture
 def compile_counter():
     """Number of XLA backend compilations so far (call it before and after)."""

@@ -94,9 +94,16 @@ def add_parser(sub) -> None:
         "--reference",
         default=None,
         metavar="METHOD",
-        help="fit METHOD (normally nuts) with long chains (4 × 1000 + 1000; R-hat checked) and report each "
-        "method's predictive agreement with it",
+        help="fit METHOD (normally nuts) with long chains (4 × (1000 + 3000); R-hat checked; cached, see "
+        "--reference-cache) and report each method's predictive agreement with it",
     )
+    p.add_argument(
+        "--reference-cache",
+        default=None,
+        metavar="DIR",
+        help="folder where the reference fit is cached and found again (default: $BNNPP_CACHE_DIR/references or ~/.cache/bnnpp/references)",
+    )
+    p.add_argument("--no-reference-cache", action="store_true", help="always fit the reference; cache nothing")
     p.add_argument(
         "--set-reference",
         dest="reference_sets",
@@ -156,6 +163,12 @@ def _build(args):
         check_methods([args.reference])
     elif args.reference_sets:
         raise ValueError("--set-reference needs --reference METHOD (e.g. --reference nuts)")
+    elif args.reference_cache is not None or args.no_reference_cache:
+        raise ValueError("--reference-cache/--no-reference-cache need --reference METHOD (e.g. --reference nuts)")
+    if args.reference_cache is not None and args.no_reference_cache:
+        raise ValueError("give --reference-cache DIR or --no-reference-cache, not both")
+    if args.reference_cache is not None and os.path.exists(args.reference_cache) and not os.path.isdir(args.reference_cache):
+        raise ValueError(f"--reference-cache {args.reference_cache} is a file: give a folder path")
     options: dict[str, dict] = {}
     for method, option, value in args.sets:
         if method not in methods:
@@ -198,6 +211,7 @@ def run(args) -> int:
         progress=not args.quiet,
         reference=args.reference,
         reference_options=reference_options,
+        reference_cache=False if args.no_reference_cache else (args.reference_cache or True),
     )
     results = CompareResult.from_json(results)
     results.model = model.spec()
