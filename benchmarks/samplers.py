@@ -4,7 +4,10 @@ predictive agreement with a NUTS reference.
 Problems: ``moons`` (``mlp((5, 5), activation="tanh", num_classes=2,
 prior=normal(inverse_gamma(1, 1)))``, the synthetic moons set, seed 0) and ``sinusoid`` (the
 32-point sinusoid of ``hierarchical_vi.py``: ``mlp((50,), tanh)``, Gaussian likelihood with a
-learned noise, the same hierarchical prior, hand-standardised data).
+learned noise, the same hierarchical prior, hand-standardised data) and ``yacht`` (UCI yacht
+hydrodynamics, standard split 0: 277 training rows, 6 features; ``mlp((50,), relu)``, Gaussian
+likelihood with a learned noise, ``normal(half_normal(1))`` per layer — ``uci.py``'s hierarchical
+model; data from ``$BNNPP_DATA_DIR`` or ``../shared/data``).
 
 For every method the fit runs once; then, for growing prefixes of k draws per chain, the
 convergence summary (:func:`bnnpp.diagnostics.summary`: rank-normalised split R-hat and
@@ -48,6 +51,7 @@ RHAT, ESS = 1.01, 400.0
 OPTIONS = {  # per problem: method → options (NUTS at its defaults on moons: the issue's timing)
     "moons": {"nuts": {}, "chees": {}, "mclmc": {}},
     "sinusoid": {"nuts": {"num_warmup": 500, "num_samples": 500}, "chees": {}, "mclmc": {}},
+    "yacht": {"nuts": {}, "chees": {}, "mclmc": {}},
 }
 QUICK = {"nuts": {"num_chains": 2, "num_warmup": 100, "num_samples": 100},
          "chees": {"num_chains": 4, "num_warmup": 100, "num_samples": 100},
@@ -63,6 +67,14 @@ def problem(name: str):
         data = bnnpp.data.load_synthetic("moons", seed=0)
         model = bnnpp.models.mlp((5, 5), activation="tanh", num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))
         return model, (data.x_train, data.y_train), data.x_test, data.y_test, None
+    if name == "yacht":
+        from _common import default_data_dir
+
+        data = bnnpp.data.uci("yacht", split=0, data_dir=default_data_dir())
+        model = bnnpp.models.mlp((50,), activation="relu", likelihood="gaussian", noise=None, prior=priors.normal(priors.half_normal(1.0)))
+        return model, (data.x_train, data.y_train), data.x_test, data.y_test, (float(data.y_shift), float(data.y_scale))
+    if name != "sinusoid":
+        raise ValueError(f"unknown problem {name!r}: choose from moons, sinusoid, yacht")
     from hierarchical_vi import model, sinusoid
 
     x, y, xt, yt = sinusoid(0)
