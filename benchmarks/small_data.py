@@ -57,6 +57,12 @@ def _sinusoid(x, rng):
     return (10 * np.sin(2 * np.pi * x) + rng.normal(size=x.shape)).astype(np.float32)
 
 
+def _one_d(x, y, xt, yt, inside: float, outside: float, model) -> dict:
+    """A 1-D problem's dict: inputs as (n, 1) float32 columns, the inside/outside points."""
+    col = lambda v: np.asarray(v)[:, None].astype(np.float32)
+    return {"x": col(x), "y": y, "x_test": col(xt), "y_test": yt, "inside": [[inside]], "outside": [[outside]], "model": model}
+
+
 def problem(name: str, seed: int = 0) -> dict:
     """Training and test data, inside/outside points and the model of problem ``name``."""
     import bnnpp
@@ -72,14 +78,12 @@ def problem(name: str, seed: int = 0) -> dict:
         else:
             model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=1.0,
                                      prior=priors.scale_mixture(pi=0.2, sigma1=1.0, sigma2=0.1))
-        return {"x": x[:, None].astype(np.float32), "y": _sinusoid(x, rng), "x_test": xt[:, None].astype(np.float32),
-                "y_test": _sinusoid(xt, rng), "inside": [[0.0]], "outside": [[0.9]], "model": model}
+        return _one_d(x, _sinusoid(x, rng), xt, _sinusoid(xt, rng), 0.0, 0.9, model)
     if name == "cubic":
         x, xt = rng.uniform(-4, 4, 20), rng.uniform(-4, 4, 1000)
         f = lambda v: (v**3 + 3 * rng.normal(size=v.shape)).astype(np.float32)
         model = bnnpp.models.mlp((50,), activation="relu", likelihood="gaussian", noise=None, prior=hierarchical)
-        return {"x": x[:, None].astype(np.float32), "y": f(x), "x_test": xt[:, None].astype(np.float32), "y_test": f(xt),
-                "inside": [[0.0]], "outside": [[6.0]], "model": model}
+        return _one_d(x, f(x), xt, f(xt), 0.0, 6.0, model)
     if name == "trend2d":
         def draw(n):
             v = np.stack([rng.uniform(0, 100, n), rng.uniform(1900, 2020, n)], axis=1)
@@ -92,14 +96,12 @@ def problem(name: str, seed: int = 0) -> dict:
         x, xt = rng.uniform(0, 10, 60), rng.uniform(0, 10, 1000)
         f = lambda v: (200 + 50 * np.exp(-0.5 * (v - 5) ** 2) + 5 * rng.normal(size=v.shape)).astype(np.float32)
         model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=hierarchical)
-        return {"x": x[:, None].astype(np.float32), "y": f(x), "x_test": xt[:, None].astype(np.float32), "y_test": f(xt),
-                "inside": [[5.0]], "outside": [[15.0]], "model": model}
+        return _one_d(x, f(x), xt, f(xt), 5.0, 15.0, model)
     if name == "kink":  # held out, as "bump": two ReLU layers under the hierarchical prior
         x, xt = rng.uniform(-3, 3, 40), rng.uniform(-3, 3, 1000)
         f = lambda v: (3 * np.abs(v) - 2 + 0.5 * rng.normal(size=v.shape)).astype(np.float32)
         model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=None, prior=hierarchical)
-        return {"x": x[:, None].astype(np.float32), "y": f(x), "x_test": xt[:, None].astype(np.float32), "y_test": f(xt),
-                "inside": [[0.0]], "outside": [[6.0]], "model": model}
+        return _one_d(x, f(x), xt, f(xt), 0.0, 6.0, model)
     raise SystemExit(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS + HELD_OUT)}")
 
 

@@ -1,5 +1,6 @@
-"""Compare a uci.py result file split by split with results/uci_20splits_small_hetero_advi.json (advi, 2026-11-25):
-# python benchmarks/studies/uci_compare_splits.py RESULT.json   (prints a markdown table)"""
+"""Compare a uci.py result file split by split with an earlier one, on the splits both have:
+# python benchmarks/studies/uci_compare_splits.py RESULT.json [REFERENCE.json [METHOD]]   (prints a markdown table)
+# REFERENCE defaults to results/uci_20splits_small_hetero_advi.json (advi, 2026-11-25); METHOD to the new file's."""
 
 import json
 import os
@@ -7,15 +8,16 @@ import sys
 
 import numpy as np
 
-old = {
-    r["set"]: r
-    for r in json.load(
-        open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "results", "uci_20splits_small_hetero_advi.json"))
-    )["rows"]
-}
-new = {r["set"]: r for r in json.load(open(sys.argv[1]))["rows"]}
+here = os.path.dirname(os.path.abspath(__file__))
+reference = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "..", "results", "uci_20splits_small_hetero_advi.json")
+new_rows = json.load(open(sys.argv[1]))["rows"]
+method = sys.argv[3] if len(sys.argv) > 3 else new_rows[0]["method"]
+before = json.load(open(reference))
+old = {r["set"]: r for r in before["rows"] if r["method"] == method}
+new = {r["set"]: r for r in new_rows if r["method"] == method}
+print(f"{method}: {os.path.basename(sys.argv[1])} against {os.path.basename(reference)}\n")
 print(
-    "| set | splits | before (2026-11-25): test LL, first 8 splits | now | Δ (now − before) ± se | RMSE before → now | hierarchical models chosen, before → now |"
+    f"| set | splits | before ({before.get('date')}): test LL, same splits | now | Δ (now − before) ± se | RMSE before → now | hierarchical models chosen, before → now |"
 )
 print("|---|---|---|---|---|---|---|")
 for s, r in new.items():
