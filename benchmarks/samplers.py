@@ -28,7 +28,8 @@ units. Each row records the load average (1 min) before and after its fit.
         --runs '[["nuts-long", "nuts", {"num_samples": 4000}], ["nuts-nc", "nuts", {"noncentered": true}]]'
 
 ``--runs`` replaces ``--methods``: a JSON list of ``[label, method, options]`` (several
-configurations of one method side by side; the label names the row).
+configurations of one method side by side; the label names the row). An option
+``"chain_threads": k`` sets ``BNNPP_CHAIN_THREADS`` for that fit (1: NUTS's chains in one program).
 
 Results: ``results/samplers.json`` and ``results/samplers.md`` (rewritten after every fit,
 so an interrupted run keeps what finished).
@@ -122,9 +123,18 @@ def run(name: str, method: str, options: dict, seed: int, label: str | None = No
     from bnnpp import metrics
 
     model, data, xt, yt, unit = problem(name)
+    options = dict(options)
+    threads = options.pop("chain_threads", None)  # BNNPP_CHAIN_THREADS for this fit (bnnpp.inference.chain_threads)
+    before = os.environ.get("BNNPP_CHAIN_THREADS")
+    if threads is not None:
+        os.environ["BNNPP_CHAIN_THREADS"] = str(threads)
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    post = bnnpp.fit(model, data, method=method, seed=seed, progress=False, **options)
+    try:
+        post = bnnpp.fit(model, data, method=method, seed=seed, progress=False, **options)
+    finally:
+        if threads is not None:
+            os.environ.pop("BNNPP_CHAIN_THREADS") if before is None else os.environ.__setitem__("BNNPP_CHAIN_THREADS", before)
     wall = time.perf_counter() - t0
     row = {"problem": name, "label": label or method, "method": method, "load_before": load_before, "load_after": os.getloadavg()[0], "options": {k: v for k, v in post.stats.options.items() if isinstance(v, (bool, int, float, str, type(None)))},
            "wall_seconds": wall, "compile_seconds": post.stats.compile_seconds, "run_seconds": post.stats.run_seconds,
@@ -132,7 +142,8 @@ def run(name: str, method: str, options: dict, seed: int, label: str | None = No
            "step_size": float(np.mean(post.stats.sample_stats["step_size"])),
            "draws_per_second": post.num_chains * post.num_draws / post.stats.run_seconds,  # kept draws over the sampling time (warm-up included, compile not)
            "device": jax.default_backend(),
-           "mean_n_steps": float(np.mean(post.stats.sample_stats["n_steps"]))}  # over every kept transition
+           "mean_n_steps": float(np.mean(post.stats.sample_stats["n_steps"])),
+           "chain_threads": post.stats.extras.get("chain_threads", 1)}  # over every kept transition
     if "tree_depth" in post.stats.sample_stats:
         depth = np.asarray(post.stats.sample_stats["tree_depth"])
         row["max_tree_depth"] = int(depth.max())
@@ -152,15 +163,15 @@ def run(name: str, method: str, options: dict, seed: int, label: str | None = No
 def markdown(result: dict) -> str:
     out = [f"# Many-chain samplers vs NUTS (benchmarks/samplers.py)\n\nMachine: {result['machine']}; load: {result['load']}\n",
            f"Command: `{result['command']}`\n",
-           "| problem | run | chains × draws | wall s (compile) | max R-hat | min ESS | draws to R-hat ≤ 1.01 & ESS ≥ 400 | est. s to target | ESS/s | draws/s | steps/transition | max tree depth | divergences | test NLL | agreement / TV vs ref. | W2 / sd ratio vs ref. | load before → after |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| problem | run | chains × draws | threads | wall s (compile) | max R-hat | min ESS | draws to R-hat ≤ 1.01 & ESS ≥ 400 | est. s to target | ESS/s | draws/s | steps/transition | max tree depth | divergences | test NLL | agreement / TV vs ref. | W2 / sd ratio vs ref. | load before → after |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     f = lambda v, p=3: "—" if v is None else (f"{v:.{p}f}" if isinstance(v, float) else str(v))
     for r in result["rows"]:
         ref = r.get("vs_reference") or {}
         cls = f"{f(ref.get('agreement'))} / {f(ref.get('total_variation'))}" if "agreement" in ref else "—"
         reg = f"{f(ref.get('w2'))} / {f(ref.get('sd_ratio'))}" if "w2" in ref else "—"
         load = f"{r['load_before']:.1f} → {r['load_after']:.1f}" if "load_before" in r else "—"
-        out.append(f"| {r['problem']} | {r.get('label', r['method'])} | {r['num_chains']} × {r['num_draws']} | {r['wall_seconds']:.0f} ({r['compile_seconds']:.0f}) | "
+        out.append(f"| {r['problem']} | {r.get('label', r['method'])} | {r['num_chains']} × {r['num_draws']} | {r.get('chain_threads', '—')} | {r['wall_seconds']:.0f} ({r['compile_seconds']:.0f}) | "
                    f"{f(r['max_r_hat'])} | {f(r['min_ess_bulk'], 0)} | {f(r['draws_to_target'])} | {f(r['seconds_to_target'], 0)} | "
                    f"{f(r['ess_per_second'], 2)} | {f(r.get('draws_per_second'), 1)} | {f(r['mean_n_steps'], 1)} | {f(r.get('max_tree_depth'))} | {f(r['divergences'])} | {f(r['test_nll'])} | {cls} | {reg} | {load} |")
     out.append(f"\nReference for the agreement columns: {result.get('reference', 'nuts')}.")

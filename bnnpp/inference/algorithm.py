@@ -100,6 +100,9 @@ class RunSpec(NamedTuple):
         kept_stats: ``kept_stats(steps) -> {name: (draws,)}``, per-draw statistics computed on
             the host from the indices of the kept steps (e.g. a schedule's step size in
             float64), added to the emitted ones for every chain.
+        independent_chains: the chains never meet (no shared adaptation, each carries its own
+            random key in the state): on a multi-core CPU the runner may then run them in
+            groups, one thread each (:mod:`bnnpp.inference.chain_threads`).
     """
 
     num_steps: int
@@ -110,6 +113,7 @@ class RunSpec(NamedTuple):
     emit: Callable[[jax.Array, ArrayTree], tuple[dict, dict]] | None = None
     emit_steps: np.ndarray | None = None
     kept_stats: Callable[[np.ndarray], dict] | None = None
+    independent_chains: bool = False
 
 
 class Hooks(NamedTuple):

@@ -12,7 +12,9 @@ compiled chunks, the progress bar, checkpoints and resume, the NaN guard, the de
 the vmapped sweep.
 
 Chains: ``chain_method="vectorized"`` (default) steps all chains together (``vmap``: each
-iteration lasts as long as the chain with the deepest tree); ``"sequential"`` steps them one
+iteration lasts as long as the chain with the deepest tree); on a CPU with several cores the
+runner splits them into groups, one thread and core each, with the same draws
+(:mod:`bnnpp.inference.chain_threads`: the 4 moons chains on 2 cores take about half the time); ``"sequential"`` steps them one
 after another inside each iteration (``lax.map``); ``"parallel"`` splits the chain axis over
 one device per chain (the runner's ``members`` mesh axis), which needs
 ``num_chains ≤ jax.device_count()`` — on a CPU set
@@ -347,7 +349,17 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
         init,
         step,
         lambda key, state, num: jax.vmap(values)(state.z),
-        RunSpec(num_steps=warmup + draws, name="nuts", num_chains=chains, emit=emit, emit_steps=np.arange(warmup, warmup + draws)),
+        RunSpec(
+            num_steps=warmup + draws,
+            name="nuts",
+            num_chains=chains,
+            emit=emit,
+            emit_steps=np.arange(warmup, warmup + draws),
+            # not with a dense mass matrix: its adaptation's batched LAPACK calls (Cholesky) from two
+            # programs at once would share XLA's CPU thread pool, where batched LAPACK calls have
+            # waited on each other for ever (benchmarks/README.md, the Pathfinder hang)
+            independent_chains=options.chain_method == "vectorized" and not options.dense_mass,
+        ),
         Hooks(finalize=functools.partial(_finalize, float(options.target_accept_prob), n_params)),
     )
 

@@ -44,6 +44,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -51,7 +52,7 @@ import jax
 import numpy as np
 from tqdm.auto import tqdm
 
-from bnnpp.inference import sharding
+from bnnpp.inference import chain_threads, sharding
 from bnnpp.inference.algorithm import Algorithm, default_keys
 from bnnpp.inference.checkpoints import (
     Checkpointer,
@@ -241,6 +242,13 @@ def run(
     fit, programs, val_args = _compile(fit, model, validation_data)
     compile_seconds = time.perf_counter() - t0
     rs0, start_unit, pieces, val_log, checkpointer = _start(fit, programs, model, x, y, seed, options, checkpoint, resume)
+    chunk_shape = fit.rs_shape if fit.groups == 1 else chain_threads.group_shape(fit.rs_shape, fit.groups)
+    pool = ThreadPoolExecutor(fit.groups) if fit.groups > 1 else None
+    chunk = programs["chunk"] if pool is None else chain_threads.threaded(programs["chunk"], fit.groups, pool)
+
+    def recover():  # the chunk with the per-step guard, compiled only when a chunk fails
+        careful = _lower_chunk(fit.plan, chunk_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile()
+        return careful if pool is None else chain_threads.threaded(careful, fit.groups, pool)
 
     def after_chunk(rs) -> dict:
         err = float(programs["val"](rs.state, *val_args))
@@ -249,27 +257,33 @@ def run(
 
     plan, ends = fit.plan, fit.plan.ends
     t0 = time.perf_counter()
-    rs, unit_rows, units_run, bad_unit, recompile = _drive(
-        programs["chunk"],
-        lambda: _lower_chunk(plan, fit.rs_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile(),
-        rs0,
-        fit.data,
-        fit.num_units,
-        fit.chunk_size,
-        progress=fit.progress,
-        desc=algorithm.run.name or method,
-        postfix=algorithm.hooks.postfix or _mean_loss,
-        after_chunk=after_chunk if validation_data is not None else None,
-        total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0),
-        start_unit=start_unit,
-        pieces=pieces,
-        checkpointer=checkpointer,
-        val_log=val_log,
-    )
+    try:
+        rs, unit_rows, units_run, bad_unit, recompile = _drive(
+            chunk,
+            recover,
+            rs0,
+            fit.data,
+            fit.num_units,
+            fit.chunk_size,
+            progress=fit.progress,
+            desc=algorithm.run.name or method,
+            postfix=algorithm.hooks.postfix or _mean_loss,
+            after_chunk=after_chunk if validation_data is not None else None,
+            total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0),
+            start_unit=start_unit,
+            pieces=pieces,
+            checkpointer=checkpointer,
+            val_log=val_log,
+        )
+    finally:
+        if pool is not None:
+            pool.shutdown()
     compile_seconds += recompile
     run_seconds = time.perf_counter() - t0 - recompile
     t0 = time.perf_counter()
     outcome, steps_run, stopped_at = _collect(fit, programs, rs, unit_rows, units_run, bad_unit)
+    if fit.groups > 1:
+        outcome.extras["chain_threads"] = fit.groups
     if fit.place.placed:
         outcome.extras["placement"] = _placement_facts(fit, rs, x, compile_seconds, run_seconds / max(steps_run, 1))
     if validation_data is not None:
@@ -308,6 +322,7 @@ class _Fit(NamedTuple):
     method: str
     rs_shape: Any = None
     shardings: Any = None
+    groups: int = 1  # chain groups run in threads (chain_threads), 1: one program for all chains
 
 
 def _plan_fit(algorithm, x, y, method, seed, chunk_size, devices, mesh, share, checkpoint, progress, validation_data) -> _Fit:
@@ -344,7 +359,9 @@ def _compile(fit: _Fit, model, validation_data):
     layouts = place.layouts(rs_shape, plan.local is not None)
     shardings = None if layouts is None else (RunState(*layouts[0]), *layouts[1:])
     lower = partial(place.lower, shardings)
-    lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, rs_shape, fit.chunk_size, fit.data, "loss", shardings)}
+    groups = chain_threads.chain_groups(algorithm, place.placed, rs_shape)
+    chunk_shape = rs_shape if groups == 1 else chain_threads.group_shape(rs_shape, groups)
+    lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, chunk_shape, fit.chunk_size, fit.data, "loss", shardings)}
     approximate = algorithm.hooks.approximation or (lambda state: None)
     if algorithm.run.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
         draw = algorithm.sample if algorithm.hooks.finalize is None else (lambda k, s, num: {})
@@ -358,7 +375,7 @@ def _compile(fit: _Fit, model, validation_data):
         val_args = tuple(place.put(a) for a in validation_batches(*validation_data))
         score = validation_error(model, int(validation_data[0].shape[0]))
         lowered["val"] = lower(lambda s, *a: score(algorithm.hooks.point(s), *a), 0, rs_shape.state, *val_args)
-    return fit._replace(rs_shape=rs_shape, shardings=shardings), compile_all(lowered), val_args
+    return fit._replace(rs_shape=rs_shape, shardings=shardings, groups=groups), compile_all(lowered), val_args
 
 
 def _start(fit: _Fit, programs, model, x, y, seed, options, checkpoint, resume):

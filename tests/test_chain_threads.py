@@ -1,0 +1,91 @@
+"""NUTS's chains in groups, one thread each, on a multi-core CPU (``bnnpp.inference.chain_threads``):
+when the runner groups, the joined fit is right (a conjugate posterior), and the knob's errors."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import numpyro
+import numpyro.distributions as dist
+import pytest
+
+import bnnpp
+from bnnpp.inference import chain_threads
+from bnnpp.inference.algorithm import RunSpec
+
+
+class _Alg:
+    def __init__(self, **run):
+        self.run = RunSpec(num_steps=10, **run)
+
+
+class _RS:
+    def __init__(self, chains):
+        self.state = {"z": jax.ShapeDtypeStruct((chains, 3), jnp.float32), "k": jax.ShapeDtypeStruct((chains, 2), jnp.uint32)}
+
+
+emit = lambda key, state: ({}, {})  # noqa: E731
+
+
+@pytest.mark.parametrize(
+    ("threads", "chains", "run", "placed", "expected"),
+    [
+        ("2", 4, {"independent_chains": True, "emit": emit}, False, 2),
+        ("3", 4, {"independent_chains": True, "emit": emit}, False, 2),  # the largest divisor of 4 up to 3
+        ("8", 4, {"independent_chains": True, "emit": emit}, False, 4),
+        ("2", 3, {"independent_chains": True, "emit": emit}, False, 1),  # 3 chains do not split in two
+        ("1", 4, {"independent_chains": True, "emit": emit}, False, 1),  # off
+        ("2", 4, {"emit": emit}, False, 1),  # chains that meet (mclmc's shared adaptation)
+        ("2", 4, {"independent_chains": True}, False, 1),  # not an emitting sampler
+        ("2", 4, {"independent_chains": True, "emit": emit}, True, 1),  # on a mesh the mesh places the chains
+    ],
+)
+def test_how_many_groups(monkeypatch, threads, chains, run, placed, expected):
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", threads)
+    assert chain_threads.chain_groups(_Alg(num_chains=chains, **run), placed, _RS(chains)) == expected
+
+
+def test_a_state_leaf_that_is_not_per_chain_is_not_split(monkeypatch):
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
+    rs = _RS(4)
+    rs.state["shared"] = jax.ShapeDtypeStruct((3,), jnp.float32)
+    assert chain_threads.chain_groups(_Alg(num_chains=4, independent_chains=True, emit=emit), False, rs) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_bad_thread_count_is_one_clear_error(monkeypatch, value):
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", value)
+    with pytest.raises(ValueError, match="BNNPP_CHAIN_THREADS must be a positive integer"):
+        chain_threads.chain_groups(_Alg(num_chains=4, independent_chains=True, emit=emit), False, _RS(4))
+
+
+def _normal_mean(x, y=None):
+    mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
+    with numpyro.plate("data", x.shape[0]):
+        numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
+
+
+def test_grouped_nuts_samples_the_conjugate_posterior(monkeypatch):
+    # y_i ~ N(mu, 1), mu ~ N(0, 1): the posterior is N(sum(y) / (n + 1), 1 / (n + 1)). 4 chains in
+    # 2 threads, 4 × 1,000 draws (ESS ~ 1,000-4,000): the mean's Monte-Carlo error is ~0.03 sd,
+    # so 0.2 sd is > 6 of them; the sd's relative error ~2-3%, so 10%.
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
+    rng = np.random.default_rng(0)
+    y = rng.normal(1.5, 1.0, 40).astype(np.float32)
+    x = np.zeros((40, 1), np.float32)
+    post = bnnpp.fit(_normal_mean, (x, y), method="nuts", seed=1, progress=False, num_chains=4, num_warmup=300, num_samples=1000)
+    assert post.stats.extras["chain_threads"] == 2
+    mu = np.asarray(post.samples["mu"])
+    assert mu.shape == (4, 1000) and post.stats.sample_stats["n_steps"].shape == (4, 1000)
+    mean, sd = y.sum() / 41, 1 / np.sqrt(41)
+    assert abs(mu.mean() - mean) < 0.2 * sd and mu.std() == pytest.approx(sd, rel=0.1)
+    assert len({float(m) for m in mu[:, 0]}) == 4  # four different chains, not one group twice
+
+
+def test_one_thread_runs_one_program(monkeypatch):
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "1")
+    x = np.zeros((10, 1), np.float32)
+    y = np.ones(10, np.float32)
+    post = bnnpp.fit(_normal_mean, (x, y), method="nuts", seed=0, progress=False, num_chains=2, num_warmup=20, num_samples=20)
+    assert "chain_threads" not in post.stats.extras
