@@ -89,3 +89,27 @@ def test_one_thread_runs_one_program(monkeypatch):
     y = np.ones(10, np.float32)
     post = bnnpp.fit(_normal_mean, (x, y), method="nuts", seed=0, progress=False, num_chains=2, num_warmup=20, num_samples=20)
     assert "chain_threads" not in post.stats.extras
+
+
+def test_threaded_joins_the_groups_states_flags_and_rows_in_chain_order():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from bnnpp.inference.chunks import RunState
+
+    def program(carry, start, data):  # one group's chunk of 3 units: chain i's value + 1, rows (unit, chain)
+        rs, stopped, bad = carry
+        z = rs.state["z"] + 1
+        first = int(z[0, 0])
+        broke = first == 11  # the second group (chains 2, 3 start at 10, 11) stops at unit start + 1
+        rows = ({"loss": jnp.tile(z[:, 0], (3, 1))}, {"draw": jnp.tile(z[None], (3, 1, 1))}, jnp.arange(3) + start)
+        return (rs._replace(state={"z": z}, t=rs.t + 3), jnp.bool_(broke), jnp.int32(start + 1 if broke else -1)), rows
+
+    state = {"z": jnp.asarray([[0.0], [1.0], [10.0], [11.0]])}
+    with ThreadPoolExecutor(2) as pool:
+        call = chain_threads.threaded(program, 2, pool)
+        (rs, stopped, bad), (info, emitted, unit) = call((RunState(state, jnp.int32(0), jnp.zeros((0,))), np.bool_(False), np.int32(-1)), 5, None)
+    np.testing.assert_array_equal(np.asarray(rs.state["z"])[:, 0], [1, 2, 11, 12])
+    assert int(rs.t) == 3 and bool(stopped) and int(bad) == 6
+    assert info["loss"].shape == (3, 4) and emitted["draw"].shape == (3, 4, 1)
+    np.testing.assert_array_equal(np.asarray(info["loss"])[0], [1, 2, 11, 12])
+    np.testing.assert_array_equal(np.asarray(unit), [5, 6, 7])

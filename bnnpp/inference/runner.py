@@ -11,6 +11,10 @@ It owns, once for all methods:
   shape (steps past the end are masked), so it compiles once. Independent members with an
   ``Algorithm.hooks.member_step`` (a deep ensemble on a CPU) are stepped in turn within a chunk,
   each member through all of its steps, instead of all members every step.
+* **independent chains in threads**: on a multi-core CPU, the chains of an algorithm whose
+  chains never meet (NUTS) run in groups, the chunk compiled for one group and called on each
+  from its own thread, the states and rows joined after every chunk
+  (:mod:`bnnpp.inference.chain_threads`): XLA runs one CPU program on about one core.
 * **minibatches on the device** and **an output channel** for samplers that emit their draws
   (:mod:`bnnpp.inference.chunks`).
 * **the NaN guard**: each step's ``info.loss`` is checked, and the whole state once per
