@@ -64,11 +64,15 @@ def reference_key(model, dataset, method: str, options: dict, seed: int) -> str 
     spec = getattr(model, "spec", None)
     if not callable(spec):
         return None
+    try:
+        described = spec()
+    except Exception:  # a model whose spec cannot be written (e.g. a wrapped module without one): not cached
+        return None
     from bnnpp import __version__
 
     what = {
         "format": KEY_FORMAT,
-        "model": spec(),
+        "model": described,
         "data": _data_hash(dataset),
         "method": method,
         "options": {k: options[k] for k in sorted(options)},

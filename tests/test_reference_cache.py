@@ -40,6 +40,12 @@ def test_the_key_follows_what_decides_the_draws(problem):
     }) == 6
     assert reference_key(lambda x, y=None: None, data, "nuts", SMALL, 0) is None  # a bare NumPyro function: not cached
 
+    class NoSpec:
+        def spec(self):
+            raise NotImplementedError
+
+    assert reference_key(NoSpec(), data, "nuts", SMALL, 0) is None  # a spec that cannot be written: not cached
+
 
 @pytest.fixture(scope="module")
 def cached(problem, tmp_path_factory):
