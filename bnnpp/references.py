@@ -4,8 +4,8 @@
 A reference is expensive (minutes of NUTS on moons) and the same for every comparison of one
 model on one dataset, so :func:`reference_posterior` saves it as a posterior file
 (:meth:`~bnnpp.Posterior.save`) in a cache folder, named by a hash of everything that decides
-its draws: the model's spec, the training data's bytes, the method, its options, the seed and
-the versions of bnnpp, JAX and NumPyro. The next comparison with the same key loads it
+its draws: what a checkpoint must agree with to resume (the method, its options, the seed, the
+training data's bytes, the model's spec) and the versions of bnnpp, JAX and NumPyro. The next comparison with the same key loads it
 (:func:`bnnpp.load`, bit for bit) instead of refitting.
 
 Cache folder: the ``cache`` argument, else ``$BNNPP_CACHE_DIR/references``, else
@@ -25,7 +25,10 @@ import warnings
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import numpy as np
+from bnnpp import __version__
+from bnnpp.inference import fit
+from bnnpp.inference.checkpoints import fingerprint
+from bnnpp.posterior import load
 
 __all__ = ["cache_folder", "reference_key", "reference_posterior"]
 
@@ -48,37 +51,20 @@ def _version(package: str) -> str:
         return "unknown"
 
 
-def _data_hash(dataset) -> str:
-    h = hashlib.sha256()
-    for a in (dataset.x_train, dataset.y_train):
-        a = np.ascontiguousarray(np.asarray(a))
-        h.update(f"{a.dtype.str}{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
 def reference_key(model, dataset, method: str, options: dict, seed: int) -> str | None:
-    """The cache key of a reference fit: a SHA-256 over the model's spec, the training data,
-    the method, its options, the seed and the package versions (64 hex digits), or ``None``
-    for a model without ``spec()`` (not cacheable)."""
-    spec = getattr(model, "spec", None)
-    if not callable(spec):
-        return None
+    """The cache key of a reference fit: a SHA-256 (64 hex digits) over what a checkpoint must
+    agree with to resume (:func:`bnnpp.inference.checkpoints.fingerprint`: method, seed,
+    options, the training data's bytes, the model's spec) and the package versions; ``None``
+    for a model without a ``spec()`` that can be written (a user's NumPyro function: its code
+    cannot be hashed)."""
     try:
-        described = spec()
-    except Exception:  # a model whose spec cannot be written (e.g. a wrapped module without one): not cached
+        what = fingerprint(method, seed, options, dataset.x_train, dataset.y_train, 0, model=model)
+    except Exception:  # a spec() that cannot be written: not cached
         return None
-    from bnnpp import __version__
-
-    what = {
-        "format": KEY_FORMAT,
-        "model": described,
-        "data": _data_hash(dataset),
-        "method": method,
-        "options": {k: options[k] for k in sorted(options)},
-        "seed": int(seed),
-        "versions": {"bnnpp": __version__, "jax": _version("jax"), "jaxlib": _version("jaxlib"), "numpyro": _version("numpyro")},
-    }
+    if "spec" not in what.get("model", {}):
+        return None
+    what["format"] = KEY_FORMAT
+    what["versions"] = {"bnnpp": __version__, **{p: _version(p) for p in ("jax", "jaxlib", "numpyro")}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -98,9 +84,6 @@ def reference_posterior(
         "seconds": float}`` (``cache_file`` None when not cached; ``seconds`` the fit's or
         the load's wall time).
     """
-    from bnnpp.inference import fit
-    from bnnpp.posterior import load
-
     t0 = time.perf_counter()
     key = reference_key(model, dataset, method, options, seed) if cache not in (False, None) else None
     path = None if key is None else cache_folder(None if cache is True else cache) / f"{method}-{key[:32]}.nc"
