@@ -41,6 +41,7 @@ import argparse
 import os
 import sys
 import time
+from unittest import mock
 
 import numpy as np
 
@@ -125,16 +126,11 @@ def run(name: str, method: str, options: dict, seed: int, label: str | None = No
     model, data, xt, yt, unit = problem(name)
     options = dict(options)
     threads = options.pop("chain_threads", None)  # BNNPP_CHAIN_THREADS for this fit (bnnpp.inference.chain_threads)
-    before = os.environ.get("BNNPP_CHAIN_THREADS")
-    if threads is not None:
-        os.environ["BNNPP_CHAIN_THREADS"] = str(threads)
+    env = {} if threads is None else {"BNNPP_CHAIN_THREADS": str(threads)}
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
-    try:
+    with mock.patch.dict(os.environ, env):
         post = bnnpp.fit(model, data, method=method, seed=seed, progress=False, **options)
-    finally:
-        if threads is not None:
-            os.environ.pop("BNNPP_CHAIN_THREADS") if before is None else os.environ.__setitem__("BNNPP_CHAIN_THREADS", before)
     wall = time.perf_counter() - t0
     row = {"problem": name, "label": label or method, "method": method, "load_before": load_before, "load_after": os.getloadavg()[0], "options": {k: v for k, v in post.stats.options.items() if isinstance(v, (bool, int, float, str, type(None)))},
            "wall_seconds": wall, "compile_seconds": post.stats.compile_seconds, "run_seconds": post.stats.run_seconds,

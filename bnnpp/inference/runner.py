@@ -246,12 +246,11 @@ def run(
     fit, programs, val_args = _compile(fit, model, validation_data)
     compile_seconds = time.perf_counter() - t0
     rs0, start_unit, pieces, val_log, checkpointer = _start(fit, programs, model, x, y, seed, options, checkpoint, resume)
-    chunk_shape = fit.rs_shape if fit.groups == 1 else chain_threads.group_shape(fit.rs_shape, fit.groups)
     pool = ThreadPoolExecutor(fit.groups) if fit.groups > 1 else None
     chunk = programs["chunk"] if pool is None else chain_threads.threaded(programs["chunk"], fit.groups, pool)
 
     def recover():  # the chunk with the per-step guard, compiled only when a chunk fails
-        careful = _lower_chunk(fit.plan, chunk_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile()
+        careful = _lower_chunk(fit.plan, fit.chunk_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile()
         return careful if pool is None else chain_threads.threaded(careful, fit.groups, pool)
 
     def after_chunk(rs) -> dict:
@@ -327,6 +326,7 @@ class _Fit(NamedTuple):
     rs_shape: Any = None
     shardings: Any = None
     groups: int = 1  # chain groups run in threads (chain_threads), 1: one program for all chains
+    chunk_shape: Any = None  # the run state a chunk is compiled for: rs_shape, or one group's
 
 
 def _plan_fit(algorithm, x, y, method, seed, chunk_size, devices, mesh, share, checkpoint, progress, validation_data) -> _Fit:
@@ -379,7 +379,8 @@ def _compile(fit: _Fit, model, validation_data):
         val_args = tuple(place.put(a) for a in validation_batches(*validation_data))
         score = validation_error(model, int(validation_data[0].shape[0]))
         lowered["val"] = lower(lambda s, *a: score(algorithm.hooks.point(s), *a), 0, rs_shape.state, *val_args)
-    return fit._replace(rs_shape=rs_shape, shardings=shardings, groups=groups), compile_all(lowered), val_args
+    fit = fit._replace(rs_shape=rs_shape, shardings=shardings, groups=groups, chunk_shape=chunk_shape)
+    return fit, compile_all(lowered), val_args
 
 
 def _start(fit: _Fit, programs, model, x, y, seed, options, checkpoint, resume):
