@@ -31,10 +31,8 @@ SGD at ``min(RATE_CAP, RATE_FACTOR / λ)``.
 
 ``multiswag`` trains ``members`` such runs side by side as one vmapped program (each from
 its own initial key, on the same minibatches); its posterior has ArviZ ``chain`` = member,
-``num_samples`` draws each. ``swag`` is one member, one chain.
-
-Networks only without batch normalisation (bnnpp has none): the moments are of the
-parameters alone, there are no running statistics to recompute after drawing.
+``num_samples`` draws each. ``swag`` is one member, one chain. No batch normalisation (bnnpp
+has none): the moments are of the parameters alone, no running statistics to recompute.
 """
 
 from __future__ import annotations
