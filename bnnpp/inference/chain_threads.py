@@ -2,8 +2,9 @@
 
 XLA's CPU runtime runs one program on about one core, so a NUTS fit whose chains are
 ``vmap``-ped into one program leaves the other cores idle (on this project's 2-core machine the
-4 moons chains ran at 89 µs a gradient step together, 41 µs as two groups of two, each in its
-own thread: ``benchmarks/README.md``, "NUTS's chains on both cores"). The runner therefore
+4 moons chains ran at 94 µs a gradient step together, 54 µs as two groups of two, each in its
+own thread: ``benchmarks/results/chain_threads_micro.md``; the NUTS moons defaults went from 230 to
+141 s, ``benchmarks/README.md``, "NUTS's chains on both cores"). The runner therefore
 compiles the chunk for ``num_chains / groups`` chains and calls it on each group of chains from
 its own thread; the groups' states and rows are joined again after every chunk, so the
 progress bar, the checkpoints, the NaN guard and the posterior see one fit.
@@ -11,8 +12,10 @@ progress bar, the checkpoints, the NaN guard and the posterior see one fit.
 Only for algorithms whose chains never meet (``RunSpec.independent_chains``: NUTS with
 ``chain_method="vectorized"``, whose kernel carries its own random key per chain), that emit
 their draws, run unplaced (no ``devices``/``mesh``) on a CPU backend, on a machine with at
-least two cores. Every chain starts from the key ``init`` gave it, so the draws are those of
-the one-program fit (``tests/test_chain_threads.py`` checks them equal).
+least two cores. Every chain starts where ``init`` put it, with its own key, but the draws are
+not the one-program fit's number for number: the vmapped width changes float32 rounding, which
+NUTS's trajectories amplify. ``tests/test_chain_threads.py`` checks a grouped fit against a
+conjugate posterior, and the join itself.
 
 ``BNNPP_CHAIN_THREADS``: the most threads to use (default: the cores this process may run
 on); ``1`` turns the grouping off.

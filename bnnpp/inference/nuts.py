@@ -13,8 +13,8 @@ the vmapped sweep.
 
 Chains: ``chain_method="vectorized"`` (default) steps all chains together (``vmap``: each
 iteration lasts as long as the chain with the deepest tree); on a CPU with several cores the
-runner splits them into groups, one thread and core each, with the same draws
-(:mod:`bnnpp.inference.chain_threads`: the 4 moons chains on 2 cores take about half the time); ``"sequential"`` steps them one
+runner splits them into groups, one thread and core each (:mod:`bnnpp.inference.chain_threads`:
+the moons defaults on 2 cores 230 → 141 s; the same starts, not the same numbers); ``"sequential"`` steps them one
 after another inside each iteration (``lax.map``); ``"parallel"`` splits the chain axis over
 one device per chain (the runner's ``members`` mesh axis), which needs
 ``num_chains ≤ jax.device_count()`` — on a CPU set
