@@ -36,7 +36,8 @@ emit = lambda key, state: ({}, {})  # noqa: E731
         ("8", 4, {"independent_chains": True, "emit": emit}, False, 4),
         ("2", 3, {"independent_chains": True, "emit": emit}, False, 1),  # 3 chains do not split in two
         ("1", 4, {"independent_chains": True, "emit": emit}, False, 1),  # off
-        ("2", 4, {"emit": emit}, False, 1),  # chains that meet (mclmc's shared adaptation)
+        ("2", 4, {"emit": emit}, False, 1),  # chains that meet (a shared adaptation throughout)
+        ("2", 4, {"independent_chains": True, "emit": emit, "chains_from": 2}, False, 1),  # too few steps after the warm-up
         ("2", 4, {"independent_chains": True}, False, 1),  # not an emitting sampler
         ("2", 4, {"independent_chains": True, "emit": emit}, True, 1),  # on a mesh the mesh places the chains
     ],
@@ -51,6 +52,25 @@ def test_a_state_leaf_that_is_not_per_chain_is_not_split(monkeypatch):
     rs = _RS(4)
     rs.state["shared"] = jax.ShapeDtypeStruct((3,), jnp.float32)
     assert chain_threads.chain_groups(_Alg(num_chains=4, independent_chains=True, emit=emit), False, rs) == 1
+    # unless the algorithm says which parts are shared
+    axes = {"z": True, "k": True, "shared": False}
+    alg = _Alg(num_chains=4, independent_chains=True, emit=emit, chain_axes=axes)
+    assert chain_threads.chain_groups(alg, False, rs) == 2
+    from bnnpp.inference.chunks import RunState
+
+    group = chain_threads.group_shape(alg.run, RunState(rs.state, None, None), 2).state
+    assert group["z"].shape == (2, 3) and group["shared"].shape == (3,)
+
+
+def test_shared_parts_go_whole_to_every_group_and_come_back_once():
+    run = RunSpec(num_steps=1, chain_axes={"z": True, "tuning": False})
+    state = {"z": jnp.arange(8.0).reshape(4, 2), "tuning": jnp.asarray([1.0, 2.0, 3.0, 4.0])}  # as long as the chains, not per chain
+    parts = chain_threads._split(run, state, 2)
+    assert [p["z"].shape for p in parts] == [(2, 2), (2, 2)]
+    assert all(np.array_equal(p["tuning"], state["tuning"]) for p in parts)
+    joined = chain_threads._join(run, parts)
+    np.testing.assert_array_equal(joined["z"], state["z"])
+    np.testing.assert_array_equal(joined["tuning"], state["tuning"])
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two"])
@@ -106,10 +126,37 @@ def test_threaded_joins_the_groups_states_flags_and_rows_in_chain_order():
 
     state = {"z": jnp.asarray([[0.0], [1.0], [10.0], [11.0]])}
     with ThreadPoolExecutor(2) as pool:
-        call = chain_threads.threaded(program, 2, pool)
-        (rs, stopped, bad), (info, emitted, unit) = call((RunState(state, jnp.int32(0), jnp.zeros((0,))), np.bool_(False), np.int32(-1)), 5, None)
+        call = chain_threads.threaded(program, 2, pool, RunSpec(num_steps=3))
+        (rs, stopped, bad), (info, emitted, unit) = call(
+            (RunState(state, jnp.int32(0), jnp.zeros((0,))), np.bool_(False), np.int32(-1)), 5, None
+        )
     np.testing.assert_array_equal(np.asarray(rs.state["z"])[:, 0], [1, 2, 11, 12])
     assert int(rs.t) == 3 and bool(stopped) and int(bad) == 6
     assert info["loss"].shape == (3, 4) and emitted["draw"].shape == (3, 4, 1)
     np.testing.assert_array_equal(np.asarray(info["loss"])[0], [1, 2, 11, 12])
     np.testing.assert_array_equal(np.asarray(unit), [5, 6, 7])
+
+
+def test_grouped_mclmc_keeps_its_shared_warmup_and_samples_the_conjugate_posterior(monkeypatch):
+    # mclmc's chains share the warm-up (step size, trajectory length, mass matrix), so only its
+    # kept steps run in groups: the warm-up's outcome is the one-program fit's bit for bit, and
+    # the kept draws follow the conjugate posterior N(sum(y) / (n + 1), 1 / (n + 1)). 4 chains ×
+    # 1,000 draws (ESS in the thousands): tolerances as the NUTS test above.
+    pytest.importorskip("blackjax.mcmc.adjusted_mclmc_dynamic")
+    monkeypatch.setattr(chain_threads, "MIN_GROUPED_STEPS", 10)
+    rng = np.random.default_rng(0)
+    y = rng.normal(1.5, 1.0, 40).astype(np.float32)
+    x = np.zeros((40, 1), np.float32)
+    kw = dict(method="mclmc", seed=3, progress=False, num_chains=4, num_warmup=200, num_samples=1000)
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
+    grouped = bnnpp.fit(_normal_mean, (x, y), **kw)
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "1")
+    single = bnnpp.fit(_normal_mean, (x, y), **kw)
+    assert grouped.stats.extras["chain_threads"] == 2 and "chain_threads" not in single.stats.extras
+    assert grouped.stats.extras["step_size"] == single.stats.extras["step_size"]
+    assert grouped.stats.extras["inverse_mass_matrix_range"] == single.stats.extras["inverse_mass_matrix_range"]
+    mu = np.asarray(grouped.samples["mu"])
+    assert mu.shape == (4, 1000) and grouped.stats.sample_stats["n_steps"].shape == (4, 1000)
+    mean, sd = y.sum() / 41, 1 / np.sqrt(41)
+    assert abs(mu.mean() - mean) < 0.2 * sd and mu.std() == pytest.approx(sd, rel=0.1)
+    assert len({float(m) for m in mu[:, 0]}) == 4  # four different chains, not one group twice

@@ -100,9 +100,16 @@ class RunSpec(NamedTuple):
         kept_stats: ``kept_stats(steps) -> {name: (draws,)}``, per-draw statistics computed on
             the host from the indices of the kept steps (e.g. a schedule's step size in
             float64), added to the emitted ones for every chain.
-        independent_chains: the chains never meet (no shared adaptation, each carries its own
-            random key in the state): on a multi-core CPU the runner may then run them in
-            groups, one thread each (:mod:`bnnpp.inference.chain_threads`).
+        independent_chains: the chains never meet from step ``chains_from`` on (no shared
+            adaptation; each chain's random numbers depend on the chain, not on which group it
+            runs in): on a multi-core CPU the runner may then run them in groups, one thread
+            each (:mod:`bnnpp.inference.chain_threads`).
+        chains_from: the first step from which the chains are independent (0: all of them;
+            a sampler with a warm-up shared by its chains: its first kept step).
+        chain_axes: a pytree prefix of the state with ``True`` on the parts that carry the
+            chain axis first and ``False`` on shared parts, which every group gets whole and
+            must leave the same in every group from ``chains_from`` on (``None``: every leaf
+            is per chain).
     """
 
     num_steps: int
@@ -114,6 +121,8 @@ class RunSpec(NamedTuple):
     emit_steps: np.ndarray | None = None
     kept_stats: Callable[[np.ndarray], dict] | None = None
     independent_chains: bool = False
+    chains_from: int = 0
+    chain_axes: Any = None
 
 
 class Hooks(NamedTuple):

@@ -158,7 +158,9 @@ class ManyChainState(NamedTuple):
     """chains: the sampler's per-chain states (leaves ``(chains, ...)``); tuning: the
     sampler's tuning state (shared by the chains); moments: :class:`Moments` of the
     mass-matrix window; last: :class:`ChainStats`; divergences: ``(chains,)`` int32, kept
-    draws that diverged; t: steps done (int32)."""
+    draws that diverged; t: steps done (int32); chain: ``(chains,)`` int32, each chain's
+    number (its random key is the ``chain``-th of the step key's split, so a group of chains
+    run on its own draws the keys it would draw in the whole fit)."""
 
     chains: Any
     tuning: Any
@@ -166,11 +168,17 @@ class ManyChainState(NamedTuple):
     last: ChainStats
     divergences: jax.Array
     t: jax.Array
+    chain: jax.Array
+
+
+PER_CHAIN = ManyChainState(chains=True, tuning=False, moments=False, last=True, divergences=True, t=False, chain=True)
+"""Which parts of a :class:`ManyChainState` carry the chain axis (``RunSpec.chain_axes``); the
+rest is shared and, after the warm-up, the same in every group of chains."""
 
 
 class ManyChainInfo(NamedTuple):
-    """loss: minus the chains' mean log density after the step; acceptance_rate: their mean
-    acceptance probability; step_size: the step's step size (all scalars)."""
+    """Per chain, ``(chains,)`` each: loss: minus the log density after the step;
+    acceptance_rate: the acceptance probability; step_size: the step's step size."""
 
     loss: jax.Array
     acceptance_rate: jax.Array
@@ -269,7 +277,15 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
             zeros, jnp.zeros((num_chains,), bool), zeros, jnp.zeros((num_chains,), jnp.int32), -chains.logdensity, model_lp(chains)
         )
         moments = Moments(jnp.zeros(()), jnp.zeros((dim + aux,)), jnp.zeros((dim + aux,)))
-        return ManyChainState(chains, sampler.init_tuning(), moments, last, jnp.zeros((num_chains,), jnp.int32), jnp.zeros((), jnp.int32))
+        return ManyChainState(
+            chains,
+            sampler.init_tuning(),
+            moments,
+            last,
+            jnp.zeros((num_chains,), jnp.int32),
+            jnp.zeros((), jnp.int32),
+            jnp.arange(num_chains, dtype=jnp.int32),
+        )
 
     def step(key, state, batch):
         logdensity = density(batch)
@@ -277,9 +293,9 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         warm = t < num_warmup
         imm = inverse_mass_matrix(state.moments, sampler.threshold)
         step_size, steps_param = sampler.params(state.tuning, warm)
-        chains, info = jax.vmap(lambda k, s: sampler.kernel(k, s, logdensity, step_size, imm, steps_param))(
-            jax.random.split(key, num_chains), state.chains
-        )
+        n = state.chain.shape[0]  # num_chains, or a group's share after the warm-up (chain_threads)
+        keys = jax.random.split(key, num_chains)[state.chain]
+        chains, info = jax.vmap(lambda k, s: sampler.kernel(k, s, logdensity, step_size, imm, steps_param))(keys, state.chains)
         tuning = jax.lax.cond(warm, lambda: sampler.update(state.tuning, state.chains, chains, info, imm, t), lambda: state.tuning)
         in_window = (t >= start_at) & (t < stop_at)
         flat = jax.vmap(lambda u: ravel_pytree(u)[0])(chains.position)
@@ -288,15 +304,15 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
         last = ChainStats(
             info.acceptance_rate.astype(jnp.float32),
             diverging,
-            jnp.full((num_chains,), step_size, jnp.float32),
-            jnp.asarray(info.num_integration_steps, jnp.int32) * jnp.ones((num_chains,), jnp.int32),
+            jnp.full((n,), step_size, jnp.float32),
+            jnp.asarray(info.num_integration_steps, jnp.int32) * jnp.ones((n,), jnp.int32),
             # a diverging proposal's energy can be inf, which the runner's guard would read as a broken state
             jnp.nan_to_num(jnp.asarray(info.energy, jnp.float32), nan=MAX_ENERGY, posinf=MAX_ENERGY, neginf=-MAX_ENERGY),
             model_lp(chains),
         )
         divergences = state.divergences + (diverging & ~warm).astype(jnp.int32)
-        new = ManyChainState(chains, tuning, moments, last, divergences, t + 1)
-        return new, ManyChainInfo(-jnp.mean(last.lp), jnp.mean(info.acceptance_rate), step_size)
+        new = ManyChainState(chains, tuning, moments, last, divergences, t + 1, state.chain)
+        return new, ManyChainInfo(-last.lp, last.acceptance_rate, last.step_size)
 
     def values(position):
         # a decentred site's value is the deterministic site of its name
@@ -333,6 +349,10 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
             num_chains=num_chains,
             emit=emit,
             emit_steps=np.arange(num_warmup, num_warmup + num_samples),
+            # after the warm-up the tuning, the mass matrix and t are read only, the same in every group
+            independent_chains=True,
+            chains_from=num_warmup,
+            chain_axes=PER_CHAIN,
         ),
         Hooks(
             extras=extras,

@@ -12,9 +12,10 @@ It owns, once for all methods:
   ``Algorithm.hooks.member_step`` (a deep ensemble on a CPU) are stepped in turn within a chunk,
   each member through all of its steps, instead of all members every step.
 * **independent chains in threads**: on a multi-core CPU, the chains of an algorithm whose
-  chains never meet (NUTS) run in groups, the chunk compiled for one group and called on each
-  from its own thread, the states and rows joined after every chunk
-  (:mod:`bnnpp.inference.chain_threads`): XLA runs one CPU program on about one core.
+  chains never meet (NUTS; mclmc and chees after their shared warm-up) run in groups, the chunk
+  compiled for one group and called on each from its own thread, the states and rows joined
+  after every chunk (:mod:`bnnpp.inference.chain_threads`): XLA runs one CPU program on about
+  one core.
 * **minibatches on the device** and **an output channel** for samplers that emit their draws
   (:mod:`bnnpp.inference.chunks`).
 * **the NaN guard**: each step's ``info.loss`` is checked, and the whole state once per
@@ -246,19 +247,21 @@ def run(
     fit, programs, val_args = _compile(fit, model, validation_data)
     compile_seconds = time.perf_counter() - t0
     rs0, start_unit, pieces, val_log, checkpointer = _start(fit, programs, model, x, y, seed, options, checkpoint, resume)
+    plan, ends = fit.plan, fit.plan.ends
+    total_steps = (lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0)
     pool = ThreadPoolExecutor(fit.groups) if fit.groups > 1 else None
-    chunk = programs["chunk"] if pool is None else chain_threads.threaded(programs["chunk"], fit.groups, pool)
+    chunk = _chunk_caller(fit, programs, pool, total_steps)
 
     def recover():  # the chunk with the per-step guard, compiled only when a chunk fails
-        careful = _lower_chunk(fit.plan, fit.chunk_shape, fit.chunk_size, fit.data, "step", fit.shardings).compile()
-        return careful if pool is None else chain_threads.threaded(careful, fit.groups, pool)
+        shapes = {"chunk": fit.chunk_shape} | ({"warmup": fit.rs_shape} if "warmup" in programs else {})
+        careful = compile_all({k: _lower_chunk(fit.plan, v, fit.chunk_size, fit.data, "step", fit.shardings) for k, v in shapes.items()})
+        return _chunk_caller(fit, careful, pool, total_steps)
 
     def after_chunk(rs) -> dict:
         err = float(programs["val"](rs.state, *val_args))
         val_log.append((int(rs.t), err))
         return {"val_err": f"{err:.4g}"}
 
-    plan, ends = fit.plan, fit.plan.ends
     t0 = time.perf_counter()
     try:
         rs, unit_rows, units_run, bad_unit, recompile = _drive(
@@ -272,7 +275,7 @@ def run(
             desc=algorithm.run.name or method,
             postfix=algorithm.hooks.postfix or _mean_loss,
             after_chunk=after_chunk if validation_data is not None else None,
-            total_steps=(lambda u: u) if ends is None else (lambda u: int(ends[min(u, len(ends)) - 1]) if u else 0),
+            total_steps=total_steps,
             start_unit=start_unit,
             pieces=pieces,
             checkpointer=checkpointer,
@@ -308,6 +311,21 @@ def run(
         extras=outcome.extras,
     )
     return _assemble(fit, model, x, y, outcome, stats, sites)
+
+
+def _chunk_caller(fit, programs: dict, pool, total_steps):
+    """The chunk :func:`_drive` calls: ``programs["chunk"]``, or with chain groups that program
+    on each group in ``pool`` (:func:`chain_threads.threaded`); for a sampler whose chains share
+    a warm-up, ``programs["warmup"]`` (all chains, one program) on chunks that start before
+    ``RunSpec.chains_from``."""
+    if pool is None:
+        return programs["chunk"]
+    run = fit.algorithm.run
+    grouped = chain_threads.threaded(programs["chunk"], fit.groups, pool, run)
+    if "warmup" not in programs:
+        return grouped
+    warmup = programs["warmup"]
+    return lambda carry, start, data: (grouped if total_steps(int(start)) >= run.chains_from else warmup)(carry, start, data)
 
 
 class _Fit(NamedTuple):
@@ -364,8 +382,15 @@ def _compile(fit: _Fit, model, validation_data):
     shardings = None if layouts is None else (RunState(*layouts[0]), *layouts[1:])
     lower = partial(place.lower, shardings)
     groups = chain_threads.chain_groups(algorithm, place.placed, rs_shape)
-    chunk_shape = rs_shape if groups == 1 else chain_threads.group_shape(rs_shape, groups)
+    chunk_shape = rs_shape if groups == 1 else chain_threads.group_shape(algorithm.run, rs_shape, groups)
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, chunk_shape, fit.chunk_size, fit.data, "loss", shardings)}
+    later = None
+    if groups > 1 and algorithm.run.chains_from > 0:
+        # the shared warm-up runs all chains in one program; the groups' program is compiled in
+        # the background meanwhile (on the core the warm-up leaves idle) and waited for before
+        # the first grouped chunk
+        lowered["warmup"] = _lower_chunk(plan, rs_shape, fit.chunk_size, fit.data, "loss", shardings)
+        later = lowered.pop("chunk")
     approximate = algorithm.hooks.approximation or (lambda state: None)
     if algorithm.run.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
         draw = algorithm.sample if algorithm.hooks.finalize is None else (lambda k, s, num: {})
@@ -380,7 +405,19 @@ def _compile(fit: _Fit, model, validation_data):
         score = validation_error(model, int(validation_data[0].shape[0]))
         lowered["val"] = lower(lambda s, *a: score(algorithm.hooks.point(s), *a), 0, rs_shape.state, *val_args)
     fit = fit._replace(rs_shape=rs_shape, shardings=shardings, groups=groups, chunk_shape=chunk_shape)
-    return fit, compile_all(lowered), val_args
+    programs = compile_all(lowered)
+    if later is not None:
+        programs["chunk"] = _in_background(later.compile)
+    return fit, programs, val_args
+
+
+def _in_background(compile_program):
+    """A program compiled in a background thread: called like the program, the first call waits
+    for the compile."""
+    pool = ThreadPoolExecutor(1)
+    future = pool.submit(compile_program)
+    pool.shutdown(wait=False)
+    return lambda *args: future.result()(*args)
 
 
 def _start(fit: _Fit, programs, model, x, y, seed, options, checkpoint, resume):
