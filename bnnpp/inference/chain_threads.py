@@ -4,7 +4,8 @@ XLA's CPU runtime runs one program on about one core, so a NUTS fit whose chains
 ``vmap``-ped into one program leaves the other cores idle (on this project's 2-core machine the
 4 moons chains ran at 94 µs a gradient step together, 54 µs as two groups of two, each in its
 own thread: ``benchmarks/results/chain_threads_micro.md``; the NUTS moons defaults went from 230 to
-141 s, ``benchmarks/README.md``, "NUTS's chains on both cores"). The runner therefore
+141 s, ``benchmarks/README.md``, "NUTS's chains on both cores"; mclmc's moons fit 64 → 49 s,
+"Fifth pass"). The runner therefore
 compiles the chunk for ``num_chains / groups`` chains and calls it on each group of chains from
 its own thread; the groups' states and rows are joined again after every chunk, so the
 progress bar, the checkpoints, the NaN guard and the posterior see one fit.

@@ -223,13 +223,16 @@ def outside_growth(posterior, x, sd_at_data: float | None = None) -> float | Non
     the rows farthest from the inputs' mean (on standardised columns), each moved to twice its
     distance from the mean, over the root mean predictive variance at every row
     (``sd_at_data`` when the caller has it). Returns a float, or ``None`` for a fit with one
-    draw (a point estimate has no spread to grow)."""
+    draw (a point estimate has no spread to grow) or inputs that are all the same row (there
+    is no "away" from them)."""
     draws = posterior.num_chains * posterior.num_draws
     if draws < 2:
         return None
     x = np.asarray(x)
     flat = x.astype(np.float64).reshape(x.shape[0], -1)
     centre, sd = flat.mean(axis=0), flat.std(axis=0)
+    if not np.any(sd > 0):
+        return None
     distance = np.sqrt(np.sum(((flat - centre) / np.where(sd > 0, sd, 1.0)) ** 2, axis=1))
     outer = distance >= np.median(distance)
     moved = (centre + 2.0 * (flat - centre)).astype(x.dtype).reshape(x.shape)  # every row: the training inputs' shape
