@@ -17,10 +17,12 @@ step size, trajectory length and mass matrix tuned in the warm-up and read them 
 it; the warm-up runs as one program, the kept steps in groups, the shared parts of the state,
 ``RunSpec.chain_axes``, given whole to every group), that emit their draws, run unplaced (no
 ``devices``/``mesh``) on a CPU backend, on a machine with at least two cores. Every chain
-starts where ``init`` put it, with its own key, but the draws are not the one-program fit's
-number for number: the vmapped width changes float32 rounding, which the samplers'
-trajectories amplify. ``tests/test_chain_threads.py`` checks grouped fits against a conjugate
-posterior, and the join itself.
+starts where ``init`` put it, with its own key, but the draws need not be the one-program fit's
+number for number: the vmapped width can change float32 rounding, which the samplers'
+trajectories amplify (mclmc on moons: 8 chains in groups of 4 gave the one-program draws bit for
+bit, 4 chains in groups of 2 did not; NUTS's 4 chains in groups of 2 did not either).
+``tests/test_chain_threads.py`` checks grouped fits against a conjugate posterior, and the
+join itself.
 
 ``BNNPP_CHAIN_THREADS``: the most threads to use (default: the cores this process may run
 on); ``1`` turns the grouping off.
