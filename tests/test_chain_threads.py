@@ -47,6 +47,14 @@ def test_how_many_groups(monkeypatch, threads, chains, run, placed, expected):
     assert chain_threads.chain_groups(_Alg(num_chains=chains, **run), placed, _RS(chains)) == expected
 
 
+def test_only_a_fit_on_the_cpu_is_grouped(monkeypatch):
+    # NUTS's device="auto" runs a small problem on the CPU of a GPU machine: the fit's platform decides
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
+    alg = _Alg(num_chains=4, independent_chains=True, emit=emit)
+    assert chain_threads.chain_groups(alg, False, _RS(4), "cpu") == 2
+    assert chain_threads.chain_groups(alg, False, _RS(4), "gpu") == 1
+
+
 def test_a_state_leaf_that_is_not_per_chain_is_not_split(monkeypatch):
     monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
     rs = _RS(4)

@@ -76,16 +76,17 @@ def _per_chain(run, state) -> list:
     return jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda flag, sub: sub if flag else None, _axes(run), state))
 
 
-def chain_groups(algorithm, placed: bool, rs_shape) -> int:
+def chain_groups(algorithm, placed: bool, rs_shape, platform: str | None = None) -> int:
     """How many groups (threads) the runner splits the chains into: the largest divisor of
     ``num_chains`` that is at most the threads allowed (module docstring), or 1 (no grouping)
     when the algorithm, the placement, the backend or the state does not allow it, or when a
     sampler whose chains are independent only after its warm-up keeps fewer than
     :data:`MIN_GROUPED_STEPS` steps (a second program's compile would cost more than the
-    threads save)."""
+    threads save). ``platform``: where the fit runs (its data's device: NUTS's ``device="auto"``
+    runs a small problem on the CPU of a GPU machine); ``None``: JAX's default backend."""
     run = algorithm.run
     chains = int(run.num_chains)
-    if not run.independent_chains or run.emit is None or placed or chains < 2 or jax.default_backend() != "cpu":
+    if not run.independent_chains or run.emit is None or placed or chains < 2 or (platform or jax.default_backend()) != "cpu":
         return 1
     if run.chains_from > 0 and int(run.num_steps) - int(run.chains_from) < MIN_GROUPED_STEPS:
         return 1

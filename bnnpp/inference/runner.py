@@ -381,7 +381,8 @@ def _compile(fit: _Fit, model, validation_data):
     layouts = place.layouts(rs_shape, plan.local is not None)
     shardings = None if layouts is None else (RunState(*layouts[0]), *layouts[1:])
     lower = partial(place.lower, shardings)
-    groups = chain_threads.chain_groups(algorithm, place.placed, rs_shape)
+    platform = next(iter(jax.tree_util.tree_leaves(fit.data)[0].devices())).platform  # where the fit runs
+    groups = chain_threads.chain_groups(algorithm, place.placed, rs_shape, platform)
     chunk_shape = rs_shape if groups == 1 else chain_threads.group_shape(algorithm.run, rs_shape, groups)
     lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, chunk_shape, fit.chunk_size, fit.data, "loss", shardings)}
     later = None
