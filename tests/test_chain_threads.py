@@ -168,3 +168,30 @@ def test_grouped_mclmc_keeps_its_shared_warmup_and_samples_the_conjugate_posteri
     mean, sd = y.sum() / 41, 1 / np.sqrt(41)
     assert abs(mu.mean() - mean) < 0.2 * sd and mu.std() == pytest.approx(sd, rel=0.1)
     assert len({float(m) for m in mu[:, 0]}) == 4  # four different chains, not one group twice
+
+
+def test_grouped_mclmc_resumes_bit_identically_after_the_warmup(monkeypatch, tmp_path):
+    # interrupted in its grouped part (chunks of 10 units: 3 warm-up chunks, then grouped ones),
+    # the resumed fit runs the same programs on the same chunks as the whole one
+    pytest.importorskip("blackjax.mcmc.adjusted_mclmc_dynamic")
+    from interrupting import interrupt_after
+
+    from bnnpp.inference import TrainingInterrupted
+
+    monkeypatch.setattr(chain_threads, "MIN_GROUPED_STEPS", 10)
+    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
+    rng = np.random.default_rng(1)
+    x = np.zeros((20, 1), np.float32)
+    y = rng.normal(1.0, 1.0, 20).astype(np.float32)
+    kw = dict(method="mclmc", seed=5, progress=False, num_chains=4, num_warmup=30, num_samples=60, chunk_size=10)
+    whole = bnnpp.fit(_normal_mean, (x, y), **kw)
+    assert whole.stats.extras["chain_threads"] == 2
+    with monkeypatch.context() as m:
+        interrupt_after(m, 5)
+        with pytest.raises(TrainingInterrupted) as stop:
+            bnnpp.fit(_normal_mean, (x, y), checkpoint_dir=tmp_path / "ck", **kw)
+    assert 30 < stop.value.step < whole.stats.steps_run  # stopped after the warm-up
+    resumed = bnnpp.fit(_normal_mean, (x, y), checkpoint_dir=tmp_path / "ck", resume=True, **kw)
+    np.testing.assert_array_equal(resumed.samples["mu"], whole.samples["mu"])
+    for k in whole.stats.sample_stats:
+        np.testing.assert_array_equal(resumed.stats.sample_stats[k], whole.stats.sample_stats[k])

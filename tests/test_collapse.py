@@ -143,6 +143,7 @@ def test_overconfidence_fires_when_the_sd_does_not_grow_away_from_the_data():
     same = np.zeros_like(x)  # every input the same row (a model of y alone): nothing is away from it
     honest = _posterior(same, y, np.full_like(y, y.mean()), float(y.std()))  # the targets' mean and sd
     assert outside_growth(honest, same) is None and overconfidence_message(honest) is None
+    assert collapse_message(honest) is None  # a flat mean is the fit when nothing varies with x
 
 
 def test_overconfidence_warning_after_a_map_fit_and_in_metrics_json():

@@ -150,13 +150,17 @@ def _training_fit(posterior) -> dict | None:
     gaussian or student_t likelihood: ``{"x", "y" (float64), "noise" (root mean observation
     variance), "sd" (root mean of noise² plus the variance of the mean over draws), "r2" (of the
     predictive mean), "target_sd"}``; ``None`` when the checks do not apply (classification,
-    counts, fewer than 5 rows, constant targets, no data)."""
+    counts, fewer than 5 rows, constant targets, inputs that are all one row — a model of the
+    targets alone, with no function of x to find —, no data)."""
     if not posterior.has_data or posterior.model is None or np.ndim(posterior.y) < 1:
         return None
     if getattr(posterior.model, "task", "regression") != "regression" or not np.issubdtype(np.asarray(posterior.y).dtype, np.floating):
         return None
     x, y = posterior.x[:MAX_ROWS], np.asarray(posterior.y[:MAX_ROWS], np.float64)
     if y.shape[0] < 5:
+        return None
+    flat = np.asarray(x).reshape(np.shape(x)[0], -1)
+    if np.all(flat == flat[:1]):
         return None
     draws = posterior.num_chains * posterior.num_draws
     pred = posterior.predict(x, num_samples=min(MAX_DRAWS, draws))
