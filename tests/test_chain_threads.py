@@ -195,3 +195,4 @@ def test_grouped_mclmc_resumes_bit_identically_after_the_warmup(monkeypatch, tmp
     np.testing.assert_array_equal(resumed.samples["mu"], whole.samples["mu"])
     for k in whole.stats.sample_stats:
         np.testing.assert_array_equal(resumed.stats.sample_stats[k], whole.stats.sample_stats[k])
+
