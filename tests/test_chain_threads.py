@@ -94,21 +94,29 @@ def _normal_mean(x, y=None):
         numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
 
 
-def test_grouped_nuts_samples_the_conjugate_posterior(monkeypatch):
-    # y_i ~ N(mu, 1), mu ~ N(0, 1): the posterior is N(sum(y) / (n + 1), 1 / (n + 1)). 4 chains in
-    # 2 threads, 4 × 1,000 draws (ESS ~ 1,000-4,000): the mean's Monte-Carlo error is ~0.03 sd,
-    # so 0.2 sd is > 6 of them; the sd's relative error ~2-3%, so 10%.
+def grouped_conjugate_fit(monkeypatch, method, **options):
+    """A ``method`` fit of y_i ~ N(mu, 1), mu ~ N(0, 1) to 40 draws of N(1.5, 1), 4 chains × 1,000
+    draws in two groups of chains (``BNNPP_CHAIN_THREADS=2``; samplers with a shared warm-up
+    grouped from 10 kept steps on), checked against the posterior N(sum(y) / (n + 1), 1 / (n + 1)):
+    with ESS ~ 1,000-4,000 the mean's Monte-Carlo error is ~0.03 sd, so 0.2 sd is > 6 of them; the
+    sd's relative error ~2-3%, so 10%. Returns ``(posterior, x, y)``."""
+    monkeypatch.setattr(chain_threads, "MIN_GROUPED_STEPS", 10)
     monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
     rng = np.random.default_rng(0)
     y = rng.normal(1.5, 1.0, 40).astype(np.float32)
     x = np.zeros((40, 1), np.float32)
-    post = bnnpp.fit(_normal_mean, (x, y), method="nuts", seed=1, progress=False, num_chains=4, num_warmup=300, num_samples=1000)
+    post = bnnpp.fit(_normal_mean, (x, y), method=method, progress=False, num_chains=4, num_samples=1000, **options)
     assert post.stats.extras["chain_threads"] == 2
     mu = np.asarray(post.samples["mu"])
     assert mu.shape == (4, 1000) and post.stats.sample_stats["n_steps"].shape == (4, 1000)
     mean, sd = y.sum() / 41, 1 / np.sqrt(41)
     assert abs(mu.mean() - mean) < 0.2 * sd and mu.std() == pytest.approx(sd, rel=0.1)
     assert len({float(m) for m in mu[:, 0]}) == 4  # four different chains, not one group twice
+    return post, x, y
+
+
+def test_grouped_nuts_samples_the_conjugate_posterior(monkeypatch):
+    grouped_conjugate_fit(monkeypatch, "nuts", seed=1, num_warmup=300)
 
 
 def test_one_thread_runs_one_program(monkeypatch):
@@ -147,27 +155,14 @@ def test_threaded_joins_the_groups_states_flags_and_rows_in_chain_order():
 
 def test_grouped_mclmc_keeps_its_shared_warmup_and_samples_the_conjugate_posterior(monkeypatch):
     # mclmc's chains share the warm-up (step size, trajectory length, mass matrix), so only its
-    # kept steps run in groups: the warm-up's outcome is the one-program fit's bit for bit, and
-    # the kept draws follow the conjugate posterior N(sum(y) / (n + 1), 1 / (n + 1)). 4 chains ×
-    # 1,000 draws (ESS in the thousands): tolerances as the NUTS test above.
+    # kept steps run in groups: the warm-up's outcome is the one-program fit's bit for bit
     pytest.importorskip("blackjax.mcmc.adjusted_mclmc_dynamic")
-    monkeypatch.setattr(chain_threads, "MIN_GROUPED_STEPS", 10)
-    rng = np.random.default_rng(0)
-    y = rng.normal(1.5, 1.0, 40).astype(np.float32)
-    x = np.zeros((40, 1), np.float32)
-    kw = dict(method="mclmc", seed=3, progress=False, num_chains=4, num_warmup=200, num_samples=1000)
-    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
-    grouped = bnnpp.fit(_normal_mean, (x, y), **kw)
+    grouped, x, y = grouped_conjugate_fit(monkeypatch, "mclmc", seed=3, num_warmup=200)
     monkeypatch.setenv("BNNPP_CHAIN_THREADS", "1")
-    single = bnnpp.fit(_normal_mean, (x, y), **kw)
-    assert grouped.stats.extras["chain_threads"] == 2 and "chain_threads" not in single.stats.extras
+    single = bnnpp.fit(_normal_mean, (x, y), method="mclmc", seed=3, progress=False, num_chains=4, num_warmup=200, num_samples=1000)
+    assert "chain_threads" not in single.stats.extras
     assert grouped.stats.extras["step_size"] == single.stats.extras["step_size"]
     assert grouped.stats.extras["inverse_mass_matrix_range"] == single.stats.extras["inverse_mass_matrix_range"]
-    mu = np.asarray(grouped.samples["mu"])
-    assert mu.shape == (4, 1000) and grouped.stats.sample_stats["n_steps"].shape == (4, 1000)
-    mean, sd = y.sum() / 41, 1 / np.sqrt(41)
-    assert abs(mu.mean() - mean) < 0.2 * sd and mu.std() == pytest.approx(sd, rel=0.1)
-    assert len({float(m) for m in mu[:, 0]}) == 4  # four different chains, not one group twice
 
 
 def test_grouped_mclmc_resumes_bit_identically_after_the_warmup(monkeypatch, tmp_path):

@@ -156,26 +156,10 @@ def test_sampler_options_are_checked_before_compiling(data):
 @needs_blackjax
 def test_grouped_chees_samples_the_conjugate_posterior(monkeypatch):
     """chees shares its warm-up as mclmc does (bnnpp.inference.manychain): its kept steps run in
-    two groups of chains (bnnpp.inference.chain_threads) and still follow the conjugate
-    posterior N(sum(y) / (n + 1), 1 / (n + 1)) of y_i ~ N(mu, 1), mu ~ N(0, 1); tolerances as
-    tests/test_chain_threads.py's (4 × 1,000 draws)."""
-    from bnnpp.inference import chain_threads
+    two groups of chains (bnnpp.inference.chain_threads) and still follow a conjugate posterior."""
+    from test_chain_threads import grouped_conjugate_fit
 
-    def normal_mean(x, y=None):
-        mu = numpyro.sample("mu", dist.Normal(0.0, 1.0))
-        with numpyro.plate("data", x.shape[0]):
-            numpyro.sample("y", dist.Normal(mu, 1.0), obs=y)
-
-    monkeypatch.setattr(chain_threads, "MIN_GROUPED_STEPS", 10)
-    monkeypatch.setenv("BNNPP_CHAIN_THREADS", "2")
-    rng = np.random.default_rng(0)
-    y = rng.normal(1.5, 1.0, 40).astype(np.float32)
-    x = np.zeros((40, 1), np.float32)
-    post = bnnpp.fit(normal_mean, (x, y), method="chees", seed=1, progress=False, num_chains=4, num_warmup=200, num_samples=1000)
-    assert post.stats.extras["chain_threads"] == 2
-    mu = np.asarray(post.samples["mu"])
-    mean, sd = y.sum() / 41, 1 / np.sqrt(41)
-    assert abs(mu.mean() - mean) < 0.2 * sd and mu.std() == pytest.approx(sd, rel=0.1)
+    grouped_conjugate_fit(monkeypatch, "chees", seed=1, num_warmup=200)
 
 
 @needs_blackjax
