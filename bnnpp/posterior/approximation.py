@@ -122,7 +122,9 @@ class FitStats:
             ``step_size``, ``diverging``, …).
         steps_run: steps whose results were kept; stopped_at: the first non-finite step or
             ``None``.
-        compile_seconds, run_seconds, sample_seconds: wall time of each phase.
+        compile_seconds, run_seconds, sample_seconds: wall time of each phase (a program
+            compiled in the background while training runs, as mclmc's grouped chains after
+            their warm-up, counts in ``run_seconds`` only where the run waits for it).
         extras: JSON-safe facts particular to a method (``num_batches``, ``divergences``,
             ``learned_prior``, ``val_step``/``val_error``, ``pruning``, …).
     """
