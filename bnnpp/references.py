@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bnnpp import __version__
 from bnnpp.inference import fit
-from bnnpp.inference.checkpoints import fingerprint
+from bnnpp.inference.checkpoints import describe_model, fingerprint
 from bnnpp.posterior import load
 
 __all__ = ["cache_folder", "reference_key", "reference_posterior"]
@@ -58,11 +58,13 @@ def reference_key(model, dataset, method: str, options: dict, seed: int) -> str 
     for a model without a ``spec()`` that can be written (a user's NumPyro function: its code
     cannot be hashed)."""
     try:
-        what = fingerprint(method, seed, options, dataset.x_train, dataset.y_train, 0, model=model)
-    except Exception:  # a spec() that cannot be written: not cached
+        described = describe_model(model)  # without the data: a model without spec() is not traced
+    except Exception:  # a user's spec() that raises (anything): not cached
         return None
-    if "spec" not in what.get("model", {}):
+    if "spec" not in described:
         return None
+    what = fingerprint(method, seed, options, dataset.x_train, dataset.y_train, 0)
+    what["model"] = described
     what["format"] = KEY_FORMAT
     what["versions"] = {"bnnpp": __version__, **{p: _version(p) for p in ("jax", "jaxlib", "numpyro")}}
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()

@@ -253,8 +253,9 @@ def run(
     chunk = _chunk_caller(fit, programs, pool, total_steps)
 
     def recover():  # the chunk with the per-step guard, compiled only when a chunk fails
-        shapes = {"chunk": fit.chunk_shape} | ({"warmup": fit.rs_shape} if "warmup" in programs else {})
-        careful = compile_all({k: _lower_chunk(fit.plan, v, fit.chunk_size, fit.data, "step", fit.shardings) for k, v in shapes.items()})
+        careful = compile_all(
+            {k: _lower_chunk(fit.plan, v, fit.chunk_size, fit.data, "step", fit.shardings) for k, v in _chunk_shapes(fit).items()}
+        )
         return _chunk_caller(fit, careful, pool, total_steps)
 
     def after_chunk(rs) -> dict:
@@ -311,6 +312,16 @@ def run(
         extras=outcome.extras,
     )
     return _assemble(fit, model, x, y, outcome, stats, sites)
+
+
+def _chunk_shapes(fit) -> dict:
+    """The run states the chunk programs are compiled for: ``"chunk"``, one group's (or all
+    chains'), and for a sampler whose chains share a warm-up and run in groups after it,
+    ``"warmup"``, all chains'."""
+    shapes = {"chunk": fit.chunk_shape}
+    if fit.groups > 1 and fit.algorithm.run.chains_from > 0:
+        shapes["warmup"] = fit.rs_shape
+    return shapes
 
 
 def _chunk_caller(fit, programs: dict, pool, total_steps):
@@ -384,14 +395,12 @@ def _compile(fit: _Fit, model, validation_data):
     platform = next(iter(jax.tree_util.tree_leaves(fit.data)[0].devices())).platform  # where the fit runs
     groups = chain_threads.chain_groups(algorithm, place.placed, rs_shape, platform)
     chunk_shape = rs_shape if groups == 1 else chain_threads.group_shape(algorithm.run, rs_shape, groups)
-    lowered = {"init": lowered_init, "chunk": _lower_chunk(plan, chunk_shape, fit.chunk_size, fit.data, "loss", shardings)}
-    later = None
-    if groups > 1 and algorithm.run.chains_from > 0:
-        # the shared warm-up runs all chains in one program; the groups' program is compiled in
-        # the background meanwhile (on the core the warm-up leaves idle) and waited for before
-        # the first grouped chunk
-        lowered["warmup"] = _lower_chunk(plan, rs_shape, fit.chunk_size, fit.data, "loss", shardings)
-        later = lowered.pop("chunk")
+    fit = fit._replace(rs_shape=rs_shape, shardings=shardings, groups=groups, chunk_shape=chunk_shape)
+    chunks = {k: _lower_chunk(plan, v, fit.chunk_size, fit.data, "loss", shardings) for k, v in _chunk_shapes(fit).items()}
+    # with a shared warm-up (one program for all chains), the groups' program is compiled in the
+    # background while the warm-up runs (on the core it leaves idle), waited for before the first grouped chunk
+    later = chunks.pop("chunk") if "warmup" in chunks else None
+    lowered = {"init": lowered_init, **chunks}
     approximate = algorithm.hooks.approximation or (lambda state: None)
     if algorithm.run.emit is None:  # the draws and the approximation in one program (finalize gives its own draws)
         draw = algorithm.sample if algorithm.hooks.finalize is None else (lambda k, s, num: {})
@@ -405,7 +414,6 @@ def _compile(fit: _Fit, model, validation_data):
         val_args = tuple(place.put(a) for a in validation_batches(*validation_data))
         score = validation_error(model, int(validation_data[0].shape[0]))
         lowered["val"] = lower(lambda s, *a: score(algorithm.hooks.point(s), *a), 0, rs_shape.state, *val_args)
-    fit = fit._replace(rs_shape=rs_shape, shardings=shardings, groups=groups, chunk_shape=chunk_shape)
     programs = compile_all(lowered)
     if later is not None:
         programs["chunk"] = _in_background(later.compile)
