@@ -111,15 +111,19 @@ HELD_OUT = ("bump", "kink")
 
 
 def evaluate(post, p: dict) -> dict:
-    """Test NLL and RMSE, the sd growth from ``inside`` to ``outside``, the fit at the training inputs (noise sd,
+    """Test NLL and RMSE, the sd growth from ``inside`` to ``outside`` (and to ``outside`` reflected through
+    ``inside``: the other side of the data; not one of issue 35's criteria), the fit at the training inputs (noise sd,
     RMSE, predictive sd) beside the nearest-neighbour noise estimate, the collapse and over-fit warnings."""
     scores = post.predict(p["x_test"]).scores(p["y_test"])
-    sd = post.predict(np.asarray(p["inside"] + p["outside"], np.float32)).std
+    inside, outside = np.asarray(p["inside"], np.float64), np.asarray(p["outside"], np.float64)
+    mirror = 2 * inside - outside  # the outside point reflected through the inside one: the data's other side
+    sd = post.predict(np.concatenate([inside, outside, mirror]).astype(np.float32)).std
     train = post.predict(p["x"])
     noise = None if train.noise is None else float(np.sqrt(np.mean(np.asarray(train.noise, np.float64) ** 2)))
     from bnnpp.inference.collapse import local_linear_noise_sd, neighbour_noise_sd
 
-    return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]), "noise_sd": noise,
+    return {"nll": scores["nll"], "rmse": scores["rmse"], "growth": float(sd[1] / sd[0]), "growth_other_side": float(sd[2] / sd[0]),
+            "noise_sd": noise,
             "train_rmse": float(np.sqrt(np.mean((np.asarray(train.mean, np.float64) - p["y"]) ** 2))),
             "train_predictive_sd": float(np.sqrt(np.mean(np.asarray(train.std, np.float64) ** 2))),
             "neighbour_noise_sd": neighbour_noise_sd(p["x"], p["y"]), "local_linear_noise_sd": local_linear_noise_sd(p["x"], p["y"]),
@@ -205,20 +209,26 @@ def uci_check(sets: list[str], methods: list[str], data_dir: str | None, split: 
 
 
 def table(results: dict) -> str:
-    lines = ["| problem | method | test NLL | ratio to NUTS | RMSE | sd growth | meets both | collapse warning | over-fit warning | s |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| problem | method | test NLL | ratio to NUTS | RMSE | sd growth | meets both | other side | check's growth | collapse warning | "
+             "over-fit warning | s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    other = lambda r: f"{r['growth_other_side']:.1f}×" if r.get("growth_other_side") is not None else "—"
+
+    def check(r):
+        g = (r.get("small_data_check") or {}).get("outside_growth")
+        return "—" if g is None else f"{g:.2f}×"
+
     for name, rows in results.items():
         ref = rows["nuts"]
-        lines.append(f"| {name} | nuts | {ref['nll']:.2f} | 1.00 | {ref['rmse']:.2f} | {ref['growth']:.1f}× | — | {'yes' if ref.get('collapse_warning') else 'no'} | {'yes' if ref.get('overconfidence_warning') else 'no'} | {ref['seconds']:.0f} |")
+        lines.append(f"| {name} | nuts | {ref['nll']:.2f} | 1.00 | {ref['rmse']:.2f} | {ref['growth']:.1f}× | — | {other(ref)} | {check(ref)} | {'yes' if ref.get('collapse_warning') else 'no'} | {'yes' if ref.get('overconfidence_warning') else 'no'} | {ref['seconds']:.0f} |")
         for method, r in rows.items():
             if method == "nuts":
                 continue
             if "error" in r:
-                lines.append(f"| {name} | {method} | error: {r['error']} | | | | | | | |")
+                lines.append(f"| {name} | {method} | error: {r['error']} | | | | | | | | | |")
                 continue
             ok = r["nll_ratio"] <= CRITERIA["nll_ratio"] and r["growth"] >= CRITERIA["growth"]
             lines.append(f"| {name} | {method} | {r['nll']:.2f} | {r['nll_ratio']:.2f} | {r['rmse']:.2f} | {r['growth']:.1f}× | "
-                         f"{'yes' if ok else 'no'} | {'yes' if r['collapse_warning'] else 'no'} | {'yes' if r.get('overconfidence_warning') else 'no'} | {r['seconds']:.0f} |")
+                         f"{'yes' if ok else 'no'} | {other(r)} | {check(r)} | {'yes' if r['collapse_warning'] else 'no'} | {'yes' if r.get('overconfidence_warning') else 'no'} | {r['seconds']:.0f} |")
     return "\n".join(lines)
 
 

@@ -146,6 +146,32 @@ def test_overconfidence_fires_when_the_sd_does_not_grow_away_from_the_data():
     assert collapse_message(honest) is None  # a flat mean is the fit when nothing varies with x
 
 
+def test_overconfidence_judges_each_side_of_the_data():
+    """A fit whose sd grows only past one end of the inputs (spread 8·max(x′ − 0.5, 0): the
+    ensemble on the blog regression, whose members extrapolate one slope past x = −0.5 or 0.5)
+    warns: on the other side its sd does not grow (exactly 1×), though the root mean over both
+    sides is 1.9×, above GROWTH_RATIO. In two dimensions, a spread growing with the distance from
+    the data in every direction does not warn."""
+    from bnnpp.inference.collapse import GROWTH_RATIO, outside_growth, overconfidence_message
+
+    x, y = _sinusoid()
+    truth = 10 * np.sin(2 * np.pi * x[:, 0])
+    spread = lambda xs: 8.0 * np.maximum(xs[:, 0] - 0.5, 0.0)  # 0 at the data (x in [-0.5, 0.5])
+    one_sided = _posterior(x, y, truth, 1.0, spread=spread)
+    c = x[:, 0].mean()
+    outer = np.abs(x[:, 0] - c) >= np.median(np.abs(x[:, 0] - c))
+    moved = (c + 2 * (x - c))[outer]
+    assert np.sqrt(1 + np.mean(spread(moved) ** 2)) > GROWTH_RATIO  # the former measure, both sides pooled
+    assert outside_growth(one_sided, x) == pytest.approx(1.0)
+    line = overconfidence_message(one_sided)
+    assert line is not None and "on one side" in line
+    rng = np.random.default_rng(1)
+    x2 = rng.uniform(-1, 1, (60, 2))
+    y2 = x2.sum(axis=1) + rng.normal(size=60)
+    radial = _posterior(x2, y2, x2.sum(axis=1), 1.0, spread=lambda xs: 3.0 * np.linalg.norm(xs, axis=1))
+    assert outside_growth(radial, x2) > GROWTH_RATIO and overconfidence_message(radial) is None
+
+
 def test_overconfidence_warning_after_a_map_fit_and_in_metrics_json():
     """The joint MAP (``hyperparameters="map"``; map's default trains the noise by evidence and
     does not over-fit here) from the uniform start on 20 points of the cubic y = x³ + N(0, 3²)
