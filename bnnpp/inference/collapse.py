@@ -299,7 +299,8 @@ def overconfidence_message(posterior) -> str | None:
     """One line when ``posterior`` (a regression fit as :func:`collapse_message`'s, on at most
     :data:`SMALL_DATA_ROWS` rows) is over-confident: at the training inputs, a predictive sd
     (noise and the spread of the mean over draws) below :data:`OVERFIT_RATIO` times the
-    local-linear noise estimate (:func:`local_linear_noise_sd`); away from them (a fit with draws), an sd that grows less
+    local-linear noise estimate (:func:`local_linear_noise_sd`; only on rows dense enough for
+    their inputs, :data:`OVERFIT_ROWS_PER_AXIS`); away from them (a fit with draws), an sd that grows less
     than :data:`GROWTH_RATIO` times (:func:`outside_growth`). ``None`` otherwise (more rows,
     classification, counts, no data). Records the measures in
     ``posterior.stats.extras["small_data_check"]``."""
