@@ -34,6 +34,7 @@ import warnings
 
 import numpy as np
 
+from bnnpp.inference.evidence import all_normal
 from bnnpp.inference.variational_layers import find_layers
 
 __all__ = [
@@ -222,7 +223,7 @@ def _non_normal_prior(posterior) -> bool:
         layers = find_layers(posterior.model, posterior.x[:1], posterior.y[:1])
     except Exception:  # the check must not fail a finished fit; the line then names laplace and ensemble as before
         return False
-    return any(getattr(lay["prior"], "kind", "normal") != "normal" for lay in layers.values())
+    return not all_normal(layers)
 
 
 def collapse_message(posterior) -> str | None:
@@ -309,8 +310,8 @@ def overconfidence_message(posterior) -> str | None:
     fit = _training_fit(posterior)
     if fit is None:
         return None
-    flat_x = np.asarray(fit["x"]).reshape(np.shape(fit["x"])[0], -1)
-    dense = flat_x.shape[0] >= OVERFIT_ROWS_PER_AXIS ** flat_x.shape[1]
+    n, d = np.shape(fit["x"])[0], int(np.prod(np.shape(fit["x"])[1:]))
+    dense = n >= OVERFIT_ROWS_PER_AXIS**d
     reference = local_linear_noise_sd(fit["x"], fit["y"]) if dense else None  # sparse rows: the estimate bounds nothing
     growth = outside_growth(posterior, fit["x"], fit["sd"])
     posterior.stats.extras["small_data_check"] = {"local_linear_noise_sd": reference, "training_sd": fit["sd"], "outside_growth": growth}

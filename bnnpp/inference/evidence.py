@@ -118,11 +118,17 @@ def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
             why = "has no bnnpp layer with latent weights and bias" if not layers else "has no prior scale or noise site to learn"
             raise ValueError(f"hyperparameters='evidence': the model {why}; use hyperparameters='map' (or 'auto', which falls back to it)")
         return None
-    if not required and not all(getattr(v["prior"], "kind", None) == "normal" for v in layers.values()):
+    if not required and not all_normal(layers):
         return None
     size = sum(int(np.prod(sites[k].shape)) for k in weights)
     fixed = all(not getattr(v["prior"], "hierarchical", True) for v in layers.values())
     return EvidencePlan(layers, weights, hyper, "full" if size <= FULL_LIMIT else "diag", fixed)
+
+
+def all_normal(layers: dict) -> bool:
+    """Whether every layer of ``layers`` (:func:`~bnnpp.inference.variational_layers.find_layers`)
+    has a Normal weight prior (fixed or hierarchical scale); ``True`` for no layers."""
+    return all(getattr(lay["prior"], "kind", None) == "normal" for lay in layers.values())
 
 
 def hierarchical_normal(layers: dict) -> bool:
@@ -131,10 +137,7 @@ def hierarchical_normal(layers: dict) -> bool:
     priors keep the variational factors: a Cauchy or Student-t prior's curvature is negative
     away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
     half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
-    kinds = [lay["prior"] for lay in layers.values()]
-    return (
-        bool(kinds) and all(getattr(p, "kind", None) == "normal" for p in kinds) and any(getattr(p, "hierarchical", False) for p in kinds)
-    )
+    return bool(layers) and all_normal(layers) and any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values())
 
 
 def resolve_every(every: int | None, num_steps: int) -> int:
