@@ -39,9 +39,9 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.joint import joint_terms, latent_trace, prior_diag
-from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.variational_layers import find_layers
 from bnnpp.introspection import latent_sites
+from bnnpp.posterior.laplace import _KEY, _observation
 
 __all__ = [
     "EVIDENCE_LEARNING_RATE",

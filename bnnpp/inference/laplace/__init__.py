@@ -17,13 +17,23 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
      A = (1/N) Σ ã ãᵀ over the inputs ã = [a, 1] (patches for a convolution, the bias as the
      last row) and G = Σ g gᵀ / T over the output gradients of every column of Λ's square
      root (T output positions of a convolution, 1 for a dense layer).
-   * ``hessian="auto"`` (default): ``kron`` for networks of bnnpp layers, ``full`` otherwise.
+   * ``hessian="ggn"``: the full GGN J^T Λ J of the layers' weights (a P × P matrix, refused above
+     :data:`MAX_FULL_PARAMETERS`), its prior precision the model's at the MAP's hyperparameters
+     (``prior_precision="auto"`` after an evidence-trained MAP) or δ·I by the evidence over its eigenvalues.
+   * ``hessian="auto"`` (default): ``ggn`` for a regression (Gaussian likelihood) whose MAP learned
+     a hierarchical Normal prior's scales by the evidence with the full GGN (networks of at most
+     :data:`bnnpp.inference.evidence.FULL_LIMIT` weights) — the posterior then has the curvature
+     its hyperparameters were chosen with; ``kron`` for other networks of bnnpp layers; ``full``
+     otherwise. On 100 rows of UCI yacht (6 inputs, 401 weights) K-FAC's posterior was sure of a
+     mean that missed (test NLL 7.9; the full GGN's −0.29, NUTS's −0.67; ``benchmarks/README.md``);
+     on moons and circles the full GGN's predictive was the less sure one (circles: 0.072 against
+     K-FAC's 0.041 and NUTS's 0.023), so classification keeps ``kron``.
 
    Sites outside θ (the other layers under ``last_layer``, hierarchical prior scales and a
    learned noise sd under GGN) stay at their MAP values. **Hierarchical hyperpriors**: under
    ``full`` with ``subset="all"`` the scales are part of the unconstrained latent vector and
    their curvature is exact (use ``prior_precision="model"``); under ``diag``/``kron`` they are
-   fixed at the MAP and the weights' prior precision is δ.
+   fixed at the MAP and the weights' prior precision is δ (``ggn``: likewise).
 3. **Prior precision** δ: the prior of every real-valued site of θ is replaced by N(0, δ⁻¹ I)
    (sites on a constrained space keep their prior). ``"evidence"`` (default) maximises the
    Laplace log marginal likelihood (MacKay 1992; Immer et al. 2021, eq. 4)
@@ -33,12 +43,12 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
    over δ — and over the observation sd σ of a Gaussian likelihood whose noise is a latent site
    ``noise`` outside θ, with s(σ) = σ_MAP² / σ² (the likelihood curvature of a Gaussian scales
    with 1/σ²) — by Adam on (log δ, log σ) over the eigenvalues of the curvature (diag: the
-   diagonal; kron: products of the factors' eigenvalues; full: of H_lik, or of its Schur
+   diagonal; kron: products of the factors' eigenvalues; ggn: of the GGN; full: of H_lik, or of its Schur
    complement when θ also holds constrained sites). A number fixes δ; ``"model"`` keeps the
    model's own prior (``full`` only): the exact Laplace of the model's posterior. ``"auto"``
    (default) is ``"evidence"`` except under a hierarchical Normal prior whose layer scales and
    noise the MAP trained by the evidence (``hyperparameters="auto"``/``"evidence"``) with
-   ``diag``/``kron``: there δ of each layer is its prior precision at the MAP (the mean over its
+   ``ggn``/``diag``/``kron``: there δ of each layer (``ggn``: of each weight) is its prior precision at the MAP (the mean over its
    weights of −∂² log p(θ | h)/∂θ², 1/variance for a Normal) and σ the MAP's, neither re-tuned.
    ``"validation"`` (diag/kron) starts from the evidence's δ and multiplies it by the factor c
    of :data:`VALIDATION_FACTORS` (10⁻² … 10³) whose linearised predictive has the highest log
@@ -62,7 +72,7 @@ The log marginal likelihood at the chosen δ (and σ) is ``info["log_marginal_li
 and the per-draw ``sample_stats["log_marginal_likelihood"]``; ``info`` also holds
 ``prior_precision``, ``noise`` (the σ used, Gaussian likelihoods), ``hessian``,
 ``laplace_parameters`` (P) and ``laplace_seconds``. Memory: ``diag`` and ``kron`` keep O(P)
-numbers plus the factors ((in+1)² + out² per layer); ``full`` keeps two P × P matrices.
+numbers plus the factors ((in+1)² + out² per layer); ``full`` and ``ggn`` keep two P × P matrices.
 """
 
 from __future__ import annotations
@@ -76,16 +86,13 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-import numpyro.distributions as dist
 import optax
-from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
-from numpyro.primitives import Messenger
 
 from bnnpp.inference import map_estimate
 from bnnpp.inference.algorithm import Algorithm, Keys, Outcome
 from bnnpp.inference.joint import constrained_values
-from bnnpp.inference.laplace.approximation import _KEY, LaplaceGaussian, _likelihood_kind
+from bnnpp.inference.laplace.approximation import _KEY, LaplaceGaussian
 from bnnpp.inference.laplace.at_map import _laplace
 from bnnpp.inference.laplace.evidence import (
     VALIDATION_DRAWS,
@@ -94,21 +101,12 @@ from bnnpp.inference.laplace.evidence import (
     _precision_info,
     _tune_on_validation,
 )
+from bnnpp.inference.laplace.planning import HESSIANS, MAX_FULL_PARAMETERS, _Plan, _supports, plan
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import check_validation_data, check_validation_pair, non_negative_int, option, positive_int
 from bnnpp.inference.registry import Method, register
-from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import improper_as_zeros, latent_sites, num_parameters
-from bnnpp.models.layers import LAYER_EFFECT
 
 __all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "build"]
-
-MAX_FULL_PARAMETERS = 3000
-"""``hessian="full"`` is refused above this many Laplace parameters: it computes P Hessian-vector
-products over the full data and keeps two P × P float32 matrices (72 MB at the limit)."""
-
-HESSIANS = ("auto", "full", "diag", "kron")
-SCALE_SUFFIXES = (".scale", ".variance")  # bnnpp hyperprior sites (bnnpp.priors)
 
 
 def prior_precision_check(name: str, value) -> None:
@@ -140,7 +138,12 @@ class LaplaceOptions(map_estimate.MAPOptions):
     # on the small-data problems (benchmarks/README.md)
     hyperparameters: str = option("auto", map_estimate.HYPERPARAMETERS_HELP, choices=map_estimate.HYPERPARAMETERS)
     subset: str = option("all", "Laplace over every latent site or the last layer's weights", choices=("all", "last_layer"))
-    hessian: str = option("auto", "curvature: exact Hessian, GGN diagonal or K-FAC (auto: kron for bnnpp networks)", choices=HESSIANS)
+    hessian: str = option(
+        "auto",
+        "curvature: exact Hessian, full GGN, GGN diagonal or K-FAC (auto: ggn for a regression whose evidence-trained MAP "
+        "used it, else kron for bnnpp networks, full otherwise)",
+        choices=HESSIANS,
+    )
     prior_precision: str | float = option(
         "auto",
         "'evidence' (maximise the marginal likelihood), 'model' (full only), a number, or 'auto': the prior scales and noise "
@@ -180,133 +183,6 @@ class LaplaceOptions(map_estimate.MAPOptions):
     def precision(self) -> str | float:
         """``"auto"``, ``"evidence"``, ``"model"``, ``"validation"`` or δ as a float (``"auto"`` is resolved by :func:`plan`)."""
         return self.prior_precision if self.prior_precision in ("auto", "evidence", "model", "validation") else float(self.prior_precision)
-
-
-# --------------------------------------------------------------------------------------
-# Planning: which sites, which curvature — checked before anything compiles
-# --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Plan:
-    hessian: str
-    subset: tuple[str, ...]  # sites of θ, in trace order
-    layers: dict  # layer → facts (GGN), in trace order
-    replaced: tuple[str, ...]  # sites of θ whose prior is N(0, 1/δ)
-    likelihood: str
-    tune_sigma: bool
-    # "evidence", "model", "validation", δ, or "from_map": the prior precision and noise the evidence-trained MAP
-    # learned (prior_precision="auto")
-    precision: str | float = "evidence"
-
-
-def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Plan:
-    """Resolve ``hessian="auto"`` and the sites of θ; ValueError (one line, naming the fix) for
-    an unsupported model/option combination or a full Hessian above
-    :data:`MAX_FULL_PARAMETERS`. Abstract tracing only: nothing compiles. ``sites``: the latent
-    sites when already found (``ModelInfo.sites``)."""
-    sites = latent_sites(model, x, y) if sites is None else sites
-    layers = {}
-    for name, facts in _find_layers(model, x, y).items():
-        if f"{name}.w" in sites and f"{name}.b" in sites:
-            layers[name] = facts
-    hessian = options.hessian
-    if hessian == "auto":
-        hessian = "kron" if layers else "full"
-    precision = options.precision
-    if precision == "auto":
-        # the MAP's hyperparameters already maximise a Laplace-GGN evidence (the full GGN on small nets,
-        # per layer, with the noise): re-tuning one δ and σ on the K-FAC evidence at the end threw that away
-        # (the cubic of benchmarks/small_data.py: σ 3.4 -> 17, test NLL 1.02x -> 1.55x NUTS's)
-        # (a hierarchical prior: the MAP's evidence learned its scales; under a fixed-scale prior it learned only the
-        # noise, and laplace's own evidence still tunes δ, which may recover a better prior scale than the model's)
-        evidence = map_estimate.evidence_plan_of(model, x, y, options) if hessian in ("diag", "kron") else None
-        from_map = evidence is not None and not evidence.fixed_prior
-        precision = "from_map" if from_map else "evidence"
-    if options.subset == "last_layer":
-        if not layers:
-            raise ValueError("subset='last_layer' needs a network of bnnpp dense/conv2d layers; this model has none: use subset='all'")
-        last = list(layers)[-1]
-        layers = {last: layers[last]}
-    if hessian in ("diag", "kron"):
-        if not layers:
-            raise ValueError(
-                f"hessian={hessian!r} (GGN) works on the weights of bnnpp dense/conv2d layers and this model has none "
-                f"(Flax modules included): use hessian='full' (exact Hessian, up to {MAX_FULL_PARAMETERS:,} parameters)"
-            )
-        if precision == "model":
-            raise ValueError(f"prior_precision='model' needs hessian='full'; hessian={hessian!r} takes 'evidence' or a number")
-        if precision == "validation" and options.predictive != "linearised":
-            raise ValueError("prior_precision='validation' scores the linearised predictive: use predictive='linearised'")
-        subset = tuple(s for name in layers for s in (f"{name}.w", f"{name}.b"))
-    else:
-        if options.prior_structure == "layerwise":
-            raise ValueError("prior_structure='layerwise' needs hessian='diag' or 'kron' (the full Hessian takes one prior precision)")
-        if precision == "validation":
-            raise ValueError(
-                "prior_precision='validation' needs hessian='diag' or 'kron'; the full Hessian takes 'evidence', 'model' or a number"
-            )
-        subset = tuple(sites) if options.subset == "all" else tuple(s for name in layers for s in (f"{name}.w", f"{name}.b"))
-        size = num_parameters({k: sites[k] for k in subset})
-        if size > MAX_FULL_PARAMETERS:
-            raise ValueError(
-                f"hessian='full' on {size:,} parameters is refused above {MAX_FULL_PARAMETERS:,} (P Hessian-vector products, "
-                "P x P matrices): use hessian='kron' or 'diag', or subset='last_layer'"
-            )
-    likelihood = _likelihood_kind(model, x, y) if (hessian != "full" or options.predictive == "linearised") else "other"
-    replaced: tuple[str, ...] = ()
-    if precision != "model":
-        supports = _supports(model, x, y)
-        replaced = tuple(s for s in subset if _is_real(supports[s]))
-        scales = [s for s in subset if s.endswith(SCALE_SUFFIXES)]
-        if hessian == "full" and scales:
-            kron = " (or hessian='kron', scales fixed at the MAP)" if layers else ""  # kron needs bnnpp dense/conv2d layers
-            raise ValueError(
-                f"the latent vector holds the hierarchical prior scale(s) {', '.join(scales)}; a prior_precision other than "
-                f"'model' would cut them off from the weights: use prior_precision='model'{kron}"
-            )
-    tune_sigma = (
-        precision == "evidence" and likelihood == "gaussian" and "noise" in sites and "noise" not in subset and set(replaced) == set(subset)
-    )
-    return _Plan(hessian, subset, layers, replaced, likelihood, tune_sigma, precision)
-
-
-def _find_layers(model, x, y) -> dict:
-    """:func:`find_layers` plus each convolution's ``kernel_size``/``stride``/``padding``."""
-    layers = find_layers(model, x, y)
-    conv = {}
-
-    class _Conv(Messenger):
-        def process_message(self, msg):
-            if msg["type"] == LAYER_EFFECT and msg["kind"] == "conv2d":
-                conv[msg["layer"]] = dict(msg["kwargs"])
-
-    def probe(key):
-        with _Conv():
-            handlers.substitute(handlers.seed(model, key), substitute_fn=improper_as_zeros)(x[:2], y[:2])
-        return 0
-
-    jax.eval_shape(probe, jax.ShapeDtypeStruct((2,), jnp.uint32))
-    return {k: {**v, **conv.get(k, {})} for k, v in layers.items()}
-
-
-def _is_real(support) -> bool:
-    """True for the support of a real-valued site (``real``, also as an event: ``real_vector``)."""
-    while isinstance(support, dist.constraints.independent):
-        support = support.base_constraint
-    return support is dist.constraints.real
-
-
-def _supports(model, x, y) -> dict:
-    out = {}
-
-    def probe(xs, ys):
-        trace = handlers.trace(handlers.substitute(handlers.seed(model, _KEY), substitute_fn=improper_as_zeros)).get_trace(xs, ys)
-        out.update({k: s["fn"].support for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]})
-        return 0
-
-    jax.eval_shape(probe, x[:2], y[:2])
-    return out
 
 
 # --------------------------------------------------------------------------------------

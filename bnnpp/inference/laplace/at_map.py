@@ -14,13 +14,15 @@ import numpyro.distributions as dist
 from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 
+from bnnpp.inference.evidence import _full_ggn as _evidence_full_ggn
 from bnnpp.inference.joint import latent_trace, log_likelihood, prior_diag, site_log_prior
 from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.laplace.curvature import _ggn
 from bnnpp.inference.laplace.evidence import _evidence, _gaussian_loglik
 
 if TYPE_CHECKING:
-    from bnnpp.inference.laplace import LaplaceOptions, _Plan
+    from bnnpp.inference.laplace import LaplaceOptions
+    from bnnpp.inference.laplace.planning import _Plan
 
 __all__ = ["_laplace"]
 
@@ -81,6 +83,8 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
         params["indefinite_directions"] = jnp.sum(e < -1e-4 * jnp.max(jnp.abs(e)))
         e = jnp.maximum(e, 1e-6 * jnp.max(jnp.abs(e)))  # an indefinite direction (not a strict optimum) gets a tiny curvature
         params["covariance_factor"] = q / jnp.sqrt(e)
+    elif p.hessian == "ggn":
+        return {**params, **_full_ggn_laplace(model, x, y, u, theta, fixed, p, fixed_delta, options.curvature_batch_size)}
     else:
         curv, stats = _ggn(model, u, x, y, p.layers, p.hessian, options.curvature_batch_size)
         sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
@@ -122,6 +126,64 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
     params["noise"] = jnp.asarray(noise, jnp.float32)
     params["log_marginal_likelihood"] = jnp.asarray(log_z, jnp.float32)
     return params
+
+
+def _full_ggn_laplace(model, x, y, u, theta: dict, fixed: dict, p: _Plan, fixed_delta, batch: int) -> dict:
+    """``hessian="ggn"``: the full generalised Gauss–Newton J^T Λ J of the layers' weights θ
+    (P ≤ :data:`bnnpp.inference.evidence.FULL_LIMIT`), summed over batches of ``batch`` rows, plus
+    the prior's precision: the model's own at the MAP's hyperparameters (``from_map``: the
+    evidence-trained MAP learned them with this same curvature), else δ·I with δ (and σ) by the
+    evidence over its eigenvalues. Returns the params of a ``full`` :class:`LaplaceGaussian`
+    (``covariance_factor`` ``(P, P)``), the noise, δ and log Z."""
+    flat, _ = ravel_pytree(theta)
+    size = flat.shape[0]
+    n = x.shape[0]
+
+    def gram(xb):
+        root = _evidence_full_ggn(model, theta, fixed, xb)  # (K·B, P)
+        return root.T @ root
+
+    full, rest = divmod(n, batch)
+    g = jnp.zeros((size, size), flat.dtype)
+    if full:
+        xs = x[: full * batch].reshape(full, batch, *x.shape[1:])
+        g = jax.lax.scan(lambda acc, xb: (acc + gram(xb), None), g, xs)[0]
+    if rest:
+        g = g + gram(x[full * batch :])
+    g = 0.5 * (g + g.T)
+    trace = latent_trace(model, u, x, y, _KEY)
+    loglik = log_likelihood(trace)
+    sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
+    if p.precision == "from_map":
+        prec = ravel_pytree(prior_diag(model, theta, fixed, x, y, _KEY))[0]
+        delta, sigma = _layer_prior_precision(model, u, x, y, theta, list(p.layers)), jnp.exp(sigma0)  # reported per layer, as kron's
+        h = g + jnp.diag(jnp.maximum(prec, 1e-12))
+        log_prior = sum((site_log_prior(trace[k]) for k in theta), jnp.zeros(()))
+        log_z = loglik + log_prior + 0.5 * size * jnp.log(2 * jnp.pi) - 0.5 * jnp.linalg.slogdet(h)[1]
+    else:
+        loglik_of = _gaussian_loglik(n, _ssr(model, u, x, y)) if p.tune_sigma else (lambda tau: loglik)
+        deltas, sigma, log_z = _evidence(
+            jnp.linalg.eigvalsh(g),
+            np.zeros(size, np.int32),
+            [size],
+            jnp.stack([jnp.sum(flat**2)]),
+            loglik_of,
+            0.0,
+            fixed_delta,
+            p.tune_sigma,
+            sigma0,
+        )
+        delta = deltas[0]
+        scale = jnp.exp(2 * (sigma0 - jnp.log(sigma))) if p.tune_sigma else 1.0
+        h = scale * g + delta * jnp.eye(size, dtype=g.dtype)
+    e, q = jnp.linalg.eigh(0.5 * (h + h.T))
+    out = {"covariance_factor": q / jnp.sqrt(jnp.maximum(e, 1e-6 * jnp.max(e)))}
+    if p.tune_sigma:
+        out["noise__fixed"] = biject_to(dist.constraints.positive).inv(sigma)
+    out["prior_precision"] = jnp.asarray(delta, jnp.float32)
+    out["noise"] = jnp.asarray(sigma if p.tune_sigma else (_noise_of(model, u, x) if p.likelihood == "gaussian" else jnp.nan), jnp.float32)
+    out["log_marginal_likelihood"] = jnp.asarray(log_z, jnp.float32)
+    return out
 
 
 def _layer_prior_precision(model, u, x, y, theta: dict, layers: list) -> jax.Array:
