@@ -26,7 +26,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                 [--members-per-batch MEMBERS_PER_BATCH] [--layout {auto,vmap,in_turn}]\n'
  '                 [--adversarial-epsilon ADVERSARIAL_EPSILON] [--evidence-every EVIDENCE_EVERY]\n'
  '                 [--evidence-steps EVIDENCE_STEPS] [--subset {all,last_layer}]\n'
- '                 [--hessian {auto,full,diag,kron}] [--prior-precision PRIOR_PRECISION]\n'
+ '                 [--hessian {auto,full,ggn,diag,kron}] [--prior-precision PRIOR_PRECISION]\n'
  '                 [--prior-structure {scalar,layerwise}] [--predictive {linearised,mc}]\n'
  '                 [--link {probit,mc}] [--curvature-batch-size CURVATURE_BATCH_SIZE] [--rate RATE]\n'
  '                 [--concrete] [--relaxation-temperature RELAXATION_TEMPERATURE]\n'
@@ -223,9 +223,10 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        Adam steps on the hyperparameters per evidence update [laplace=20, map=20]\n'
  '  --subset {all,last_layer}\n'
  "                        Laplace over every latent site or the last layer's weights [laplace=all]\n"
- '  --hessian {auto,full,diag,kron}\n'
- '                        curvature: exact Hessian, GGN diagonal or K-FAC (auto: kron for bnnpp\n'
- '                        networks) [laplace=auto]\n'
+ '  --hessian {auto,full,ggn,diag,kron}\n'
+ '                        curvature: exact Hessian, full GGN, GGN diagonal or K-FAC (auto: ggn for a\n'
+ '                        regression whose evidence-trained MAP used it, else kron for bnnpp\n'
+ '                        networks, full otherwise) [laplace=auto]\n'
  '  --prior-precision PRIOR_PRECISION\n'
  "                        'evidence' (maximise the marginal likelihood), 'model' (full only), a\n"
  "                        number, or 'auto': the prior scales and noise the evidence-trained MAP\n"
