@@ -426,3 +426,15 @@ def test_layers_bnnpp_cannot_answer_stay_ordinary_sites():
     tr = handlers.trace(handlers.substitute(handlers.seed(model, 0), data=values)).get_trace(x)
     np.testing.assert_allclose(tr["logits"]["value"], module(x), atol=1e-6)
     assert set(latent_sites(model, x, y)) == {"inner.kernel", "inner.bias", "head.kernel", "out.kernel", "out.bias"}
+
+
+@pytest.mark.parametrize("method, options", [("advi", {"num_steps": 20, "map_steps": 20}), ("bbb", {"epochs": 20, "map_steps": 20})])
+def test_vi_defaults_under_a_hierarchical_prior_fit_a_flax_module(method, options):
+    """advi's and bbb's ``hyperparameters="auto"`` takes the evidence-trained MAP under a
+    hierarchical Normal prior only where the evidence runs: a Flax module's layers have no
+    ``.w``/``.b`` sites, so it resolves to the variational hyperparameters instead of raising
+    (found by the slow fresh-load test)."""
+    x, y = _xy()
+    model = from_flax(LinenTanh(), num_classes=2, prior=priors.normal(priors.half_normal(1.0)))
+    post = bnnpp.fit(model, (x, y), method=method, num_samples=5, progress=False, **options)
+    assert np.all(np.isfinite(post.predict(x).probs))

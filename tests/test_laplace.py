@@ -199,7 +199,9 @@ def test_linearised_predictive_grows_out_of_the_data_and_survives_save_load(tmp_
     pred = post.predict(x)
     assert pred.draws.shape == (200, 3) and np.all(pred.noise > 0)
     sd = pred.epistemic_std
-    assert sd[1] > 2 * sd[0] and sd[2] > 2 * sd[0]  # (the benchmark reports the ratio; 2x is a loose floor)
+    # 1.5x: the over-confidence check's line (collapse.GROWTH_RATIO). With the default standardised inputs the
+    # sd at x = ±1.2 (3.8 training sds out) is 1.98x the one at 0 (2026-11-28; it was 2x+ before standardize=True)
+    assert sd[1] > 1.5 * sd[0] and sd[2] > 1.5 * sd[0]
     assert post.info["log_marginal_likelihood"] == post.stats.sample_stats["log_marginal_likelihood"][0, 0]
     post.save(tmp_path / "p.nc")
     back = bnnpp.load(tmp_path / "p.nc")
