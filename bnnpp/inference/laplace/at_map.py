@@ -130,7 +130,9 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
 
 def _full_ggn_laplace(model, x, y, u, theta: dict, fixed: dict, p: _Plan, fixed_delta, batch: int) -> dict:
     """``hessian="ggn"``: the full generalised Gauss–Newton J^T Λ J of the layers' weights θ
-    (P ≤ :data:`bnnpp.inference.evidence.FULL_LIMIT`), summed over batches of ``batch`` rows, plus
+    (P ≤ :data:`~bnnpp.inference.laplace.planning.MAX_FULL_PARAMETERS`; by default only where the
+    evidence-trained MAP used it, P ≤ :data:`bnnpp.inference.evidence.FULL_LIMIT`), summed over
+    batches of ``batch`` rows (each batch's Jacobian ``(K·batch, P)`` at once), plus
     the prior's precision: the model's own at the MAP's hyperparameters (``from_map``: the
     evidence-trained MAP learned them with this same curvature), else δ·I with δ (and σ) by the
     evidence over its eigenvalues. Returns the params of a ``full`` :class:`LaplaceGaussian`

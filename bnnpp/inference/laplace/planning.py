@@ -25,7 +25,8 @@ __all__ = ["HESSIANS", "MAX_FULL_PARAMETERS", "SCALE_SUFFIXES", "_Plan", "_find_
 
 MAX_FULL_PARAMETERS = 3000
 """``hessian="full"`` is refused above this many Laplace parameters: it computes P Hessian-vector
-products over the full data and keeps two P × P float32 matrices (72 MB at the limit)."""
+products over the full data and keeps two P × P float32 matrices (72 MB at the limit);
+``hessian="ggn"`` above this many layer weights (the same two matrices)."""
 
 HESSIANS = ("auto", "full", "ggn", "diag", "kron")
 SCALE_SUFFIXES = (".scale", ".variance")  # bnnpp hyperprior sites (bnnpp.priors)
