@@ -39,7 +39,7 @@ from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.collapse import SMALL_DATA_ROWS, mean_field_small_data_note
-from bnnpp.inference.evidence import evidence_plan, hierarchical_normal
+from bnnpp.inference.evidence import auto_takes_evidence, hierarchical_normal
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.options import (
@@ -276,14 +276,13 @@ a point for every purpose (its log q is a constant of the ELBO)."""
 def _evidence_sites(model, x, y, options: ADVIOptions, sites) -> tuple:
     """The sites held at an evidence-trained MAP's values: every latent site outside the bnnpp
     layers' weights and biases under ``hyperparameters="evidence"``, or ``"auto"`` with
-    ``guide="normal"``, a hierarchical Normal prior and bnnpp layers the evidence can run on (see
+    ``guide="normal"`` where :func:`~bnnpp.inference.evidence.auto_takes_evidence` (see
     :func:`bnnpp.inference.bbb.resolve_hyperparameters` for why); else none."""
     if options.hyperparameters == "variational" or options.guide != "normal":
         return ()
 
     layers = find_layers(model, x[:1], y[:1])
-    # auto: also only where the evidence can run (a Flax module's layers have no ``.w``/``.b`` sites)
-    if options.hyperparameters == "auto" and not (hierarchical_normal(layers) and evidence_plan(model, x, y, required=False) is not None):
+    if options.hyperparameters == "auto" and not auto_takes_evidence(model, x, y):
         return ()
     weights = {s for lay in layers.values() for s in lay["sites"]}
     if not layers and options.hyperparameters == "evidence":

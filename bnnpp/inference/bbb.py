@@ -46,7 +46,7 @@ import optax
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import SMALL_DATA_ROWS, mean_field_small_data_note
-from bnnpp.inference.evidence import evidence_plan, hierarchical_normal
+from bnnpp.inference.evidence import auto_takes_evidence, hierarchical_normal
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.kl_weighting import blundell_weights as blundell_weights  # noqa: F401  (re-exported)
 from bnnpp.inference.kl_weighting import kl_weights
@@ -174,11 +174,10 @@ DEFAULTS = BBBOptions.defaults()
 """Every option's default (the dict of bnnpp 0.1)."""
 
 
-def resolve_hyperparameters(choice: str, layers: dict, evidence_runs: bool = True) -> str:
-    """``choice``, with ``"auto"`` resolved: ``"evidence"`` under a hierarchical Normal prior
-    (:func:`hierarchical_normal`) where the evidence can run (``evidence_runs``: the layers have
-    ``.w``/``.b`` sites, :func:`~bnnpp.inference.evidence.evidence_plan`; a Flax module's have
-    not), else ``"variational"``.
+def resolve_hyperparameters(choice: str, model, x, y) -> str:
+    """``choice``, with ``"auto"`` resolved: ``"evidence"`` under a hierarchical Normal prior on
+    layers the evidence runs on (:func:`~bnnpp.inference.evidence.auto_takes_evidence`), else
+    ``"variational"``.
 
     Why evidence under a hierarchical prior: on issue 35's 32-point sinusoid the mean-field
     ELBO with the scales and noise learned — as factors of q or as point estimates, from a
@@ -187,7 +186,7 @@ def resolve_hyperparameters(choice: str, layers: dict, evidence_runs: bool = Tru
     ``benchmarks/README.md``, "Variational fits under hierarchical priors")."""
     if choice != "auto":
         return choice
-    return "evidence" if hierarchical_normal(layers) and evidence_runs else "variational"
+    return "evidence" if auto_takes_evidence(model, x, y) else "variational"
 
 
 def point_sites(choice: str, layers: dict, generic: tuple) -> tuple:
@@ -288,8 +287,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             "learn_prior=True trains a scale mixture's π, σ1, σ2: build the network with priors.scale_mixture() "
             "(CLI: --prior scale-mixture)"
         )
-    runs = options.hyperparameters != "auto" or evidence_plan(model, x, y, required=False) is not None
-    choice = resolve_hyperparameters(options.hyperparameters, layers, runs)
+    choice = resolve_hyperparameters(options.hyperparameters, model, x, y)
     small = n <= SMALL_DATA_ROWS and hierarchical_normal(layers) and getattr(model, "task", None) == "regression"
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))

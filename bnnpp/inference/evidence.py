@@ -48,6 +48,7 @@ __all__ = [
     "FULL_LIMIT",
     "EvidencePlan",
     "EvidenceState",
+    "auto_takes_evidence",
     "evidence_plan",
     "hierarchical_normal",
     "log_evidence",
@@ -138,6 +139,15 @@ def hierarchical_normal(layers: dict) -> bool:
     away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
     half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
     return bool(layers) and all_normal(layers) and any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values())
+
+
+def auto_takes_evidence(model, x, y) -> bool:
+    """Whether advi's and bbb's ``hyperparameters="auto"`` resolves to ``"evidence"``: a
+    hierarchical Normal prior (:func:`hierarchical_normal`) on bnnpp layers the evidence runs on
+    (:func:`evidence_plan`; a Flax module's layers have no ``.w``/``.b`` sites, and asking them for
+    the evidence raised ``ValueError``)."""
+    plan = evidence_plan(model, x, y, required=False)
+    return plan is not None and hierarchical_normal(plan.layers)
 
 
 def resolve_every(every: int | None, num_steps: int) -> int:

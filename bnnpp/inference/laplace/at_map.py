@@ -17,7 +17,7 @@ from numpyro.distributions.transforms import biject_to
 from bnnpp.inference.evidence import _full_ggn as _evidence_full_ggn
 from bnnpp.inference.joint import latent_trace, log_likelihood, prior_diag, site_log_prior
 from bnnpp.inference.laplace.approximation import _KEY, _observation
-from bnnpp.inference.laplace.curvature import _ggn
+from bnnpp.inference.laplace.curvature import _ggn, batched_sum
 from bnnpp.inference.laplace.evidence import _evidence, _gaussian_loglik
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
             eig = jnp.concatenate([jnp.outer(jnp.maximum(a[0], 0), jnp.maximum(g[0], 0)).ravel() for a, g in factors.values()])
         layerwise = options.prior_structure == "layerwise" or p.precision == "from_map"
         if p.precision == "from_map":  # the evidence-trained MAP's prior, one δ per layer, fixed
-            fixed_delta = _layer_prior_precision(model, u, x, y, theta, list(curv))
+            fixed_delta = _layer_prior_precision(prior_diag(model, theta, fixed, x, y, _KEY), list(curv))
         sizes = [int(np.prod(jnp.shape(theta[f"{k}.w"]))) + int(np.prod(jnp.shape(theta[f"{k}.b"]))) for k in curv]
         sq = [jnp.sum(theta[f"{k}.w"] ** 2) + jnp.sum(theta[f"{k}.b"] ** 2) for k in curv]
         if not layerwise:
@@ -145,21 +145,15 @@ def _full_ggn_laplace(model, x, y, u, theta: dict, fixed: dict, p: _Plan, fixed_
         root = _evidence_full_ggn(model, theta, fixed, xb)  # (K·B, P)
         return root.T @ root
 
-    full, rest = divmod(n, batch)
-    g = jnp.zeros((size, size), flat.dtype)
-    if full:
-        xs = x[: full * batch].reshape(full, batch, *x.shape[1:])
-        g = jax.lax.scan(lambda acc, xb: (acc + gram(xb), None), g, xs)[0]
-    if rest:
-        g = g + gram(x[full * batch :])
+    g = batched_sum(gram, (x,), batch)
     g = 0.5 * (g + g.T)
     trace = latent_trace(model, u, x, y, _KEY)
     loglik = log_likelihood(trace)
     sigma0 = jnp.log(_noise_of(model, u, x)) if p.tune_sigma else jnp.zeros(())
     if p.precision == "from_map":
-        prec = ravel_pytree(prior_diag(model, theta, fixed, x, y, _KEY))[0]
-        delta, sigma = _layer_prior_precision(model, u, x, y, theta, list(p.layers)), jnp.exp(sigma0)  # reported per layer, as kron's
-        h = g + jnp.diag(jnp.maximum(prec, 1e-12))
+        prec = prior_diag(model, theta, fixed, x, y, _KEY)
+        delta, sigma = _layer_prior_precision(prec, list(p.layers)), jnp.exp(sigma0)  # reported per layer, as kron's
+        h = g + jnp.diag(jnp.maximum(ravel_pytree(prec)[0], 1e-12))
         log_prior = sum((site_log_prior(trace[k]) for k in theta), jnp.zeros(()))
         log_z = loglik + log_prior + 0.5 * size * jnp.log(2 * jnp.pi) - 0.5 * jnp.linalg.slogdet(h)[1]
     else:
@@ -188,11 +182,10 @@ def _full_ggn_laplace(model, x, y, u, theta: dict, fixed: dict, p: _Plan, fixed_
     return out
 
 
-def _layer_prior_precision(model, u, x, y, theta: dict, layers: list) -> jax.Array:
-    """Per layer, the mean over its weights and bias of the prior's precision at the MAP's
+def _layer_prior_precision(prec: dict, layers: list) -> jax.Array:
+    """Per layer, the mean over its weights and bias of the prior's precision ``prec`` at the MAP's
     hyperparameters (:func:`bnnpp.inference.joint.prior_diag`; a Normal prior's 1/scale²,
     shared by a layer's weights and bias under a hierarchical scale). ``(len(layers),)``."""
-    prec = prior_diag(model, theta, {k: v for k, v in u.items() if k not in theta}, x, y, _KEY)
     return jnp.stack([jnp.maximum(jnp.mean(jnp.concatenate([prec[f"{k}.w"].ravel(), prec[f"{k}.b"].ravel()])), 1e-12) for k in layers])
 
 

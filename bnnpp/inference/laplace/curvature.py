@@ -114,26 +114,27 @@ def _ggn(model, u, x, y, layers: dict, structure: str, batch: int):
         return acc, ll, ssr
 
     n = x.shape[0]
-    full, rest = divmod(n, batch)
-    total = None
-    if full:
-        shapes = shapes_for(batch)
-        xs = x[: full * batch].reshape(full, batch, *x.shape[1:])
-        ys = y[: full * batch].reshape(full, batch, *y.shape[1:])
-
-        def body(carry, b):
-            acc, ll, ssr = one_batch(b[0], b[1], shapes)
-            return jax.tree_util.tree_map(jnp.add, carry, (acc, ll, ssr)), None
-
-        init = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(lambda: one_batch(xs[0], ys[0], shapes)))
-        total, _ = jax.lax.scan(body, init, (xs, ys))
-    if rest:
-        last = one_batch(x[full * batch :], y[full * batch :], shapes_for(rest))
-        total = last if total is None else jax.tree_util.tree_map(jnp.add, total, last)
-    curv, ll, ssr = total
+    curv, ll, ssr = batched_sum(lambda xb, yb: one_batch(xb, yb, shapes_for(xb.shape[0])), (x, y), batch)
     if structure == "kron":
         curv = {k: {"A": v["A"] / n, "G": v["G"]} for k, v in curv.items()}
     return curv, {"loglik": ll, "ssr": ssr}
+
+
+def batched_sum(fn, arrays: tuple, batch: int):
+    """Σ over row batches of ``fn(*rows)``: the full batches of ``batch`` rows of every array in
+    ``arrays`` (same leading length) by one ``lax.scan``, the remaining rows by one more call.
+    Returns ``fn``'s pytree, summed."""
+    n = arrays[0].shape[0]
+    full, rest = divmod(n, batch)
+    total = None
+    if full:
+        stacked = tuple(a[: full * batch].reshape(full, batch, *a.shape[1:]) for a in arrays)
+        init = jax.tree_util.tree_map(jnp.zeros_like, jax.eval_shape(fn, *(a[0] for a in stacked)))
+        total, _ = jax.lax.scan(lambda acc, rows: (jax.tree_util.tree_map(jnp.add, acc, fn(*rows)), None), init, stacked)
+    if rest:
+        last = fn(*(a[full * batch :] for a in arrays))
+        total = last if total is None else jax.tree_util.tree_map(jnp.add, total, last)
+    return total
 
 
 def largest_hessian_eigenvalue(f, x: jax.Array, iterations: int, key: jax.Array | None = None) -> jax.Array:

@@ -62,6 +62,7 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
     # (the cubic of benchmarks/small_data.py: σ 3.4 -> 17, test NLL 1.02x -> 1.55x NUTS's)
     # (a hierarchical prior: the MAP's evidence learned its scales; under a fixed-scale prior it learned only the
     # noise, and laplace's own evidence still tunes δ, which may recover a better prior scale than the model's)
+    kind = None  # the likelihood's kind, once traced
     evidence = map_estimate.evidence_plan_of(model, x, y, options) if layers and precision == "auto" and hessian != "full" else None
     from_map = evidence is not None and not evidence.fixed_prior
     if hessian == "auto":
@@ -70,8 +71,8 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
         # (test NLL 7.9 against the full GGN's -0.29, NUTS -0.67; benchmarks/README.md, "Many inputs")
         # regression only: on moons and circles splits the full GGN's linearised predictive was less sure than K-FAC's
         # and NUTS's (circles noise 0.1: test NLL 0.072 against 0.041 and 0.023; benchmarks/README.md)
-        full_ggn = from_map and evidence.structure == "full" and _likelihood_kind(model, x, y) == "gaussian"
-        hessian = ("ggn" if full_ggn else "kron") if layers else "full"
+        kind = _likelihood_kind(model, x, y) if from_map and evidence.structure == "full" else None
+        hessian = ("ggn" if kind == "gaussian" else "kron") if layers else "full"
     if precision == "auto":
         precision = "from_map" if from_map and hessian != "full" else "evidence"
     if options.subset == "last_layer":
@@ -114,7 +115,7 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
                 f"hessian='full' on {size:,} parameters is refused above {MAX_FULL_PARAMETERS:,} (P Hessian-vector products, "
                 "P x P matrices): use hessian='kron' or 'diag', or subset='last_layer'"
             )
-    likelihood = _likelihood_kind(model, x, y) if (hessian != "full" or options.predictive == "linearised") else "other"
+    likelihood = (kind or _likelihood_kind(model, x, y)) if (hessian != "full" or options.predictive == "linearised") else "other"
     replaced: tuple[str, ...] = ()
     if precision != "model":
         supports = _supports(model, x, y)
