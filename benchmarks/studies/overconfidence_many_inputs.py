@@ -9,6 +9,8 @@ defaults (NUTS: 2 chains of 300 + 300). Rows: test NLL on the split's test rows 
 check's growth, whether the over-confidence line fired.
 
     python benchmarks/studies/overconfidence_many_inputs.py --set boston --rows 150
+
+``--draw N`` draws other rows (seed N), ``--columns K`` keeps the first K inputs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--set", default="boston")
     ap.add_argument("--rows", type=int, default=150)
+    ap.add_argument("--draw", type=int, default=0, help="seed of the rows drawn from the split's training rows")
+    ap.add_argument("--columns", type=int, default=None, help="keep the first COLUMNS inputs (default: all)")
     ap.add_argument("--methods", default="laplace,ensemble,advi,nuts", help="comma-separated; METHOD:OPTION=VALUE gives one option (e.g. laplace:hessian=kron)")
     ap.add_argument("--out", default=None, help="result name in studies/results (default overconfidence_many_inputs_SET)")
     ap.add_argument("--data-dir", default=None, help="where the UCI sets are (else $BNNPP_DATA_DIR or ../shared/data)")
@@ -40,9 +44,10 @@ def main(argv=None) -> None:
     from bnnpp import priors
 
     d = bnnpp.data.uci(args.set, 0, args.data_dir or default_data_dir())
-    idx = np.random.default_rng(0).choice(len(d.x_train), args.rows, replace=False)
-    x, y = d.x_train[idx] * 3 + 10, d.y_train[idx] * 5 + 20
-    xt, yt = d.x_test * 3 + 10, d.y_test * 5 + 20
+    idx = np.random.default_rng(args.draw).choice(len(d.x_train), args.rows, replace=False)
+    cols = slice(0, args.columns)
+    x, y = d.x_train[idx][:, cols] * 3 + 10, d.y_train[idx] * 5 + 20
+    xt, yt = d.x_test[:, cols] * 3 + 10, d.y_test * 5 + 20
     model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
     rows = []
     for label in args.methods.split(","):
@@ -66,7 +71,8 @@ def main(argv=None) -> None:
         g = "—" if r["growth"] is None else f"{r['growth']:.2f}×"
         lines.append(f"| {r['method']} | {r['nll']:.3f} | {r['rmse']:.2f} | {g} | {'yes' if r['overconfidence_warning'] else 'no'} | {r['seconds']:.0f} |")
     name = args.out or f"overconfidence_many_inputs_{args.set}"
-    md = (f"# The per-side over-confidence check on {args.rows} rows of {args.set} ({x.shape[1]} inputs)\n\n    {command}\n\n"
+    drawn = f", row draw {args.draw}" if args.draw else ""
+    md = (f"# The per-side over-confidence check on {args.rows} rows of {args.set} ({x.shape[1]} inputs{drawn})\n\n    {command}\n\n"
           f"{dt.date.today().isoformat()}, {machine()}\n\n" + "\n".join(lines) + "\n")
     write_results(os.path.join(HERE, "results"), name, {"command": command, "date": dt.date.today().isoformat(), "machine": machine(),
                                                          "rows": rows}, md)

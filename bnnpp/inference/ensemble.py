@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -46,6 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
+from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, SMALL_DATA_ROWS, ensemble_sparse_inputs_note
 from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
@@ -315,6 +317,19 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     )
     params = sum(math.prod(s.shape) for s in latent_sites(model, x, y).values())
     layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)
+    n, d = int(x.shape[0]), math.prod(x.shape[1:])
+    # small regression data too sparse for its inputs: the members are sure between the rows where they miss
+    sparse = (
+        n <= SMALL_DATA_ROWS
+        and n < ENSEMBLE_ROWS_PER_AXIS**d
+        and getattr(model, "task", None) == "regression"
+        and hierarchical_normal(find_layers(model, x[:1], y[:1]))
+    )
+
+    def extras(state):
+        if sparse:
+            warnings.warn(ensemble_sparse_inputs_note("ensemble", n, d), UserWarning, stacklevel=2)
+        return {"members": members}  # the runner adds "layout"
 
     def step(key, state, batch_data):
         state, loss = vstep(key, state, batch_data)
@@ -338,7 +353,7 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
         sample,
         RunSpec(num_steps=num_steps, num_samples=1, batch_size=options.batch_size, name=f"ensemble ({members})", num_chains=members),
         Hooks(
-            extras=lambda state: {"members": members},  # the runner adds "layout"
+            extras=extras,
             postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
             member_step=member_step if layout == "in_turn" else None,
             periodic=vperiodic,
