@@ -320,9 +320,9 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     n, d = int(x.shape[0]), math.prod(x.shape[1:])
     # small regression data too sparse for its inputs: the members are sure between the rows where they miss
     sparse = (
-        n <= SMALL_DATA_ROWS
-        and n < ENSEMBLE_ROWS_PER_AXIS**d
-        and getattr(model, "task", None) == "regression"
+        getattr(model, "task", None) == "regression"
+        and n <= SMALL_DATA_ROWS
+        and math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS)  # n < 3**d
         and hierarchical_normal(find_layers(model, x[:1], y[:1]))
     )
 

@@ -401,7 +401,7 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
         name = "swag" if members == 1 else "multiswag"
         warnings.warn(
             f"{name} is not suited to {small} ({n} rows, at most {SMALL_DATA_ROWS}): its SGD "
-            "phase gives each member almost no spread on so few rows; fit method='ensemble' or method='nuts' instead",
+            "phase gives each member almost no spread on so few rows; fit method='laplace', method='ensemble' or method='nuts' instead",
             UserWarning,
             stacklevel=2,
         )
