@@ -367,7 +367,7 @@ def ensemble_sparse_inputs_note(method: str, n: int, d: int) -> str:
     return (
         f"{method} under a hierarchical prior on {n} rows in {d} inputs (fewer than {ENSEMBLE_ROWS_PER_AXIS}**{d}) can be "
         "sure where it misses: each member fits the rows and their spread between so few rows does not cover their error "
-        "(benchmarks/README.md, many inputs): for calibrated predictions fit method='laplace' or method='nuts'"
+        "(benchmarks/README.md, the ensemble on sparse rows): for calibrated predictions fit method='laplace' or method='nuts'"
     )
 
 
