@@ -102,14 +102,13 @@ ENSEMBLE_ROWS_PER_AXIS = 3
 says it does not suit the data when its n rows in d input columns are sparser than this many rows
 along each axis, n < this ** d (d = 4 below 81 rows, every small set from 5 inputs on;
 :func:`ensemble_sparse_inputs_note`). Measured at 100 rows of UCI sets, rescaled as a user's raw
-data (``benchmarks/README.md``, many inputs; three data draws each, NUTS 2 × (300 + 300)): test NLL
-against NUTS's, yacht (6 inputs, 2.2 rows per axis) 1.36 / 2.94 / 4.55 against −0.67 / −0.53 /
-−0.85, concrete (8 inputs) 1.55× / 5.6× / 1.58×, energy (8) 2.1× / 4.5× / 3.5×, boston (13) 1.25× /
-1.43× / 1.23×; laplace on the same draws 1.04×–1.3× but energy's 1.5× / 1.9× / 1.8×, yacht −0.29 / 0.22 /
-−0.37. Denser rows
-kept the ensemble in NUTS's league: power-plant (4 inputs, 3.2 rows per axis) 1.17× / 1.25×,
-concrete's first 3 inputs (4.6 per axis) 1.05× / 1.07×, the 1-d and 2-d small-data problems
-1.0–1.16×."""
+data (``benchmarks/README.md``, the ensemble on sparse rows; three row draws each, NUTS
+2 × (300 + 300)): test NLL against NUTS's, yacht (6 inputs, 2.2 rows per axis) 1.36 / 2.94 / 4.55
+against −0.67 / −0.53 / −0.85, concrete (8 inputs) 1.55× / 5.6× / 1.58×, energy (8) 2.1× / 4.5× /
+3.5×, boston (13) 1.26× / 1.43× / 1.23×; laplace on the same draws 1.04–1.3×, energy's 1.5× /
+1.9× / 1.8×, yacht −0.29 / 0.22 / −0.37. Denser rows kept the ensemble in NUTS's league:
+power-plant (4 inputs, 3.2 rows per axis) 1.17× / 1.25×, concrete's first 3 inputs (4.6 per axis)
+1.05× / 1.07×, the 1-d and 2-d small-data problems 1.0–1.16×."""
 
 GROWTH_RATIO = 1.5
 """... and over-confident away from the data when its predictive sd grows less than this many
