@@ -38,8 +38,8 @@ from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
-from bnnpp.inference.collapse import SMALL_DATA_ROWS, mean_field_small_data_note
-from bnnpp.inference.evidence import auto_takes_evidence, hierarchical_normal
+from bnnpp.inference.collapse import mean_field_small_data_note, small_hierarchical_regression
+from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.options import (
@@ -243,10 +243,7 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
         return GuideParameters(params)
 
     # mean-field q on small data under a hierarchical prior: not suited, said once after the fit
-    layers = find_layers(model, x[:1], y[:1])
-    small = (
-        options.guide == "normal" and n <= SMALL_DATA_ROWS and getattr(model, "task", None) == "regression" and hierarchical_normal(layers)
-    )
+    small = options.guide == "normal" and small_hierarchical_regression(model, x, y)
 
     def extras(state):
         if small:

@@ -45,8 +45,8 @@ import numpy as np
 import optax
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import SMALL_DATA_ROWS, mean_field_small_data_note
-from bnnpp.inference.evidence import auto_takes_evidence, hierarchical_normal
+from bnnpp.inference.collapse import mean_field_small_data_note, small_hierarchical_regression
+from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.kl_weighting import blundell_weights as blundell_weights  # noqa: F401  (re-exported)
 from bnnpp.inference.kl_weighting import kl_weights
@@ -288,7 +288,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             "(CLI: --prior scale-mixture)"
         )
     choice = resolve_hyperparameters(options.hyperparameters, model, x, y)
-    small = n <= SMALL_DATA_ROWS and hierarchical_normal(layers) and getattr(model, "task", None) == "regression"
+    small = small_hierarchical_regression(model, x, y)
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))
     opt = slow_rho(opt, options.rho_lr_factor)

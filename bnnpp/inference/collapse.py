@@ -34,7 +34,7 @@ import warnings
 
 import numpy as np
 
-from bnnpp.inference.evidence import all_normal
+from bnnpp.inference.evidence import all_normal, hierarchical_normal
 from bnnpp.inference.variational_layers import find_layers
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "OVERFIT_ROWS_PER_AXIS",
     "ENSEMBLE_ROWS_PER_AXIS",
     "ensemble_sparse_inputs_note",
+    "small_hierarchical_regression",
     "GROWTH_RATIO",
     "CollapseWarning",
     "OverconfidenceWarning",
@@ -108,7 +109,7 @@ against −0.67 / −0.53 / −0.85, concrete (8 inputs) 1.55× / 5.6× / 1.58×
 3.5×, boston (13) 1.26× / 1.43× / 1.23×; laplace on the same draws 1.04–1.3×, energy's 1.5× /
 1.9× / 1.8×, yacht −0.29 / 0.22 / −0.37. Denser rows kept the ensemble in NUTS's league:
 power-plant (4 inputs, 3.2 rows per axis) 1.17× / 1.25×, concrete's first 3 inputs (4.6 per axis)
-1.05× / 1.07×, the 1-d and 2-d small-data problems 1.0–1.16×."""
+1.05× / 1.07×, the 1-d and 2-d small-data problems 0.98–1.18× (``results/small_data_sides.md``)."""
 
 GROWTH_RATIO = 1.5
 """... and over-confident away from the data when its predictive sd grows less than this many
@@ -343,6 +344,16 @@ def overconfidence_message(posterior) -> str | None:
             f"{GROWTH_RATIO}×): {_fix(posterior)}"
         )
     return None
+
+
+def small_hierarchical_regression(model, x, y) -> bool:
+    """Whether a fit of ``model`` on ``(x, y)`` is issue 35's case: regression, at most
+    :data:`SMALL_DATA_ROWS` rows, a hierarchical Normal prior on bnnpp layers
+    (:func:`~bnnpp.inference.evidence.hierarchical_normal`); the layers are traced (abstractly)
+    only when the cheaper conditions hold."""
+    if getattr(model, "task", None) != "regression" or np.shape(x)[0] > SMALL_DATA_ROWS:
+        return False
+    return hierarchical_normal(find_layers(model, x[:1], y[:1]))
 
 
 def mean_field_small_data_note(method: str, n: int) -> str:

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, SMALL_DATA_ROWS, ensemble_sparse_inputs_note
+from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, ensemble_sparse_inputs_note, small_hierarchical_regression
 from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
@@ -319,12 +319,7 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)
     n, d = int(x.shape[0]), math.prod(x.shape[1:])
     # small regression data too sparse for its inputs: the members are sure between the rows where they miss
-    sparse = (
-        getattr(model, "task", None) == "regression"
-        and n <= SMALL_DATA_ROWS
-        and math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS)  # n < 3**d
-        and hierarchical_normal(find_layers(model, x[:1], y[:1]))
-    )
+    sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y)  # n < 3**d
 
     def extras(state):
         if sparse:
