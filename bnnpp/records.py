@@ -81,7 +81,7 @@ class FitReport(_JsonView):
         test: test metrics by name (:func:`bnnpp.runs.metrics_on_test_set`).
         fit_info: divergences, batches, parameters, PSIS k̂ ... by name.
         health: the fit's FitHealthWarning lines.
-        val_error, curves, collapse_warning, overconfidence_warning, placement: written only when set (not :data:`ABSENT`).
+        val_error, curves, collapse_warning, overconfidence_warning, suitability_warning, placement: written only when set (not :data:`ABSENT`).
         seconds: timings by name, in the order recorded.
         files: the file names written (set by :func:`bnnpp.runs.write_fit_run`).
     """
@@ -100,6 +100,7 @@ class FitReport(_JsonView):
     curves: Any = ABSENT
     collapse_warning: Any = ABSENT
     overconfidence_warning: Any = ABSENT
+    suitability_warning: Any = ABSENT
     placement: Any = ABSENT
     seconds: dict[str, float] = field(default_factory=dict)
     files: Any = ABSENT
@@ -118,6 +119,7 @@ class FitReport(_JsonView):
         "curves",
         "collapse_warning",
         "overconfidence_warning",
+        "suitability_warning",
         "placement",
         "seconds",
         "files",

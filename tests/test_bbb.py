@@ -205,7 +205,8 @@ def test_mean_field_says_after_a_small_hierarchical_regression_fit_that_it_under
     small = {"progress": False, "num_steps": 20, "num_samples": 5, "map_steps": 10}
     hierarchical = priors.normal(scale=priors.inverse_gamma(1.0, 1.0))
     with pytest.warns(UserWarning, match=method + r" under a hierarchical prior on small data \(20 rows.*method='laplace'.*method='nuts'"):
-        bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", prior=hierarchical), (x, y), method=method, **small)
+        post = bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", prior=hierarchical), (x, y), method=method, **small)
+    assert post.stats.extras["suitability_warning"].startswith(f"{method} under a hierarchical prior")  # metrics.json's entry
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian"), (x, y), method=method, **small)

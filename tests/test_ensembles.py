@@ -502,7 +502,8 @@ def test_swag_warns_that_small_data_under_a_hierarchical_prior_does_not_suit_it(
     small = {"progress": False, "members": 2, "pretrain_steps": 20, "swag_epochs": 4, "rank": 2, "num_samples": 3}
     net = bnnpp.models.mlp((4,), likelihood="gaussian", noise=0.1, prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)))
     with pytest.warns(UserWarning, match=r"multiswag is not suited to small data under a hierarchical prior .*method='ensemble'"):
-        bnnpp.fit(net, (x, y), method="multiswag", **small)
+        post = bnnpp.fit(net, (x, y), method="multiswag", **small)
+    assert post.stats.extras["suitability_warning"].startswith("multiswag is not suited to small data")  # metrics.json's entry
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", noise=0.1), (x, y), method="multiswag", **small)
@@ -546,6 +547,7 @@ def test_ensemble_says_when_small_regression_data_are_too_sparse_for_their_input
     not on dense enough rows (1 input), nor for a classifier or under a fixed-scale prior."""
     from bnnpp import priors
     from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS
+    from bnnpp.runs.fit_run import fit_record
 
     rng = np.random.default_rng(0)
     x = rng.uniform(-1, 1, (40, 4)).astype(np.float32)  # 40 rows < 3**4
@@ -554,8 +556,13 @@ def test_ensemble_says_when_small_regression_data_are_too_sparse_for_their_input
     small = {"progress": False, "members": 2, "num_steps": 20}
     hierarchical = priors.normal(scale=priors.inverse_gamma(1.0, 1.0))
     match = r"ensemble under a hierarchical prior on 40 rows in 4 inputs \(fewer than 3\*\*4\).*method='laplace' or method='nuts'"
-    with pytest.warns(UserWarning, match=match):
-        bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", prior=hierarchical), (x, y), method="ensemble", **small)
+    model = bnnpp.models.mlp((4,), likelihood="gaussian", prior=hierarchical)
+    with pytest.warns(UserWarning, match=match) as said:
+        post = bnnpp.fit(model, (x, y), method="ensemble", **small)
+    # the line is recorded as well as said: in stats.extras and in what `bnnpp fit` writes as metrics.json
+    line = next(str(w.message) for w in said if "can be sure where it misses" in str(w.message))
+    assert post.stats.extras["suitability_warning"] == line
+    assert fit_record(post, model, {}, seed=0, test={}, seconds={}).to_json()["suitability_warning"] == line
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian", prior=hierarchical), (x[:, :1], y), method="ensemble", **small)

@@ -38,7 +38,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
-from bnnpp.inference.collapse import mean_field_small_data_note, small_hierarchical_regression
+from bnnpp.inference.collapse import SUITABILITY_KEY, mean_field_small_data_note, small_hierarchical_regression
 from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
@@ -247,7 +247,9 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
 
     def extras(state):
         if small:
-            warnings.warn(mean_field_small_data_note("advi", n), UserWarning, stacklevel=2)
+            line = mean_field_small_data_note("advi", n)
+            warnings.warn(line, UserWarning, stacklevel=2)
+            return {SUITABILITY_KEY: line}
         return {}
 
     return Algorithm(

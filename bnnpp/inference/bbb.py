@@ -45,7 +45,7 @@ import numpy as np
 import optax
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import mean_field_small_data_note, small_hierarchical_regression
+from bnnpp.inference.collapse import SUITABILITY_KEY, mean_field_small_data_note, small_hierarchical_regression
 from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.kl_weighting import blundell_weights as blundell_weights  # noqa: F401  (re-exported)
@@ -383,17 +383,20 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return MeanFieldGaussian(dict(state.params["loc"]), _sigma(state.params["rho"], point))
 
     def extras(state):
+        said = {}
         if small:
-            warnings.warn(mean_field_small_data_note("bbb", n), UserWarning, stacklevel=2)
+            said[SUITABILITY_KEY] = mean_field_small_data_note("bbb", n)
+            warnings.warn(said[SUITABILITY_KEY], UserWarning, stacklevel=2)
         if "prior" not in state.params:
-            return {}
+            return said
         pp = state.params["prior"]
         return {
+            **said,
             "learned_prior": {
                 "pi": float(1 / (1 + np.exp(-pp["pi_logit"]))),
                 "sigma1": float(np.exp(pp["log_sigma1"])),
                 "sigma2": float(np.exp(pp["log_sigma2"])),
-            }
+            },
         }
 
     def postfix(info):

@@ -39,6 +39,7 @@ from bnnpp.inference.variational_layers import find_layers
 
 __all__ = [
     "SMALL_DATA_ROWS",
+    "SUITABILITY_KEY",
     "COLLAPSE_NEIGHBOUR_RATIO",
     "COLLAPSE_NOISE_RATIO",
     "OVERFIT_RATIO",
@@ -73,6 +74,10 @@ MAX_DRAWS = 100
 """... and this many posterior draws."""
 MAX_NEIGHBOUR_ROWS = 1000
 """The nearest-neighbour estimate reads at most this many rows (its cost grows as rows²)."""
+SUITABILITY_KEY = "suitability_warning"
+"""Where a method that says after its fit that it is not suited to the data (advi's and bbb's
+:func:`mean_field_small_data_note`, the ensemble's :func:`ensemble_sparse_inputs_note`,
+swag's small-data line) records that line: ``posterior.stats.extras`` and ``metrics.json``."""
 
 
 SMALL_DATA_ROWS = 200

@@ -47,7 +47,7 @@ import jax
 import jax.numpy as jnp
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, ensemble_sparse_inputs_note, small_hierarchical_regression
+from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, SUITABILITY_KEY, ensemble_sparse_inputs_note, small_hierarchical_regression
 from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
@@ -323,8 +323,10 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
 
     def extras(state):
         if sparse:
-            warnings.warn(ensemble_sparse_inputs_note("ensemble", n, d), UserWarning, stacklevel=2)
-        return {"members": members}  # the runner adds "layout"
+            line = ensemble_sparse_inputs_note("ensemble", n, d)
+            warnings.warn(line, UserWarning, stacklevel=2)
+            return {"members": members, SUITABILITY_KEY: line}  # the runner adds "layout"
+        return {"members": members}
 
     def step(key, state, batch_data):
         state, loss = vstep(key, state, batch_data)

@@ -221,6 +221,8 @@ def fit_record(posterior, model, record: dict, *, seed: int, test: dict, seconds
         ``curves`` (a minibatch fit: :func:`training_curves`),
         ``collapse_warning`` (when the fit explained its targets as noise: :mod:`bnnpp.inference.collapse`),
         ``overconfidence_warning`` (when a fit on small data fitted its targets' noise: the same module),
+        ``suitability_warning`` (when the method said after its fit that it is not suited to the data:
+        :data:`~bnnpp.inference.collapse.SUITABILITY_KEY`),
         ``placement`` (a fit on a device mesh: devices, mesh, per-device batch, compile and
         per-step seconds) and ``seconds`` (a copy); :func:`write_fit_run` adds ``files`` and ``seconds["write"]``.
     """
@@ -241,6 +243,7 @@ def fit_record(posterior, model, record: dict, *, seed: int, test: dict, seconds
         curves=curves if curves else ABSENT,
         collapse_warning=info["collapse_warning"] if info.get("collapse_warning") else ABSENT,
         overconfidence_warning=info["overconfidence_warning"] if info.get("overconfidence_warning") else ABSENT,
+        suitability_warning=info["suitability_warning"] if info.get("suitability_warning") else ABSENT,
         placement=info["placement"] if "placement" in info else ABSENT,  # devices, mesh, per-device batch, step time
         seconds=dict(seconds),
     )
