@@ -43,11 +43,12 @@ def net():
 
 
 def test_members_are_the_one_by_one_map_fits(small_moons, net):
-    """Member m of a vmapped ensemble = the MAP algorithm run alone with member m's init key
-    and the ensemble's minibatch keys (runner.trace_fit: same batches, same steps)."""
+    """Member m of a vmapped ensemble without adversarial training = the MAP algorithm run alone
+    with member m's init key and the ensemble's minibatch keys (runner.trace_fit: same batches, same steps)."""
     x, y = small_moons
     seed, members, steps = 5, 2, 40
-    post = bnnpp.fit(net, (x, y), method="ensemble", seed=seed, progress=False, members=members, num_steps=steps, batch_size=16)
+    post = bnnpp.fit(net, (x, y), method="ensemble", seed=seed, progress=False, members=members, num_steps=steps, batch_size=16,
+                     adversarial_epsilon=0)
     assert post.num_chains == members and post.num_draws == 1
     keys = default_keys(jax.random.PRNGKey(seed))
     one = map_estimate.build(post.model, x, y, map_estimate.MAPOptions(num_steps=steps, batch_size=16))
@@ -205,6 +206,48 @@ def test_adversarial_training_uses_the_sign_step(small_moons, net):
     expected = float(plain_loss[0]) + 0.5 * (float(nll(x_adv)) - float(nll(x)))
     np.testing.assert_allclose(float(adv_loss[0]), expected, rtol=1e-5)  # float32 sums of ~64 terms
     assert float(nll(x_adv)) > float(nll(x))  # the sign step makes the fit worse: it is adversarial
+
+
+def test_adversarial_epsilon_auto_is_one_percent_of_each_inputs_range_where_it_applies():
+    """``adversarial_epsilon="auto"`` (the default): the paper's ε = 0.01 × each input's range on
+    the training rows for a bnnpp regression network whose members fit their hyperparameters
+    jointly; 0 under a hierarchical Normal prior (the evidence), for a classifier, for a user's own
+    NumPyro model and for integer inputs; a given number as it is. A fit records the mean ε it trained with."""
+    import numpyro
+    import numpyro.distributions as dist
+
+    from bnnpp import priors
+
+    x = np.array([[0.0, -1.0, 5.0], [2.0, 3.0, 5.0], [1.0, 1.0, 5.0]], np.float32)  # ranges 2, 4, 0
+    np.testing.assert_allclose(ensemble.adversarial_epsilon_for("auto", "map", x), [0.02, 0.04, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(ensemble.adversarial_epsilon_for("auto", "map", jnp.asarray(x)), [0.02, 0.04, 0.0], rtol=1e-6)
+    assert ensemble.adversarial_epsilon_for("auto", "auto", x) == 0.0  # hierarchical: map's evidence rule
+    assert ensemble.adversarial_epsilon_for("auto", "map", x, network=False) == 0.0
+    assert ensemble.adversarial_epsilon_for("auto", "map", x.astype(np.int32)) == 0.0
+    assert ensemble.adversarial_epsilon_for("0.3", "auto", x) == 0.3  # from the CLI, a string
+
+    rng = np.random.default_rng(0)
+    xs = rng.uniform(-1, 3, (30, 2)).astype(np.float32)
+    ys = (xs.sum(1) + 0.1 * rng.normal(size=30)).astype(np.float32)
+    small = {"progress": False, "members": 2, "num_steps": 10}
+    fixed = bnnpp.fit(bnnpp.models.mlp((4,), likelihood="gaussian"), (xs, ys), method="ensemble", **small)
+    np.testing.assert_allclose(fixed.stats.extras["adversarial_epsilon_mean"], 0.01 * np.ptp(xs, axis=0).mean(), rtol=1e-5)
+    hierarchical = bnnpp.models.mlp((4,), likelihood="gaussian", prior=priors.normal(scale=priors.half_normal(1.0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the small-data lines
+        assert bnnpp.fit(hierarchical, (xs, ys), method="ensemble", **small).stats.extras["adversarial_epsilon_mean"] == 0.0
+
+    classifier = bnnpp.models.mlp((4,), num_classes=2)
+    assert (
+        bnnpp.fit(classifier, (xs, (ys > 2).astype(np.int32)), method="ensemble", **small).stats.extras["adversarial_epsilon_mean"] == 0.0
+    )
+
+    def linear(x, y=None):
+        w = numpyro.sample("w", dist.Normal(0, 1).expand([2]).to_event(1))
+        with numpyro.plate("data", x.shape[0]):
+            numpyro.sample("y", dist.Normal(x @ w, 0.1), obs=y)
+
+    assert bnnpp.fit(linear, (xs, ys), method="ensemble", **small).stats.extras["adversarial_epsilon_mean"] == 0.0
 
 
 # ----------------------------------------------------------------------------- SWAG
@@ -370,7 +413,7 @@ def test_vmapped_sweep_runs_the_new_methods(method, options):
     [
         ("ensemble", {"members": 0}, "members must be an integer"),
         ("ensemble", {"epochs": 3, "num_steps": 10}, "pass either epochs or num_steps"),
-        ("ensemble", {"adversarial_epsilon": -0.1}, "adversarial_epsilon must be a number in"),
+        ("ensemble", {"adversarial_epsilon": -0.1}, "adversarial_epsilon must be .auto. or a number ≥ 0"),
         ("ensemble", {"layout": "rows"}, "layout must be one of"),
         ("ensemble", {"layout": "in_turn", "members_per_batch": 2}, "pass either members_per_batch or layout"),
         ("ensemble", {"hyperparameters": "evidence", "adversarial_epsilon": 0.1}, "does not take adversarial training"),

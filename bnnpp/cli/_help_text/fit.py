@@ -214,8 +214,12 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  "                        state in cache at a time); auto: in_turn on a CPU when the members'\n"
  '                        training state exceeds 20 MiB, else vmap [ensemble=auto]\n'
  '  --adversarial-epsilon ADVERSARIAL_EPSILON\n'
- '                        fast-gradient-sign step on the inputs (0: off; Lakshminarayanan et al.\n'
- '                        2017) [ensemble=0.0]\n'
+ '                        fast-gradient-sign step on the inputs (Lakshminarayanan et al. 2017), in\n'
+ "                        the units of x: a number (0: off) or auto (the paper's 0.01 x each input's\n"
+ '                        range on the training rows for bnnpp regression networks whose members fit\n'
+ '                        their hyperparameters jointly, i.e. without a hierarchical Normal prior;\n'
+ '                        off under one, whose evidence takes the plain likelihood, for classifiers\n'
+ "                        and for a user's own NumPyro model) [ensemble=auto]\n"
  '  --evidence-every EVIDENCE_EVERY\n'
  '                        steps between evidence updates (None: 1/50 of the run) [laplace=None,\n'
  '                        map=None]\n'
