@@ -9,7 +9,7 @@ the RMSE, in the targets' units:
 
 - ``0``: no adversarial training (the default before 2026-11-28);
 - ``auto``: the paper's ε = 1% of each input's range on the training rows (Lakshminarayanan et
-  al. 2017, §3.2; the default since);
+  al. 2017, §3; the default since);
 - a number: that ε on the standardised inputs.
 
 The net is ``uci.py``'s (50 ReLU units, inputs and targets standardised on the training split)
