@@ -21,7 +21,6 @@ the full data (Hoffman et al. 2013, stochastic variational inference).
 from __future__ import annotations
 
 import functools
-import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -38,7 +37,7 @@ from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
-from bnnpp.inference.collapse import SUITABILITY_KEY, mean_field_small_data_note, small_hierarchical_regression
+from bnnpp.inference.collapse import mean_field_small_data_note, say_not_suited, small_hierarchical_regression
 from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
@@ -246,11 +245,7 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     small = options.guide == "normal" and small_hierarchical_regression(model, x, y)
 
     def extras(state):
-        if small:
-            line = mean_field_small_data_note("advi", n)
-            warnings.warn(line, UserWarning, stacklevel=2)
-            return {SUITABILITY_KEY: line}
-        return {}
+        return say_not_suited(mean_field_small_data_note("advi", n)) if small else {}
 
     return Algorithm(
         init,

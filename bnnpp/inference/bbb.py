@@ -35,7 +35,6 @@ on the ELBO), as in McAteer's "A quick intro to Bayesian neural networks".
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, NamedTuple
 
@@ -45,7 +44,7 @@ import numpy as np
 import optax
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import SUITABILITY_KEY, mean_field_small_data_note, small_hierarchical_regression
+from bnnpp.inference.collapse import mean_field_small_data_note, say_not_suited, small_hierarchical_regression
 from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import constrained_values
 from bnnpp.inference.kl_weighting import blundell_weights as blundell_weights  # noqa: F401  (re-exported)
@@ -288,7 +287,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             "(CLI: --prior scale-mixture)"
         )
     choice = resolve_hyperparameters(options.hyperparameters, model, x, y)
-    small = small_hierarchical_regression(model, x, y)
+    small = small_hierarchical_regression(model, x, y, layers)
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))
     opt = slow_rho(opt, options.rho_lr_factor)
@@ -383,10 +382,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return MeanFieldGaussian(dict(state.params["loc"]), _sigma(state.params["rho"], point))
 
     def extras(state):
-        said = {}
-        if small:
-            said[SUITABILITY_KEY] = mean_field_small_data_note("bbb", n)
-            warnings.warn(said[SUITABILITY_KEY], UserWarning, stacklevel=2)
+        said = say_not_suited(mean_field_small_data_note("bbb", n)) if small else {}
         if "prior" not in state.params:
             return said
         pp = state.params["prior"]

@@ -40,6 +40,7 @@ from bnnpp.inference.variational_layers import find_layers
 __all__ = [
     "SMALL_DATA_ROWS",
     "SUITABILITY_KEY",
+    "say_not_suited",
     "COLLAPSE_NEIGHBOUR_RATIO",
     "COLLAPSE_NOISE_RATIO",
     "OVERFIT_RATIO",
@@ -351,14 +352,23 @@ def overconfidence_message(posterior) -> str | None:
     return None
 
 
-def small_hierarchical_regression(model, x, y) -> bool:
+def small_hierarchical_regression(model, x, y, layers=None) -> bool:
     """Whether a fit of ``model`` on ``(x, y)`` is issue 35's case: regression, at most
     :data:`SMALL_DATA_ROWS` rows, a hierarchical Normal prior on bnnpp layers
-    (:func:`~bnnpp.inference.evidence.hierarchical_normal`); the layers are traced (abstractly)
-    only when the cheaper conditions hold."""
+    (:func:`~bnnpp.inference.evidence.hierarchical_normal`); ``layers``: the model's
+    :func:`~bnnpp.inference.variational_layers.find_layers` when the caller has them, else they
+    are traced (abstractly) only when the cheaper conditions hold."""
     if getattr(model, "task", None) != "regression" or np.shape(x)[0] > SMALL_DATA_ROWS:
         return False
-    return hierarchical_normal(find_layers(model, x[:1], y[:1]))
+    return hierarchical_normal(find_layers(model, x[:1], y[:1]) if layers is None else layers)
+
+
+def say_not_suited(line: str) -> dict:
+    """Warn (UserWarning, pointing at the runner that collected the method's extras) that the
+    method is not suited to the data with ``line``, and return the ``extras`` entry that records
+    it (``{SUITABILITY_KEY: line}``, for ``stats.extras`` and ``metrics.json``)."""
+    warnings.warn(line, UserWarning, stacklevel=3)
+    return {SUITABILITY_KEY: line}
 
 
 def mean_field_small_data_note(method: str, n: int) -> str:

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -50,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, SUITABILITY_KEY, ensemble_sparse_inputs_note, small_hierarchical_regression
+from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, ensemble_sparse_inputs_note, say_not_suited, small_hierarchical_regression
 from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
@@ -222,16 +221,17 @@ def member_keys(key: jax.Array, members: int) -> jax.Array:
     return jax.vmap(lambda m: jax.random.fold_in(key, m))(jnp.arange(members))
 
 
-def member_hyperparameters(choice: str, model, x, y) -> str:
+def member_hyperparameters(choice: str, model, x, y, layers=None) -> str:
     """The ensemble's ``hyperparameters`` for its members' :class:`MAPOptions`: ``"auto"`` stays
     ``"auto"`` (map's rule: the evidence on at most 2,000 weights) under a hierarchical Normal
     prior (:func:`~bnnpp.inference.evidence.hierarchical_normal`, as advi's and bbb's ``"auto"``)
     and is ``"map"`` otherwise: with fixed prior scales only a learned noise sd was left to the
     evidence, and on the trend2d problem it narrowed the members' disagreement away from the data
-    (benchmarks/README.md, the ensemble's evidence)."""
+    (benchmarks/README.md, the ensemble's evidence). ``layers``: the model's
+    :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them."""
     if choice != "auto":
         return choice
-    return "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1])) else "map"
+    return "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1]) if layers is None else layers) else "map"
 
 
 def map_options(options, **overrides) -> MAPOptions:
@@ -352,9 +352,10 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     starts there (:func:`vmapped_map`)."""
     members = options.members
     num_steps = options.steps_for(x.shape[0])
-    hyperparameters = member_hyperparameters(options.hyperparameters, model, x, y)
+    layers = find_layers(model, x[:1], y[:1])  # once, for the three rules below
+    hyperparameters = member_hyperparameters(options.hyperparameters, model, x, y, layers)
     # the measured case (UCI regression); classification nets (MNIST) keep the plain MAP members
-    network = getattr(model, "task", None) == "regression" and bool(find_layers(model, x[:1], y[:1]))
+    network = getattr(model, "task", None) == "regression" and bool(layers)
     epsilon = adversarial_epsilon_for(options.adversarial_epsilon, hyperparameters, x, network)
     epsilon_mean = None if isinstance(epsilon, jax.core.Tracer) else float(np.mean(epsilon))
     init, vstep, modes, one, one_step = vmapped_map(
@@ -371,14 +372,11 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)
     n, d = int(x.shape[0]), math.prod(x.shape[1:])
     # small regression data too sparse for its inputs: the members are sure between the rows where they miss
-    sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y)  # n < 3**d
+    sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y, layers)  # n < 3**d
 
     def extras(state):
-        said = {"members": members, "adversarial_epsilon_mean": epsilon_mean}  # the runner adds "layout"
-        if sparse:
-            said[SUITABILITY_KEY] = ensemble_sparse_inputs_note("ensemble", n, d)
-            warnings.warn(said[SUITABILITY_KEY], UserWarning, stacklevel=2)
-        return said
+        said = say_not_suited(ensemble_sparse_inputs_note("ensemble", n, d)) if sparse else {}
+        return {"members": members, "adversarial_epsilon_mean": epsilon_mean, **said}  # the runner adds "layout"
 
     def step(key, state, batch_data):
         state, loss = vstep(key, state, batch_data)

@@ -49,7 +49,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import SMALL_DATA_ROWS, SUITABILITY_KEY
+from bnnpp.inference.collapse import SMALL_DATA_ROWS, say_not_suited
 from bnnpp.inference.ensemble import map_options, member_keys, vmapped_map
 from bnnpp.inference.evidence import hierarchical_normal
 from bnnpp.inference.joint import joint_terms
@@ -397,14 +397,9 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
     """Host facts of a finished fit; warns when a member's SWAG phase left its mode, and (``small``)
     that the method does not suit the small-data case it names (:data:`SMALL_DATA_ROWS`; under a
     hierarchical prior, or regression under any prior)."""
-    said = {}
-    if small:
-        name = "swag" if members == 1 else "multiswag"
-        said[SUITABILITY_KEY] = (
-            f"{name} is not suited to {small} ({n} rows, at most {SMALL_DATA_ROWS}): its SGD "
-            "phase gives each member almost no spread on so few rows; fit method='laplace', method='ensemble' or method='nuts' instead"
-        )
-        warnings.warn(said[SUITABILITY_KEY], UserWarning, stacklevel=2)
+    name = "swag" if members == 1 else "multiswag"
+    line = f"{name} is not suited to {small} ({n} rows, at most {SMALL_DATA_ROWS}): its SGD phase gives each member almost no "
+    said = say_not_suited(line + "spread on so few rows; fit method='laplace', method='ensemble' or method='nuts' instead") if small else {}
     pretrain_loss, swag_loss = np.asarray(state.pretrain_loss, np.float64), np.asarray(state.swag_loss, np.float64)
     # Around a mode, constant-rate SGD raises the mean loss by about lr·tr(H·C)/4 (Mandt et al.
     # 2017, §3), small against the loss itself; a mean above 1.5× the pretrained loss (plus
