@@ -78,6 +78,9 @@ def test_collapse_fires_on_the_noise_explanation_and_not_on_a_fit():
     assert "method='laplace'" in line and "method='nuts'" in line
     # a good fit: the true mean and noise sd
     assert collapse_message(_posterior(x, y, 10 * np.sin(2 * np.pi * x[:, 0]), 1.0)) is None
+    # the true mean with a noise sd near the targets' (an over-dispersed predictive): its mean
+    # keeps the signal, so it is no collapse (laplace's per-row sd on UCI yacht, R² 1.00)
+    assert collapse_message(_posterior(x, y, 10 * np.sin(2 * np.pi * x[:, 0]), 6.0)) is None
     # targets that do not depend on x: a flat mean with the targets' sd is the right answer
     rng = np.random.default_rng(1)
     noise_only = (6.5 * rng.normal(size=32)).astype(np.float32)

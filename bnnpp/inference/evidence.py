@@ -236,7 +236,21 @@ def _prior_precision(model, theta: dict, hyper: dict, xb, yb) -> jax.Array:
 
 def evidence_update(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb, n: int, steps: int):
     """``steps`` Adam steps on −log Z over the hyperparameters of ``position`` at its weights.
-    Returns ``(position, hyper_opt)`` with the hyperparameter sites replaced."""
+    Returns ``(position, hyper_opt)`` with the hyperparameter sites replaced, or both as they
+    were when the steps end on a non-finite hyperparameter."""
+    hyper0 = {k: jax.lax.stop_gradient(position[k]) for k in plan.hyper}
+    hyper, new_opt = hyper_steps(model, plan, position, hyper_opt, xb, yb, n, steps)
+    # A network far from any fit (e.g. a U(±2) start on UCI yacht with a per-row sd head: sds of
+    # 1e-6, GGN entries of 1e7) gives a float32 log determinant that is NaN; the update is then
+    # skipped (h and Adam's state kept) and the weights go on, rather than the fit stopping there.
+    ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(v)) for v in jax.tree_util.tree_leaves(hyper)]))
+    hyper = jax.tree_util.tree_map(lambda new, old: jnp.where(ok, new, old), hyper, hyper0)
+    hyper_opt = jax.tree_util.tree_map(lambda new, old: jnp.where(ok, new, old), new_opt, hyper_opt)
+    return {**position, **hyper}, hyper_opt
+
+
+def hyper_steps(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb, n: int, steps: int):
+    """The Adam steps of :func:`evidence_update`, unguarded: ``(hyper, hyper_opt)`` after them."""
     from bnnpp.inference.laplace.curvature import _ggn
 
     batch = xb.shape[0]
@@ -259,7 +273,7 @@ def evidence_update(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb
         return (optax.apply_updates(hyper, upd), state), None
 
     (hyper, hyper_opt), _ = jax.lax.scan(body, (hyper0, hyper_opt), None, length=steps)
-    return {**position, **hyper}, hyper_opt
+    return hyper, hyper_opt
 
 
 def hyper_optimizer():
