@@ -39,13 +39,19 @@ def test_fixed_scale_prior_starts_glorot_and_biases_at_zero(data):
     np.testing.assert_array_equal(_start(net, x, y, init_loc="glorot")[w1], u[w1])
 
 
-def test_hierarchical_prior_starts_fan_in_scaled_and_auto_wide_as_uniform(data):
+def test_hierarchical_prior_starts_fan_in_scaled_and_auto_wide_as_uniform_on_few_inputs(data):
     x, y = data
     hier = bnnpp.models.mlp((20,), activation="tanh", likelihood="gaussian", noise=None,
                             prior=priors.normal(scale=priors.inverse_gamma(1.0, 1.0)), standardize=False)
     auto, wide, uniform = _start(hier, x, y), _start(hier, x, y, init_loc="auto_wide"), _start(hier, x, y, init_loc="uniform")
-    for k in uniform:  # auto_wide leaves hierarchical layers at U(±2): the very same draws as "uniform"
-        np.testing.assert_array_equal(wide[k], uniform[k])
+    for k in uniform:  # 30 inputs (> WIDE_START_INPUTS): auto_wide is auto's fan_in start, the same draws
+        np.testing.assert_array_equal(wide[k], auto[k])
+    for columns in (1, 2):  # few inputs: auto_wide leaves hierarchical layers at U(±2), the very same draws as "uniform"
+        few_wide, few_uniform = _start(hier, x[:, :columns], y, init_loc="auto_wide"), _start(hier, x[:, :columns], y, init_loc="uniform")
+        for k in few_uniform:
+            np.testing.assert_array_equal(few_wide[k], few_uniform[k])
+    x3 = x[:, :3]
+    np.testing.assert_array_equal(_start(hier, x3, y, init_loc="auto_wide")["dense_1.w"], _start(hier, x3, y)["dense_1.w"])
     w1, b1, w2 = (k for k in auto if k.endswith((".w", ".b")) and not k.endswith("1.b"))
     assert np.abs(uniform[w1]).max() > 1.5  # U(±2)
     # auto: weights and biases U(±2/sqrt(fan_in)): the same uniform draws, scaled

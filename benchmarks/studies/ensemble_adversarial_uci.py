@@ -16,7 +16,12 @@ The net is ``uci.py``'s (50 ReLU units, inputs and targets standardised on the t
 under N(0, 1) (``uci.py``'s fixed-scale prior; under its hierarchical prior the members' scales
 are fitted by the evidence and ``auto`` is off). The fit seed is the split's index.
 
+``--prior hierarchical --option init_loc --variants auto_wide,auto`` compares another option
+the same way under ``uci.py``'s hierarchical prior N(0, s²), s ~ HalfNormal(1) per layer (the
+members' start under the evidence, 2026-11-28).
+
     python benchmarks/studies/ensemble_adversarial_uci.py --sets concrete,boston,yacht,energy --splits 8 --variants 0,auto
+    python benchmarks/studies/ensemble_adversarial_uci.py --sets yacht --prior hierarchical --option init_loc --variants auto_wide,auto --out ensemble_start_uci
 """
 
 from __future__ import annotations
@@ -34,42 +39,48 @@ sys.path.insert(0, os.path.dirname(HERE))
 from _common import default_data_dir, machine, write_results  # noqa: E402
 
 
-def fit_split(name: str, split: int, likelihood: str, epsilon, data_dir: str) -> dict:
-    """One ensemble fit at its defaults but ``adversarial_epsilon``; returns test LL, RMSE and seconds."""
+def fit_split(name: str, split: int, likelihood: str, epsilon, data_dir: str, prior: str = "fixed", option: str = "adversarial_epsilon") -> dict:
+    """One ensemble fit at its defaults but ``option`` (= ``epsilon``), under ``prior`` (``"fixed"``: N(0, 1);
+    ``"hierarchical"``: N(0, s²), s ~ HalfNormal(1) per layer); returns test LL, RMSE, seconds and whether it stopped on a non-finite step."""
     import numpy as np
 
     import bnnpp
     from bnnpp import metrics, priors
 
     d = bnnpp.data.uci(name, split, data_dir)
-    model = bnnpp.models.mlp((50,), activation="relu", likelihood=likelihood, prior=priors.normal(1.0))
+    weight_prior = priors.normal(1.0) if prior == "fixed" else priors.normal(priors.half_normal(1.0))
+    model = bnnpp.models.mlp((50,), activation="relu", likelihood=likelihood, prior=weight_prior)
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        post = bnnpp.fit(model, (d.x_train, d.y_train), method="ensemble", seed=split, progress=False, adversarial_epsilon=epsilon)
+        post = bnnpp.fit(model, (d.x_train, d.y_train), method="ensemble", seed=split, progress=False, **{option: epsilon})
     seconds = time.perf_counter() - t0
     p = post.predict(d.x_test)
     loc, scale = np.asarray(p.draws, np.float64), np.asarray(p.noise, np.float64)
     scale = np.broadcast_to(scale if scale.ndim == 2 else scale[:, None], loc.shape)
     ll = -metrics.gaussian_nll(loc, scale, d.y_test) - np.log(d.y_scale)  # the density of y·σ_y + μ_y
-    return {"test_ll": float(ll), "rmse": float(metrics.rmse(loc.mean(0), d.y_test) * d.y_scale), "seconds": seconds}
+    return {"test_ll": float(ll), "rmse": float(metrics.rmse(loc.mean(0), d.y_test) * d.y_scale), "seconds": seconds,
+            "stopped": post.stats.stopped_at is not None}
 
 
 def markdown(result: dict) -> str:
     lines = [
-        "# The ensemble's adversarial training on UCI splits",
+        "# The ensemble on UCI splits: " + result.get("option", "adversarial_epsilon"),
         "",
         f"`{result['produced_by']}` ({result['date']}, {result['machine']})",
         "",
-        "Ensemble at its defaults (5 members, 5,000 full-batch Adam steps) under N(0, 1), 50 ReLU units; test log-likelihood "
-        "per point in the targets' units, mean over the splits (each split's value after the bar); RMSE; seconds per fit.",
+        *(["PARTIAL: the run stopped (or was stopped) after these rows.", ""] if result.get("partial") else []),
+        "Ensemble at its defaults (5 members, 5,000 full-batch Adam steps) but the option, under "
+        + ("N(0, s²), s ~ HalfNormal(1) per layer" if result.get("prior") == "hierarchical" else "N(0, 1)")
+        + ", 50 ReLU units; test log-likelihood per point in the targets' units, mean over the splits (each split's value in the "
+        "last column); RMSE; seconds per fit; fits that stopped at a non-finite step.",
         "",
-        "| set | likelihood | adversarial_epsilon | test LL | RMSE | s/fit | per split |",
-        "|---|---|---|---|---|---|---|",
+        f"| set | likelihood | {result.get('option', 'adversarial_epsilon')} | test LL | RMSE | s/fit | stopped | per split |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
         per = " ".join(f"{v:.2f}" for v in r["per_split"])
-        lines.append(f"| {r['set']} | {r['likelihood']} | {r['epsilon']} | {r['test_ll']:.3f} | {r['rmse']:.2f} | {r['seconds']:.1f} | {per} |")
+        lines.append(f"| {r['set']} | {r['likelihood']} | {r['epsilon']} | {r['test_ll']:.3f} | {r['rmse']:.2f} | {r['seconds']:.1f} | {r.get('stopped', 0)} | {per} |")
     return "\n".join(lines) + "\n"
 
 
@@ -78,7 +89,9 @@ def main(argv=None) -> None:
     ap.add_argument("--sets", default="concrete")
     ap.add_argument("--splits", type=int, default=8, help="the first K splits")
     ap.add_argument("--likelihoods", default="heteroscedastic,gaussian")
-    ap.add_argument("--variants", default="0,auto", help="adversarial_epsilon values, comma-separated")
+    ap.add_argument("--variants", default="0,auto", help="values of --option, comma-separated")
+    ap.add_argument("--option", default="adversarial_epsilon", help="the ensemble option the variants set (numbers are parsed as floats)")
+    ap.add_argument("--prior", default="fixed", choices=("fixed", "hierarchical"), help="N(0, 1), or N(0, s²) with s ~ HalfNormal(1) per layer")
     ap.add_argument("--data-dir", default=None, help="where the UCI sets are (else $BNNPP_DATA_DIR or ../shared/data)")
     ap.add_argument("--out", default="ensemble_adversarial_uci")
     args = ap.parse_args(argv)
@@ -89,8 +102,8 @@ def main(argv=None) -> None:
     for name in args.sets.split(","):
         for likelihood in args.likelihoods.split(","):
             for variant in args.variants.split(","):
-                epsilon = variant if variant == "auto" else float(variant)
-                fits = [fit_split(name, s, likelihood, epsilon, data_dir) for s in range(args.splits)]
+                epsilon = _value(variant)
+                fits = [fit_split(name, s, likelihood, epsilon, data_dir, args.prior, args.option) for s in range(args.splits)]
                 row = {
                     "set": name,
                     "likelihood": likelihood,
@@ -100,13 +113,28 @@ def main(argv=None) -> None:
                     "seconds": float(np.mean([f["seconds"] for f in fits])),
                     "per_split": [f["test_ll"] for f in fits],
                     "per_split_rmse": [f["rmse"] for f in fits],
+                    "stopped": sum(f["stopped"] for f in fits),
                 }
                 rows.append(row)
-                print(f"{name} {likelihood} eps={variant}: LL {row['test_ll']:.3f} RMSE {row['rmse']:.2f} ({row['seconds']:.1f} s/fit)", flush=True)
-    cmd = "python benchmarks/studies/ensemble_adversarial_uci.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    result = {"produced_by": cmd, "date": dt.date.today().isoformat(), "machine": machine(), "rows": rows}
+                partial = {"produced_by": _command(argv), "date": dt.date.today().isoformat(), "machine": machine(), "option": args.option,
+                           "prior": args.prior, "rows": rows, "partial": True}
+                write_results(os.path.join(HERE, "results"), args.out, partial, markdown(partial))  # a stopped run keeps its rows
+                print(f"{name} {likelihood} {args.option}={variant}: LL {row['test_ll']:.3f} RMSE {row['rmse']:.2f} ({row['seconds']:.1f} s/fit, {row['stopped']} stopped)", flush=True)
+    result = {"produced_by": _command(argv), "date": dt.date.today().isoformat(), "machine": machine(), "option": args.option, "prior": args.prior, "rows": rows}
     for path in write_results(os.path.join(HERE, "results"), args.out, result, markdown(result)):
         print("wrote", path)
+
+
+def _command(argv) -> str:
+    return "python benchmarks/studies/ensemble_adversarial_uci.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+
+def _value(text: str):
+    """A variant as the option takes it: a number when it parses as one, else the string."""
+    try:
+        return float(text)
+    except ValueError:
+        return text
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from numpyro.distributions.transforms import biject_to
 from bnnpp.introspection import latent_trace
 
 __all__ = [
+    "WIDE_START_INPUTS",
     "constrained_values",
     "gaussian_log_weights",
     "glorot_limits",
@@ -114,6 +115,18 @@ def glorot_limits(layers: dict) -> tuple[dict[str, float], frozenset]:
     return limits, frozenset(lay["sites"][1] for lay in layers.values() if len(lay["sites"]) > 1)
 
 
+WIDE_START_INPUTS = 2
+"""``init_loc="auto_wide"`` starts hierarchical layers U(±radius) only when the network's first
+layer has at most this many inputs; with more, U(±radius/sqrt(fan_in)) as ``"auto"``. On one
+input the wide start is what gives an ensemble's members their disagreement away from the data
+(the sinusoid's sd grows 5.7–7.3× from it, 1.4× from the fan_in start; the cubic's 4–5× against
+1.3–1.8×, ``results/small_data_ensemble_start*.md``) and mc_dropout its moons accuracy (2 inputs;
+0.847 from fan_in). On UCI's 6–13 standardised inputs U(±2) in every layer starts the members at
+outputs of ~16 targets' sds, and the hierarchical ensemble never came back: yacht test LL −6.24
+(RMSE 57) against −0.09 (0.59) from fan_in, boston −6.32 (RMSE 65)
+(``benchmarks/studies/results/ensemble_start_uci*.md``). 3–5 inputs were not measured."""
+
+
 def init_start(init_loc: str, layers: dict):
     """``init(shapes, key, radius) -> {site: value}`` for an ``init_loc`` option
     (:func:`bnnpp.inference.options.init_loc_option`), per layer of ``layers``
@@ -123,7 +136,8 @@ def init_start(init_loc: str, layers: dict):
     - ``"fan_in"``: weights and biases U(±radius / sqrt(fan_in)) (U(±radius) at one input);
     - ``"uniform"``: every site U(±radius);
     - ``"auto"``: glorot for layers whose prior has a fixed scale, fan_in for hierarchical ones;
-    - ``"auto_wide"``: glorot for fixed-scale layers, uniform for hierarchical ones.
+    - ``"auto_wide"``: glorot for fixed-scale layers, uniform for hierarchical ones when the
+      first layer has at most :data:`WIDE_START_INPUTS` inputs, else fan_in for them.
 
     Every other site (prior scales, noise, sites outside bnnpp layers) starts U(±radius); the
     keys are :func:`init_uniform`'s in every case."""
@@ -131,12 +145,13 @@ def init_start(init_loc: str, layers: dict):
     def hierarchical(layer):
         return bool(getattr(layer.get("prior"), "hierarchical", False))
 
+    few_inputs = bool(layers) and next(iter(layers.values()))["fan_in"] <= WIDE_START_INPUTS
     per_layer = {
         "glorot": lambda lay: "glorot",
         "fan_in": lambda lay: "fan_in",
         "uniform": lambda lay: "uniform",
         "auto": lambda lay: "fan_in" if hierarchical(lay) else "glorot",
-        "auto_wide": lambda lay: "uniform" if hierarchical(lay) else "glorot",
+        "auto_wide": lambda lay: ("uniform" if few_inputs else "fan_in") if hierarchical(lay) else "glorot",
     }
     if init_loc not in per_layer:
         raise ValueError(f"unknown init_loc {init_loc!r}; choose one of {', '.join(per_layer)}")

@@ -112,7 +112,8 @@ def init_loc_option(default: str = "auto"):
     ``"fan_in"`` weights and biases U(±init_radius / sqrt(fan_in)); ``"uniform"`` every site
     U(±init_radius) (NumPyro's ``init_to_uniform``); ``"auto"``: glorot for layers whose prior
     has a fixed scale, fan_in for layers with a hierarchical prior; ``"auto_wide"``: glorot for
-    fixed-scale layers, uniform for hierarchical ones. Every other site (prior scales, noise, the
+    fixed-scale layers, uniform for hierarchical ones on networks of at most two inputs
+    (:data:`bnnpp.inference.joint.WIDE_START_INPUTS`), fan_in for them on more. Every other site (prior scales, noise, the
     weights of models without bnnpp layers) starts U(±init_radius) on its unconstrained space.
 
     Why (benchmarks/README.md, start values): U(±2) on hundreds of inputs saturates the first
@@ -122,12 +123,15 @@ def init_loc_option(default: str = "auto"):
     NUTS's), while U(±2/sqrt(fan_in)) keeps the data there (MAP 1.1× against 1.4× from U(±2),
     and 2–6× against 16× on the cubic). Ensembles and mc_dropout take ``"auto_wide"``: the
     members' spread on small data comes from the wide start (sinusoid 1.1–1.2× NUTS's NLL against
-    1.5–1.7× from fan_in), and mc_dropout's moons accuracy fell to 0.847 from fan_in."""
+    1.5–1.7× from fan_in), and mc_dropout's moons accuracy fell to 0.847 from fan_in; on UCI's
+    6–13 inputs the wide start left the hierarchical ensemble's members at outputs far off the
+    data (yacht test LL −6.2 against −0.09 from fan_in), hence fan_in there."""
     return option(
         default,
         "start values per layer: glorot (weights U(±sqrt(6/(fan_in+fan_out))), biases 0), fan_in (U(±init_radius/"
         "sqrt(fan_in))), uniform (U(±init_radius)), auto (glorot for fixed-scale priors, fan_in for hierarchical ones) or "
-        "auto_wide (glorot for fixed-scale priors, uniform for hierarchical ones); other sites U(±init_radius)",
+        "auto_wide (glorot for fixed-scale priors; for hierarchical ones uniform on networks of at most 2 inputs, else fan_in); "
+        "other sites U(±init_radius)",
         choices=INIT_LOCS,
     )
 
