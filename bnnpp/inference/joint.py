@@ -119,7 +119,7 @@ WIDE_START_INPUTS = 2
 """``init_loc="auto_wide"`` starts hierarchical layers U(±radius) only when the network's first
 layer has at most this many inputs; with more, U(±radius/sqrt(fan_in)) as ``"auto"``. On one
 input the wide start is what gives an ensemble's members their disagreement away from the data
-(the sinusoid's sd grows 5.7–7.3× from it, 1.4× from the fan_in start; the cubic's 4–5× against
+(the sinusoid's sd grows 5.7–7.3× from it, 1.3–1.4× from the fan_in start; the cubic's 4–5× against
 1.3–1.8×, ``results/small_data_ensemble_start*.md``) and mc_dropout its moons accuracy (2 inputs;
 0.847 from fan_in). On UCI's 6–13 standardised inputs U(±2) in every layer starts the members at
 outputs of ~16 targets' sds, and the hierarchical ensemble never came back: on yacht's first two
