@@ -121,11 +121,12 @@ layer has at most this many inputs; with more, U(±radius/sqrt(fan_in)) as ``"au
 input the wide start is what gives an ensemble's members their disagreement away from the data
 (the sinusoid's sd grows 5.7–7.3× from it, 1.3–1.4× from the fan_in start; the cubic's 4–5× against
 1.3–1.8×, ``results/small_data_ensemble_start*.md``) and mc_dropout its moons accuracy (2 inputs;
-0.847 from fan_in). On UCI's 6–13 standardised inputs U(±2) in every layer starts the members at
-outputs of ~16 targets' sds, and the hierarchical ensemble never came back: on yacht's first two
-splits (heteroscedastic) test LL −6.20, RMSE 61, against 0.05, 0.55 from fan_in
-(``benchmarks/studies/results/ensemble_start_uci.md``); boston −6.32, RMSE 65 (three splits, a
-stopped run; ``benchmarks/README.md``). 3–5 inputs were not measured."""
+0.847 from fan_in). On UCI's 6–13 standardised inputs U(±2) in every layer starts the members with a
+mean output spread over 6–23 targets' sds (0.4–1.2 from fan_in), and the hierarchical ensemble
+never came back: on yacht's first two splits (heteroscedastic) test LL −6.20, RMSE 61, against
+0.05, 0.55 from fan_in (``benchmarks/studies/results/ensemble_start_uci.md``); boston −6.32,
+RMSE 65 (three splits, a stopped run; ``benchmarks/README.md``). Measured on 6 (yacht) and 13
+(boston) inputs; 3–5 were not."""
 
 
 def init_start(init_loc: str, layers: dict):
