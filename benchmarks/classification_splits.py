@@ -10,6 +10,7 @@ seeds. Each split is 1,000 points, 700/300 (``bnnpp.data.moons`` / ``circles`` w
     python benchmarks/classification_splits.py                                  # results/classification_splits.{json,md}
     python benchmarks/classification_splits.py --splits moons:0.2:1 --methods advi
     python benchmarks/classification_splits.py --quick                          # one split, short runs (not saved)
+    python benchmarks/classification_splits.py --methods mc_dropout --options '{"hyperparameters": "map"}' --label hyperparameters=map
 """
 
 from __future__ import annotations
@@ -80,7 +81,15 @@ def main(argv=None) -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--quick", action="store_true", help="the first split, short runs; nothing saved")
     ap.add_argument("--out", default="classification_splits", help="result name in benchmarks/results")
+    ap.add_argument("--options", default="{}", help="JSON dict of options given to every method but nuts (a candidate's setting)")
+    ap.add_argument("--label", default=None, help="row name suffix for --options (default: none)")
     args = ap.parse_args(argv)
+    try:
+        given = json.loads(args.options)
+        if not isinstance(given, dict):
+            raise ValueError
+    except ValueError:
+        raise SystemExit(f"--options: a JSON dict such as '{{\"hyperparameters\": \"map\"}}', got {args.options!r}") from None
     splits = [t for t in args.splits.split(",") if t][: 1 if args.quick else None]
     for s in splits:
         parse_split(s)
@@ -101,9 +110,11 @@ def main(argv=None) -> None:
         rows = results.setdefault(split, {})
         for method in methods:
             options = QUICK.get(method, {}) if args.quick else (NUTS if method == "nuts" else {})
-            rows[method] = run(split, method, options)
-            print(f"{split} {method}: accuracy {rows[method]['accuracy']:.3f} nll {rows[method]['nll']:.3f} "
-                  f"({rows[method]['seconds']:.0f} s)", flush=True)
+            options = options if method == "nuts" else {**options, **given}
+            row = method if method == "nuts" or not args.label else f"{method} {args.label}"
+            rows[row] = run(split, method, options)
+            print(f"{split} {row}: accuracy {rows[row]['accuracy']:.3f} nll {rows[row]['nll']:.3f} "
+                  f"({rows[row]['seconds']:.0f} s)", flush=True)
         if args.quick:
             continue
         result = {"commands": commands, "date": dt.date.today().isoformat(), "machine": machine(), "nuts_settings": NUTS,

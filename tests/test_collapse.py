@@ -85,6 +85,12 @@ def test_collapse_fires_on_the_noise_explanation_and_not_on_a_fit():
     rng = np.random.default_rng(1)
     noise_only = (6.5 * rng.normal(size=32)).astype(np.float32)
     assert collapse_message(_posterior(x, noise_only, np.full(32, noise_only.mean()), noise_only.std())) is None
+    # a flat mean under a small noise sd (mc_dropout's zeroed sd head on UCI yacht: softplus(0) = 0.69 of the
+    # targets' sd, just below the noise ratio) misses the structure too; the line says it is the mean
+    line = collapse_message(_posterior(x, y, np.zeros(32), 0.69 * float(np.std(y)), method="mc_dropout"))
+    assert line is not None and "mean leaves the training targets' structure out" in line and "\n" not in line
+    # ... but not when nothing varies with x
+    assert collapse_message(_posterior(x, noise_only, np.full(32, noise_only.mean()), 0.5 * noise_only.std())) is None
     # the fix never names the collapsed method itself
     assert "method='laplace'" not in collapse_message(_posterior(x, y, np.zeros(32), 6.5, method="laplace"))
     # map, laplace and ensemble from the Glorot start: the fix is the uniform start

@@ -261,21 +261,31 @@ def collapse_message(posterior) -> str | None:
     its training data) predicts its training targets with an observation sd of at least
     :data:`COLLAPSE_NOISE_RATIO` of the targets' sd and :data:`COLLAPSE_NEIGHBOUR_RATIO` times
     the nearest-neighbour noise estimate, with a mean whose errors are of that size
-    (:data:`COLLAPSE_RESIDUAL_RATIO`); ``None`` otherwise (a good fit, targets that do not
+    (:data:`COLLAPSE_RESIDUAL_RATIO`), or with a mean whose residual sd is itself that large
+    against both (a flat mean, whatever its noise sd); ``None`` otherwise (a good fit, targets that do not
     depend on the inputs, classification, counts, no data)."""
     fit = _training_fit(posterior)
     if fit is None:
         return None
-    noise, target_sd, x, y = fit["noise"], fit["target_sd"], fit["x"], fit["y"]
-    if not noise >= COLLAPSE_NOISE_RATIO * target_sd:
+    noise, target_sd, x, y, r2 = fit["noise"], fit["target_sd"], fit["x"], fit["y"], fit["r2"]
+    residual = np.sqrt(max(1.0 - r2, 0.0)) * target_sd  # the predictive mean's residual sd
+    # (a) a noise sd near the targets' that the mean's errors show, or (b) a mean that misses the targets by that much
+    # whatever the noise says (a flat mean under a small sd: mc_dropout's collapsed hierarchical fit on UCI yacht had
+    # R² 0.00 and a per-row sd of 0.69 targets' sds, softplus(0) of its zeroed sd head, just below (a)'s 0.7)
+    noisy = noise >= COLLAPSE_NOISE_RATIO * target_sd and residual >= COLLAPSE_RESIDUAL_RATIO * noise
+    flat = residual >= COLLAPSE_NOISE_RATIO * target_sd
+    if not (noisy or flat):
         return None
     reference = neighbour_noise_sd(x[:MAX_NEIGHBOUR_ROWS], y[:MAX_NEIGHBOUR_ROWS])
-    if not noise >= COLLAPSE_NEIGHBOUR_RATIO * reference:
-        return None
-    r2 = fit["r2"]
-    if not np.sqrt(max(1.0 - r2, 0.0)) * target_sd >= COLLAPSE_RESIDUAL_RATIO * noise:
+    if not max(noise if noisy else 0.0, residual if flat else 0.0) >= COLLAPSE_NEIGHBOUR_RATIO * reference:
         return None
     fix = _fix(posterior, collapsed=True)
+    if not noisy or not noise >= COLLAPSE_NEIGHBOUR_RATIO * reference:
+        return (
+            f"the {posterior.method} fit's mean leaves the training targets' structure out (residual sd {residual:.3g} against "
+            f"the targets' sd {target_sd:.3g} and a nearest-neighbour noise estimate of {reference:.3g}; R² of the mean "
+            f"{r2:.2f}; noise sd {noise:.3g}): {fix}"
+        )
     return (
         f"the {posterior.method} fit explains the training targets as noise (noise sd {noise:.3g} against the targets' "
         f"sd {target_sd:.3g} and a nearest-neighbour noise estimate of {reference:.3g}; R² of the mean {r2:.2f}): {fix}"

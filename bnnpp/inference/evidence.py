@@ -53,6 +53,7 @@ __all__ = [
     "hierarchical_normal",
     "log_evidence",
     "resolve_every",
+    "scheduled_update",
 ]
 
 EVIDENCE_LEARNING_RATE = 0.1
@@ -247,6 +248,18 @@ def evidence_update(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb
     hyper = jax.tree_util.tree_map(lambda new, old: jnp.where(ok, new, old), hyper, hyper0)
     hyper_opt = jax.tree_util.tree_map(lambda new, old: jnp.where(ok, new, old), new_opt, hyper_opt)
     return {**position, **hyper}, hyper_opt
+
+
+def scheduled_update(model, plan: EvidencePlan, t, position: dict, hyper_opt, batch_data, n: int, every: int, num_steps: int, steps: int):
+    """The ``periodic`` hook's update after step ``t`` (0-based): :func:`evidence_update` every ``every`` steps,
+    except where it would leave the weights fewer than ``every`` steps after it; else ``(position, hyper_opt)``
+    unchanged. Returns ``(position, hyper_opt)``."""
+    done = t + 1
+    return jax.lax.cond(
+        (done % every == 0) & (done + every <= num_steps),
+        lambda: evidence_update(model, plan, position, hyper_opt, *batch_data, n, steps),
+        lambda: (position, hyper_opt),
+    )
 
 
 def hyper_steps(model, plan: EvidencePlan, position: dict, hyper_opt, xb, yb, n: int, steps: int):

@@ -153,7 +153,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
     batch = options.batch_size or n
     key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))
 
-    from bnnpp.inference.evidence import EvidenceState, evidence_update, hyper_optimizer, resolve_every
+    from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, resolve_every, scheduled_update
 
     plan = evidence_plan_of(model, x, y, options)
     num_steps = steps_for(options, n)
@@ -187,11 +187,8 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         # after step t (0-based), every `every` steps: the hyperparameters by the evidence at the
         # new weights (bnnpp.inference.evidence); the last update leaves `every` steps to the weights
         ev = state.opt_state
-        done = t + 1
-        position, hyper_opt = jax.lax.cond(
-            (done % every == 0) & (done + every <= num_steps),
-            lambda: evidence_update(model, plan, state.position, ev.hyper_opt, *batch_data, n, options.evidence_steps),
-            lambda: (state.position, ev.hyper_opt),
+        position, hyper_opt = scheduled_update(
+            model, plan, t, state.position, ev.hyper_opt, batch_data, n, every, num_steps, options.evidence_steps
         )
         return MAPState(position, ev._replace(hyper_opt=hyper_opt))
 

@@ -6,9 +6,17 @@ is ``W_l = diag(z_l) M_l`` with ``z_l,i ~ Bernoulli(1 − p_l)`` per *input* ``i
 Ghahramani 2016, eq. 2): dropout on the inputs of every layer. A dense layer's row ``i``
 (``M_l[i, :]``) is dropped; a convolution drops whole input channels (``M_l[:, :, i, :]``,
 spatial dropout), so that dropping an input of the layer is exactly zeroing a slice of its
-kernel. Biases, prior scales and every other latent site are point estimates (MAP, as
-``method="map"``, on the unconstrained space). No ``1/(1 − p)`` rescaling: ``M`` is the
-variational mean of Gal's derivation and a draw is ``M`` with rows zeroed.
+kernel. Biases and every other latent site are point estimates (MAP, as ``method="map"``, on
+the unconstrained space). No ``1/(1 − p)`` rescaling: ``M`` is the variational mean of Gal's
+derivation and a draw is ``M`` with rows zeroed.
+
+**Hierarchical priors.** Under a hierarchical Normal prior on networks of at most 2,000 weights
+(``hyperparameters="auto"``, the default) the layer scales and a learned noise sd are not
+point estimates of the objective but trained by the Laplace-GGN evidence at the means ``M``
+every ``evidence_every`` steps (:mod:`bnnpp.inference.evidence`, as ``map`` and the ensemble):
+the joint point estimate runs to the spike of the prior at scale → 0, where every weight is
+zero and the predictive a constant (UCI yacht under ``N(0, s²)``, ``s ~ HalfNormal(1)``: R² of
+the mean 0.00; ``benchmarks/README.md``, mc_dropout under hierarchical priors).
 
 **The objective** (Gal & Ghahramani 2016, §3 and appendix; Gal et al. 2017, eq. 3) is minimised with
 Adam::
@@ -48,7 +56,9 @@ import jax.numpy as jnp
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
+from bnnpp.inference.evidence import EvidenceState, hierarchical_normal, hyper_optimizer, resolve_every, scheduled_update
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms, log_likelihood, site_log_prior
+from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, evidence_plan_of
 from bnnpp.inference.optimizer_step import apply_optimizer
 from bnnpp.inference.options import (
     Options,
@@ -101,6 +111,17 @@ class MCDropoutOptions(Options):
         check=positive_float,
     )
     num_samples: int = option(100, "posterior draws (dropout masks)", check=positive_int)
+    hyperparameters: str = option(
+        "auto",
+        "how prior scales and a learned noise sd are fitted: evidence (the Laplace-GGN marginal likelihood at the means every "
+        "evidence_every steps, Immer et al. 2021), map (jointly with the weights), auto (evidence under a hierarchical Normal "
+        "prior on networks of at most 2,000 weights, else map)",
+        choices=HYPERPARAMETERS,
+    )
+    evidence_every: int | None = option(
+        None, "steps between evidence updates (None: 1/50 of the run)", check=optional(positive_int), type=int
+    )
+    evidence_steps: int = option(20, "Adam steps on the hyperparameters per evidence update", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
 
     @classmethod
@@ -190,11 +211,21 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     key_model = jax.random.PRNGKey(0)  # the models draw nothing random at a fixed position
     logit0 = math.log(options.rate) - math.log1p(-options.rate)  # host arithmetic: build may run inside a trace (sweep)
     fan_in = jnp.asarray([layer["in"] for layer in layers.values()], jnp.float32)  # K_l
+    choice = options.hyperparameters
+    if choice == "auto":  # the ensemble's rule: map's "auto" (evidence on at most 2,000 weights) under a hierarchical Normal prior
+        choice = "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1])) else "map"
+    plan = evidence_plan_of(model, x, y, MAPOptions(hyperparameters=choice))
+    num_steps = steps_for(options, n)
+    every = resolve_every(options.evidence_every, num_steps)
 
     def init(key, data):
         u = apply_start(draw_start({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
         logit_p = jnp.full((len(layers),), logit0, jnp.float32)
-        return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
+        if plan is None:
+            return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
+        # hyperparameters start at 1 (unconstrained 0), as map's
+        u = {**u, **{k: u[k] if start and k in start else jnp.zeros_like(u[k]) for k in plan.hyper}}
+        return MCDropoutState(u, logit_p, EvidenceState(opt.init((u, logit_p)), hyper_optimizer().init({k: u[k] for k in plan.hyper})))
 
     def objective(params, key, xb, yb):
         u, logit_p = params
@@ -217,8 +248,21 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     def step(key, state, batch_data):
         params = (state.position, state.logit_p)
         loss, grads = jax.value_and_grad(objective)(params, key, *batch_data)
-        (position, logit_p), opt_state = apply_optimizer(opt, grads, state.opt_state, params)
-        return MCDropoutState(position, logit_p, opt_state), MCDropoutInfo(loss, jax.nn.sigmoid(logit_p))
+        inner = state.opt_state if plan is None else state.opt_state.opt
+        (position, logit_p), inner = apply_optimizer(opt, grads, inner, params)
+        if plan is None:
+            return MCDropoutState(position, logit_p, inner), MCDropoutInfo(loss, jax.nn.sigmoid(logit_p))
+        # the hyperparameters are held between evidence updates (`periodic` moves them)
+        position = {**position, **{k: state.position[k] for k in plan.hyper}}
+        return MCDropoutState(position, logit_p, state.opt_state._replace(opt=inner)), MCDropoutInfo(loss, jax.nn.sigmoid(logit_p))
+
+    def periodic(t, state, batch_data):
+        # after step t (0-based), every `every` steps: the hyperparameters by the evidence at the means M (no dropout)
+        ev = state.opt_state
+        position, hyper_opt = scheduled_update(
+            model, plan, t, state.position, ev.hyper_opt, batch_data, n, every, num_steps, options.evidence_steps
+        )
+        return state._replace(position=position, opt_state=ev._replace(hyper_opt=hyper_opt))
 
     def sample(key, state, num_samples):
         values = constrained_values(model, state.position, x[:1], y[:1], key_model, sites)
@@ -242,7 +286,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
         step,
         sample,
         RunSpec(
-            num_steps=steps_for(options, n),
+            num_steps=num_steps,
             num_samples=options.num_samples,
             batch_size=options.batch_size,
             name="concrete dropout" if options.concrete else "mc dropout",
@@ -251,6 +295,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
             point=lambda state: state.position,
             extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
             postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
+            periodic=None if plan is None else periodic,
         ),
     )
 

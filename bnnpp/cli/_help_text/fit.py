@@ -184,7 +184,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        trained MAP of map_steps steps, which the means also start from; q over\n'
  "                        the weights only; guide='normal'), auto (evidence under a hierarchical\n"
  "                        Normal prior with guide='normal', else variational) [advi=auto, bbb=auto,\n"
- '                        ensemble=auto, laplace=auto, map=auto]\n'
+ '                        ensemble=auto, laplace=auto, map=auto, mc_dropout=auto]\n'
  '  --temperature TEMPERATURE\n'
  '                        posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T;\n'
  '                        Wenzel et al. 2020); 1: the posterior [advi=1.0, ensemble=1.0,\n'
@@ -222,9 +222,10 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  "                        and for a user's own NumPyro model) [ensemble=auto]\n"
  '  --evidence-every EVIDENCE_EVERY\n'
  '                        steps between evidence updates (None: 1/50 of the run) [laplace=None,\n'
- '                        map=None]\n'
+ '                        map=None, mc_dropout=None]\n'
  '  --evidence-steps EVIDENCE_STEPS\n'
- '                        Adam steps on the hyperparameters per evidence update [laplace=20, map=20]\n'
+ '                        Adam steps on the hyperparameters per evidence update [laplace=20, map=20,\n'
+ '                        mc_dropout=20]\n'
  '  --subset {all,last_layer}\n'
  "                        Laplace over every latent site or the last layer's weights [laplace=all]\n"
  '  --hessian {auto,full,ggn,diag,kron}\n'
