@@ -52,3 +52,23 @@ def test_evidence_on_a_model_with_nothing_to_learn_is_a_one_line_error():
     model = bnnpp.models.mlp((8,), likelihood="gaussian", noise=0.3, prior=priors.normal(1.0))
     with pytest.raises(ValueError, match="hyperparameters='evidence'.*use hyperparameters='map'"):
         bnnpp.fit(model, (x, y), method="mc_dropout", hyperparameters="evidence", num_steps=10, progress=False)
+
+
+def test_small_hierarchical_regression_says_mc_dropout_does_not_suit_it():
+    """Issue 35: a method that misses on small data under a hierarchical prior says so in one line after the fit
+    (benchmarks/README.md, mc_dropout under hierarchical priors: test NLL 1.23–1.96× NUTS's)."""
+    from bnnpp.inference.collapse import SMALL_DATA_ROWS, SUITABILITY_KEY
+
+    x, y = _six_inputs(n=SMALL_DATA_ROWS + 40)
+    model = bnnpp.models.mlp((8,), likelihood="gaussian", noise=None, prior=priors.normal(priors.half_normal(1.0)))
+    said = {}
+    for rows in (40, SMALL_DATA_ROWS + 40):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            post = bnnpp.fit(model, (x[:rows], y[:rows]), method="mc_dropout", seed=0, progress=False, num_steps=50, num_samples=5)
+        said[rows] = [
+            str(w.message) for w in caught if "not suited" in str(w.message) or "mc_dropout under a hierarchical" in str(w.message)
+        ]
+        assert (SUITABILITY_KEY in post.stats.extras) == (rows == 40)
+    assert len(said[40]) == 1 and "\n" not in said[40][0] and "method='laplace'" in said[40][0]
+    assert said[SMALL_DATA_ROWS + 40] == []

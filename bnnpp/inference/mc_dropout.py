@@ -56,6 +56,7 @@ import jax.numpy as jnp
 from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
+from bnnpp.inference.collapse import dropout_small_data_note, say_not_suited, small_hierarchical_regression
 from bnnpp.inference.evidence import EvidenceState, hierarchical_normal, hyper_optimizer, resolve_every, scheduled_update
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms, log_likelihood, site_log_prior
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, evidence_plan_of
@@ -281,6 +282,12 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
         return jax.vmap(one)(jax.random.split(key, num_samples))
 
     names = list(layers)
+    small = small_hierarchical_regression(model, x, y)  # said once after the fit: not suited to the case
+
+    def extras(state):
+        rates = {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}}
+        return {**rates, **(say_not_suited(dropout_small_data_note("mc_dropout", n)) if small else {})}
+
     return Algorithm(
         init,
         step,
@@ -293,7 +300,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
         ),
         Hooks(
             point=lambda state: state.position,
-            extras=lambda state: {"dropout_rate": {k: float(v) for k, v in zip(names, jax.nn.sigmoid(state.logit_p), strict=True)}},
+            extras=extras,
             postfix=lambda info: {"loss": f"{info.loss.mean():.4g}"},
             periodic=None if plan is None else periodic,
         ),
