@@ -87,8 +87,7 @@ MAX_NEIGHBOUR_ROWS = 1000
 SUITABILITY_KEY = "suitability_warning"
 """Where a method that says after its fit that it is not suited to the data (advi's and bbb's
 :func:`mean_field_small_data_note`, mc_dropout's :func:`dropout_small_data_note`, the ensemble's
-:func:`ensemble_sparse_inputs_note`,
-swag's small-data line) records that line: ``posterior.stats.extras`` and ``metrics.json``."""
+:func:`ensemble_sparse_inputs_note`, swag's small-data line) records that line: ``posterior.stats.extras`` and ``metrics.json``."""
 
 
 SMALL_DATA_ROWS = 200
@@ -271,18 +270,18 @@ def collapse_message(posterior) -> str | None:
         return None
     noise, target_sd, x, y, r2 = fit["noise"], fit["target_sd"], fit["x"], fit["y"], fit["r2"]
     residual = np.sqrt(max(1.0 - r2, 0.0)) * target_sd  # the predictive mean's residual sd
-    # (a) a noise sd near the targets' that the mean's errors show, or (b) a mean that misses the targets by that much
-    # whatever the noise says (a flat mean under a small sd: mc_dropout's collapsed hierarchical fit on UCI yacht had
-    # R² 0.00 and a per-row sd of 0.69 targets' sds, softplus(0) of its zeroed sd head, just below (a)'s 0.7)
+    # a noise sd near the targets' that the mean's errors show, or a mean that misses them by that much whatever its
+    # noise (mc_dropout's flat hierarchical fit on UCI yacht: R² 0.00, sd 0.69 of the targets', softplus(0) of a zero head)
     noisy = noise >= COLLAPSE_NOISE_RATIO * target_sd and residual >= COLLAPSE_RESIDUAL_RATIO * noise
     flat = residual >= COLLAPSE_NOISE_RATIO * target_sd
     if not (noisy or flat):
-        return None
+        return None  # before the neighbour estimate, which costs rows²
     reference = neighbour_noise_sd(x[:MAX_NEIGHBOUR_ROWS], y[:MAX_NEIGHBOUR_ROWS])
-    if not max(noise if noisy else 0.0, residual if flat else 0.0) >= COLLAPSE_NEIGHBOUR_RATIO * reference:
+    noisy, flat = noisy and noise >= COLLAPSE_NEIGHBOUR_RATIO * reference, flat and residual >= COLLAPSE_NEIGHBOUR_RATIO * reference
+    if not (noisy or flat):
         return None
     fix = _fix(posterior, collapsed=True)
-    if not noisy or not noise >= COLLAPSE_NEIGHBOUR_RATIO * reference:
+    if not noisy:
         return (
             f"the {posterior.method} fit's mean leaves the training targets' structure out (residual sd {residual:.3g} against "
             f"the targets' sd {target_sd:.3g} and a nearest-neighbour noise estimate of {reference:.3g}; R² of the mean "
@@ -408,10 +407,8 @@ def mean_field_small_data_note(method: str, n: int) -> str:
 
 
 def dropout_small_data_note(method: str, n: int) -> str:
-    """The one line ``mc_dropout`` prints after a regression fit on at most :data:`SMALL_DATA_ROWS`
-    rows under a hierarchical Normal prior: on ``benchmarks/small_data.py``'s problems its test NLL
-    was 1.23–1.96× NUTS's with the predictive sd growing 1.2–1.9× away from the data on three of
-    four (NUTS 3.3–9.7×; benchmarks/README.md, mc_dropout under hierarchical priors)."""
+    """mc_dropout's line after a regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical Normal
+    prior: 1.23–1.96× NUTS's test NLL on ``benchmarks/small_data.py``, sd growth 1.2–1.9× on three of four problems."""
     return (
         f"{method} under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) fits the mean loosely and "
         "under-states how the predictive sd grows away from the training inputs (benchmarks/README.md, mc_dropout under "

@@ -50,7 +50,7 @@ import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, ensemble_sparse_inputs_note, say_not_suited, small_hierarchical_regression
-from bnnpp.inference.evidence import hierarchical_normal
+from bnnpp.inference.evidence import member_hyperparameters
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
 from bnnpp.inference.map_estimate import build as build_map
@@ -219,19 +219,6 @@ step gives every member its own copy of a rank-2 minibatch (see :func:`vmapped_m
 def member_keys(key: jax.Array, members: int) -> jax.Array:
     """The members' keys ``(M, 2)``: member ``m`` gets ``fold_in(key, m)``."""
     return jax.vmap(lambda m: jax.random.fold_in(key, m))(jnp.arange(members))
-
-
-def member_hyperparameters(choice: str, model, x, y, layers=None) -> str:
-    """The ensemble's ``hyperparameters`` for its members' :class:`MAPOptions`: ``"auto"`` stays
-    ``"auto"`` (map's rule: the evidence on at most 2,000 weights) under a hierarchical Normal
-    prior (:func:`~bnnpp.inference.evidence.hierarchical_normal`, as advi's and bbb's ``"auto"``)
-    and is ``"map"`` otherwise: with fixed prior scales only a learned noise sd was left to the
-    evidence, and on the trend2d problem it narrowed the members' disagreement away from the data
-    (benchmarks/README.md, the ensemble's evidence). ``layers``: the model's
-    :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them."""
-    if choice != "auto":
-        return choice
-    return "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1]) if layers is None else layers) else "map"
 
 
 def map_options(options, **overrides) -> MAPOptions:

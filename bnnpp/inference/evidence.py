@@ -52,6 +52,7 @@ __all__ = [
     "evidence_plan",
     "hierarchical_normal",
     "log_evidence",
+    "member_hyperparameters",
     "resolve_every",
     "scheduled_update",
 ]
@@ -149,6 +150,20 @@ def auto_takes_evidence(model, x, y) -> bool:
     the evidence raised ``ValueError``)."""
     plan = evidence_plan(model, x, y, required=False)
     return plan is not None and hierarchical_normal(plan.layers)
+
+
+def member_hyperparameters(choice: str, model, x, y, layers=None) -> str:
+    """The ensemble's ``hyperparameters`` for its members' :class:`MAPOptions`: ``"auto"`` stays
+    ``"auto"`` (map's rule: the evidence on at most 2,000 weights) under a hierarchical Normal
+    prior (:func:`~bnnpp.inference.evidence.hierarchical_normal`, as advi's and bbb's ``"auto"``)
+    and is ``"map"`` otherwise: with fixed prior scales only a learned noise sd was left to the
+    evidence, and on the trend2d problem it narrowed the members' disagreement away from the data
+    (benchmarks/README.md, the ensemble's evidence). ``layers``: the model's
+    :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them. mc_dropout
+    resolves its ``hyperparameters`` by the same rule."""
+    if choice != "auto":
+        return choice
+    return "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1]) if layers is None else layers) else "map"
 
 
 def resolve_every(every: int | None, num_steps: int) -> int:

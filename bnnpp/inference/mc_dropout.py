@@ -57,7 +57,7 @@ from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import dropout_small_data_note, say_not_suited, small_hierarchical_regression
-from bnnpp.inference.evidence import EvidenceState, hierarchical_normal, hyper_optimizer, resolve_every, scheduled_update
+from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, member_hyperparameters, resolve_every, scheduled_update
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms, log_likelihood, site_log_prior
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, evidence_plan_of
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -212,10 +212,8 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     key_model = jax.random.PRNGKey(0)  # the models draw nothing random at a fixed position
     logit0 = math.log(options.rate) - math.log1p(-options.rate)  # host arithmetic: build may run inside a trace (sweep)
     fan_in = jnp.asarray([layer["in"] for layer in layers.values()], jnp.float32)  # K_l
-    choice = options.hyperparameters
-    if choice == "auto":  # the ensemble's rule: map's "auto" (evidence on at most 2,000 weights) under a hierarchical Normal prior
-        choice = "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1])) else "map"
-    plan = evidence_plan_of(model, x, y, MAPOptions(hyperparameters=choice))
+    # the ensemble's rule: map's "auto" (evidence on at most 2,000 weights) under a hierarchical Normal prior, else "map"
+    plan = evidence_plan_of(model, x, y, MAPOptions(hyperparameters=member_hyperparameters(options.hyperparameters, model, x, y)))
     num_steps = steps_for(options, n)
     every = resolve_every(options.evidence_every, num_steps)
 
