@@ -17,6 +17,11 @@ Problems (20–200 training points each; the data as a user would have them, not
   noise, prior normal(1.0)). Test: 1,000 points in the same box; sd growth from (50, 1960) to
   (150, 2080).
 
+Held out (added after the defaults were chosen; run with ``--problems``): ``bump`` and ``kink``
+(below), and three with 3-5 raw inputs under the hierarchical prior, 100 training points, 1-50-1
+tanh (:func:`_multi_input`): ``friedman1`` (Friedman 1991 #1 on its 5 relevant inputs in [0, 10]),
+``friedman2`` (#2: 4 inputs of very different scales, noise sd 125), ``weather3`` (km, °C, hPa).
+
 Per method (its registered defaults; ``bnnpp.models.mlp``'s default ``standardize=True``):
 test NLL of the predictive (per point), its ratio to NUTS's, RMSE of the predictive mean,
 growth of the total predictive sd from the inside to the outside point, and whether the
@@ -102,11 +107,43 @@ def problem(name: str, seed: int = 0) -> dict:
         f = lambda v: (3 * np.abs(v) - 2 + 0.5 * rng.normal(size=v.shape)).astype(np.float32)
         model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=None, prior=hierarchical)
         return _one_d(x, f(x), xt, f(xt), 0.0, 6.0, model)
+    if name in MULTI_INPUT:  # held out: 3-5 raw inputs under the hierarchical prior (the ensemble's start rule, WIDE_START_INPUTS)
+        return _multi_input(name, rng, hierarchical)
     raise SystemExit(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS + HELD_OUT)}")
 
 
+def _multi_input(name: str, rng, prior) -> dict:
+    """``friedman1`` (5 inputs), ``friedman2`` (4) and ``weather3`` (3): 100 training points each, the inputs in their own units,
+    one hidden layer of 50 tanh units under ``prior``; sd growth from the box's centre to the centre moved one box width
+    along every input."""
+    import bnnpp
+
+    if name == "friedman1":  # Friedman (1991) #1 on its five relevant inputs, x ~ U[0, 1]⁵ rescaled to U[0, 10]
+        lo, hi = np.zeros(5), np.full(5, 10.0)
+        f = lambda v: (10 * np.sin(np.pi * v[:, 0] * v[:, 1] / 100) + 20 * (v[:, 2] / 10 - 0.5) ** 2 + v[:, 3] + 0.5 * v[:, 4]
+                       + rng.normal(size=len(v)))
+    elif name == "friedman2":  # Friedman (1991) #2: inputs of very different scales, noise sd 125 on a 0-1,700 range
+        lo, hi = np.array([0.0, 40 * np.pi, 0.0, 1.0]), np.array([100.0, 560 * np.pi, 1.0, 11.0])
+        f = lambda v: np.sqrt(v[:, 0] ** 2 + (v[:, 1] * v[:, 2] - 1 / (v[:, 1] * v[:, 3])) ** 2) + 125 * rng.normal(size=len(v))
+    else:  # weather3: a distance in km, a temperature in °C and a pressure in hPa
+        lo, hi = np.array([0.0, -30.0, 980.0]), np.array([500.0, 40.0, 1040.0])
+        f = lambda v: (0.02 * v[:, 0] + 8 * np.tanh((v[:, 1] - 5) / 10) + 0.01 * (v[:, 2] - 1010) ** 2 + 2 * rng.normal(size=len(v)))
+
+    def draw(n):
+        v = rng.uniform(lo, hi, (n, len(lo)))
+        return v.astype(np.float32), f(v).astype(np.float32)
+
+    (x, y), (xt, yt) = draw(100), draw(1000)
+    model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=prior)
+    centre = (lo + hi) / 2
+    return {"x": x, "y": y, "x_test": xt, "y_test": yt, "inside": [list(map(float, centre))],
+            "outside": [list(map(float, centre + (hi - lo)))], "model": model}
+
+
+MULTI_INPUT = ("friedman1", "friedman2", "weather3")
+
 PROBLEMS = ("sinusoid", "blog", "cubic", "trend2d")
-HELD_OUT = ("bump", "kink")
+HELD_OUT = ("bump", "kink", *MULTI_INPUT)
 """Problems added after the defaults were chosen (run with ``--problems``; not in the default set)."""
 
 

@@ -48,7 +48,7 @@ __all__ = [
     "OVERFIT_ROWS_PER_AXIS",
     "ENSEMBLE_ROWS_PER_AXIS",
     "dropout_small_data_note",
-    "ensemble_sparse_inputs_note",
+    "sparse_inputs_note",
     "small_hierarchical_regression",
     "GROWTH_RATIO",
     "CollapseWarning",
@@ -87,7 +87,7 @@ MAX_NEIGHBOUR_ROWS = 1000
 SUITABILITY_KEY = "suitability_warning"
 """Where a method that says after its fit that it is not suited to the data (advi's and bbb's
 :func:`mean_field_small_data_note`, mc_dropout's :func:`dropout_small_data_note`, the ensemble's
-:func:`ensemble_sparse_inputs_note`, swag's small-data line) records that line: ``posterior.stats.extras`` and ``metrics.json``."""
+:func:`sparse_inputs_note`, swag's small-data line) records that line: ``posterior.stats.extras`` and ``metrics.json``."""
 
 
 SMALL_DATA_ROWS = 200
@@ -114,10 +114,9 @@ reference itself (``benchmarks/studies/overconfidence_many_inputs.py``). The 1-d
 it was tuned on pass."""
 
 ENSEMBLE_ROWS_PER_AXIS = 3
-"""An ensemble's regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical prior
-says it does not suit the data when its n rows in d input columns are sparser than this many rows
-along each axis, n < this ** d (d = 4 below 81 rows, every small set from 5 inputs on;
-:func:`ensemble_sparse_inputs_note`). Measured at 100 rows of UCI sets, rescaled as a user's raw
+"""An ensemble's or map's regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical prior says it
+does not suit the data when its n rows in d inputs are sparser than this many rows along each axis, n < this ** d
+(d = 4 below 81 rows, every small set from 5 inputs on; :func:`sparse_inputs_note`). Measured at 100 rows of UCI sets, rescaled as a user's raw
 data (``benchmarks/README.md``, the ensemble on sparse rows; three row draws each, NUTS
 2 × (300 + 300)): test NLL against NUTS's, yacht (6 inputs, 2.2 rows per axis) 1.36 / 2.94 / 4.55
 against −0.67 / −0.53 / −0.85, concrete (8 inputs) 1.55× / 5.6× / 1.58×, energy (8) 2.1× / 4.5× /
@@ -416,15 +415,16 @@ def dropout_small_data_note(method: str, n: int) -> str:
     )
 
 
-def ensemble_sparse_inputs_note(method: str, n: int, d: int) -> str:
-    """The one line an ensemble prints after a regression fit on ``n`` ≤ :data:`SMALL_DATA_ROWS`
-    rows in ``d`` inputs under a hierarchical Normal prior when n < :data:`ENSEMBLE_ROWS_PER_AXIS`
-    ** d: each member fits its rows and the members' spread between so sparse rows does not cover
-    their error, so the predictive is sure where it misses; the line names the fits that were not."""
+def sparse_inputs_note(method: str, n: int, d: int) -> str:
+    """The line ``ensemble`` or ``map`` prints after a regression fit on ``n`` ≤ :data:`SMALL_DATA_ROWS` rows in ``d`` inputs
+    under a hierarchical Normal prior when n < :data:`ENSEMBLE_ROWS_PER_AXIS` ** d: each member (map: the mode) fits its rows,
+    nothing covers its error between them (map, Friedman's #1 on 100 rows: 1.96× NUTS's NLL); it names the fits that do."""
+    why = "each member fits the rows and their spread between so few rows does not cover their error"
+    why = "the point estimate fits the rows and has no spread between them" if method == "map" else why
     return (
         f"{method} under a hierarchical prior on {n} rows in {d} inputs (fewer than {ENSEMBLE_ROWS_PER_AXIS}**{d}) can be "
-        "sure where it misses: each member fits the rows and their spread between so few rows does not cover their error "
-        "(benchmarks/README.md, the ensemble on sparse rows): for calibrated predictions fit method='laplace' or method='nuts'"
+        f"sure where it misses: {why} (benchmarks/README.md, the ensemble on sparse rows): for calibrated predictions fit "
+        "method='laplace' or method='nuts'"
     )
 
 

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, ensemble_sparse_inputs_note, say_not_suited, small_hierarchical_regression
+from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, say_not_suited, small_hierarchical_regression, sparse_inputs_note
 from bnnpp.inference.evidence import member_hyperparameters
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
@@ -362,7 +362,7 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y, layers)  # n < 3**d
 
     def extras(state):
-        said = say_not_suited(ensemble_sparse_inputs_note("ensemble", n, d)) if sparse else {}
+        said = say_not_suited(sparse_inputs_note("ensemble", n, d)) if sparse else {}
         return {"members": members, "adversarial_epsilon_mean": epsilon_mean, **said}  # the runner adds "layout"
 
     def step(key, state, batch_data):

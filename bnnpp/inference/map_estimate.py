@@ -17,6 +17,7 @@ for every other method (all uncertainty is aleatoric).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.chunks import all_finite
+from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, say_not_suited, small_hierarchical_regression, sparse_inputs_note
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -153,18 +155,19 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
     batch = options.batch_size or n
     key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))
 
-    from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, resolve_every, scheduled_update
+    from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, hyper_start, resolve_every, scheduled_update
 
     plan = evidence_plan_of(model, x, y, options)
     num_steps = steps_for(options, n)
     every = resolve_every(options.evidence_every, num_steps)
+    starts = None if plan is None else hyper_start(model, plan, x, y)
 
     def init(key, data):
         u = apply_start(draw_start({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
         if plan is None:
             return MAPState(u, opt.init(u))
-        # hyperparameters start at 1 (unconstrained 0: unit prior scales, unit noise sd)
-        hyper = {k: u[k] if start and k in start else jnp.zeros_like(u[k]) for k in plan.hyper}
+        # hyperparameters start at unit prior scales and a bounded noise sd (evidence.hyper_start)
+        hyper = {k: u[k] if start and k in start else jnp.asarray(starts[k], u[k].dtype) for k in plan.hyper}
         u = {**u, **hyper}
         return MAPState(u, EvidenceState(opt.init(u), hyper_optimizer().init(hyper)))
 
@@ -192,6 +195,10 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         )
         return MAPState(position, ev._replace(hyper_opt=hyper_opt))
 
+    d = math.prod(x.shape[1:])
+    # small regression data too sparse for its inputs (n < 3**d, as the ensemble's): no spread where the mode misses
+    sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y, info.layers)
+
     def sample(key, state, num_samples):
         # latent shapes do not depend on n: one row is enough to run the model
         values = constrained_values(model, state.position, x[:1], y[:1], key_model, sites)
@@ -207,6 +214,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
             keys=map_keys,
             postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
             periodic=None if plan is None else periodic,
+            extras=(lambda state: say_not_suited(sparse_inputs_note("map", n, d))) if sparse else None,
         ),
     )
 

@@ -57,7 +57,7 @@ from numpyro.primitives import Messenger
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.collapse import dropout_small_data_note, say_not_suited, small_hierarchical_regression
-from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, member_hyperparameters, resolve_every, scheduled_update
+from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, hyper_start, member_hyperparameters, resolve_every, scheduled_update
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms, log_likelihood, site_log_prior
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, evidence_plan_of
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -216,14 +216,15 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     plan = evidence_plan_of(model, x, y, MAPOptions(hyperparameters=member_hyperparameters(options.hyperparameters, model, x, y)))
     num_steps = steps_for(options, n)
     every = resolve_every(options.evidence_every, num_steps)
+    starts = None if plan is None else hyper_start(model, plan, x, y)
 
     def init(key, data):
         u = apply_start(draw_start({name: s.shape for name, s in sites.items()}, key, options.init_radius), start)
         logit_p = jnp.full((len(layers),), logit0, jnp.float32)
         if plan is None:
             return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
-        # hyperparameters start at 1 (unconstrained 0), as map's
-        u = {**u, **{k: u[k] if start and k in start else jnp.zeros_like(u[k]) for k in plan.hyper}}
+        # the hyperparameters' start of map (evidence.hyper_start)
+        u = {**u, **{k: u[k] if start and k in start else jnp.asarray(starts[k], u[k].dtype) for k in plan.hyper}}
         return MCDropoutState(u, logit_p, EvidenceState(opt.init((u, logit_p)), hyper_optimizer().init({k: u[k] for k in plan.hyper})))
 
     def objective(params, key, xb, yb):

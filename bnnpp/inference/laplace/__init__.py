@@ -245,7 +245,7 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
     return found._replace(
         sample=sample,
         run=found.run._replace(num_samples=options.num_samples, name="laplace (MAP)"),
-        hooks=found.hooks._replace(keys=keys, finalize=finalize),
+        hooks=found.hooks._replace(keys=keys, finalize=finalize, extras=None),  # map's sparse-rows line: laplace is the fix it names
     )
 
 
