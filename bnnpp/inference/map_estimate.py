@@ -28,6 +28,7 @@ import numpy as np
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.chunks import all_finite
 from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, say_not_suited, small_hierarchical_regression, sparse_inputs_note
+from bnnpp.inference.evidence import EvidenceState, evidence_plan, hyper_optimizer, hyper_start, resolve_every, scheduled_update
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.optimizer_step import apply_optimizer
@@ -129,8 +130,6 @@ def evidence_plan_of(model, x, y, options) -> Any:
     ``benchmarks/small_data.py`` (a hierarchical or fixed Normal prior, a learned noise sd,
     20–100 rows) the joint MAP collapses to a flat mean or fits the noise (1.1–2.2× NUTS's test
     NLL), the evidence-trained MAP reaches 1.0–1.1× (benchmarks/README.md)."""
-    from bnnpp.inference.evidence import evidence_plan
-
     choice = getattr(options, "hyperparameters", "map")
     if choice == "map" or (choice == "auto" and getattr(options, "temperature", 1.0) != 1.0):
         return None
@@ -154,8 +153,6 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
     n = x.shape[0]
     batch = options.batch_size or n
     key_model = np.zeros(2, np.uint32)  # the models draw nothing random at a fixed position: a fixed key (PRNGKey(0))
-
-    from bnnpp.inference.evidence import EvidenceState, hyper_optimizer, hyper_start, resolve_every, scheduled_update
 
     plan = evidence_plan_of(model, x, y, options)
     num_steps = steps_for(options, n)
