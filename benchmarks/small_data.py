@@ -108,16 +108,14 @@ def problem(name: str, seed: int = 0) -> dict:
         model = bnnpp.models.mlp((20, 20), activation="relu", likelihood="gaussian", noise=None, prior=hierarchical)
         return _one_d(x, f(x), xt, f(xt), 0.0, 6.0, model)
     if name in MULTI_INPUT:  # held out: 3-5 raw inputs under the hierarchical prior (the ensemble's start rule, WIDE_START_INPUTS)
-        return _multi_input(name, rng, hierarchical)
+        model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=hierarchical)
+        return {**_multi_input(name, rng), "model": model}
     raise SystemExit(f"unknown problem {name!r}; choose from {', '.join(PROBLEMS + HELD_OUT)}")
 
 
-def _multi_input(name: str, rng, prior) -> dict:
-    """``friedman1`` (5 inputs), ``friedman2`` (4) and ``weather3`` (3): 100 training points each, the inputs in their own units,
-    one hidden layer of 50 tanh units under ``prior``; sd growth from the box's centre to the centre moved one box width
-    along every input."""
-    import bnnpp
-
+def _multi_input(name: str, rng) -> dict:
+    """The data of ``friedman1`` (5 inputs), ``friedman2`` (4) and ``weather3`` (3): 100 training and 1,000 test points each,
+    the inputs in their own units; sd growth from the box's centre to the centre moved one box width along every input."""
     if name == "friedman1":  # Friedman (1991) #1 on its five relevant inputs, x ~ U[0, 1]⁵ rescaled to U[0, 10]
         lo, hi = np.zeros(5), np.full(5, 10.0)
         f = lambda v: (10 * np.sin(np.pi * v[:, 0] * v[:, 1] / 100) + 20 * (v[:, 2] / 10 - 0.5) ** 2 + v[:, 3] + 0.5 * v[:, 4]
@@ -134,10 +132,9 @@ def _multi_input(name: str, rng, prior) -> dict:
         return v.astype(np.float32), f(v).astype(np.float32)
 
     (x, y), (xt, yt) = draw(100), draw(1000)
-    model = bnnpp.models.mlp((50,), activation="tanh", likelihood="gaussian", noise=None, prior=prior)
     centre = (lo + hi) / 2
     return {"x": x, "y": y, "x_test": xt, "y_test": yt, "inside": [list(map(float, centre))],
-            "outside": [list(map(float, centre + (hi - lo)))], "model": model}
+            "outside": [list(map(float, centre + (hi - lo)))]}
 
 
 MULTI_INPUT = ("friedman1", "friedman2", "weather3")

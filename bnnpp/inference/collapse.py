@@ -114,16 +114,14 @@ reference itself (``benchmarks/studies/overconfidence_many_inputs.py``). The 1-d
 it was tuned on pass."""
 
 ENSEMBLE_ROWS_PER_AXIS = 3
-"""An ensemble's or map's regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical prior says it
-does not suit the data when its n rows in d inputs are sparser than this many rows along each axis, n < this ** d
-(d = 4 below 81 rows, every small set from 5 inputs on; :func:`sparse_inputs_note`). Measured at 100 rows of UCI sets, rescaled as a user's raw
-data (``benchmarks/README.md``, the ensemble on sparse rows; three row draws each, NUTS
-2 × (300 + 300)): test NLL against NUTS's, yacht (6 inputs, 2.2 rows per axis) 1.36 / 2.94 / 4.55
-against −0.67 / −0.53 / −0.85, concrete (8 inputs) 1.55× / 5.6× / 1.58×, energy (8) 2.1× / 4.5× /
-3.5×, boston (13) 1.26× / 1.43× / 1.23×; laplace on the same draws 1.04–1.3×, energy's 1.5× /
-1.9× / 1.8×, yacht −0.29 / 0.22 / −0.37. Denser rows kept the ensemble in NUTS's league:
-power-plant (4 inputs, 3.2 rows per axis) 1.17× / 1.25×, concrete's first 3 inputs (4.6 per axis)
-1.05× / 1.07×, the 1-d and 2-d small-data problems 0.98–1.18× (``results/small_data_sides.md``)."""
+"""An ensemble's or map's regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical prior says it does not
+suit the data when its n rows in d inputs are sparser than this many rows along each axis, n < this ** d (d = 4 below 81
+rows; :func:`sparse_inputs_note`). Measured at 100 rows of UCI sets rescaled as raw data (``benchmarks/README.md``, the
+ensemble on sparse rows; three row draws, NUTS 2 × (300 + 300)): test NLL against NUTS's, yacht (6 inputs) 1.36 / 2.94 /
+4.55 against −0.67 / −0.53 / −0.85, concrete (8) 1.55× / 5.6× / 1.58×, energy (8) 2.1× / 4.5× / 3.5×, boston (13) 1.26× /
+1.43× / 1.23×; laplace 1.04–1.3×, energy's 1.5–1.9×, yacht −0.29 / 0.22 / −0.37. Denser rows kept the ensemble in NUTS's
+league: power-plant (4 inputs, 3.2 rows per axis) 1.17× / 1.25×, concrete's first 3 inputs 1.05× / 1.07×, the 1-d and 2-d
+problems 0.98–1.18× (``results/small_data_sides.md``)."""
 
 GROWTH_RATIO = 1.5
 """... and over-confident away from the data when its predictive sd grows less than this many
@@ -374,11 +372,9 @@ def overconfidence_message(posterior) -> str | None:
 
 
 def small_hierarchical_regression(model, x, y, layers=None) -> bool:
-    """Whether a fit of ``model`` on ``(x, y)`` is issue 35's case: regression, at most
-    :data:`SMALL_DATA_ROWS` rows, a hierarchical Normal prior on bnnpp layers
-    (:func:`~bnnpp.inference.evidence.hierarchical_normal`); ``layers``: the model's
-    :func:`~bnnpp.inference.variational_layers.find_layers` when the caller has them, else they
-    are traced (abstractly) only when the cheaper conditions hold."""
+    """Whether a fit of ``model`` on ``(x, y)`` is issue 35's case: regression, at most :data:`SMALL_DATA_ROWS` rows, a
+    hierarchical Normal prior on bnnpp layers (:func:`~bnnpp.inference.evidence.hierarchical_normal`); ``layers``: the model's
+    :func:`~bnnpp.inference.variational_layers.find_layers` when the caller has them, else traced only when needed."""
     if getattr(model, "task", None) != "regression" or np.shape(x)[0] > SMALL_DATA_ROWS:
         return False
     return hierarchical_normal(find_layers(model, x[:1], y[:1]) if layers is None else layers)
@@ -415,10 +411,14 @@ def dropout_small_data_note(method: str, n: int) -> str:
     )
 
 
-def sparse_inputs_note(method: str, n: int, d: int) -> str:
-    """The line ``ensemble`` or ``map`` prints after a regression fit on ``n`` ≤ :data:`SMALL_DATA_ROWS` rows in ``d`` inputs
-    under a hierarchical Normal prior when n < :data:`ENSEMBLE_ROWS_PER_AXIS` ** d: each member (map: the mode) fits its rows,
-    nothing covers its error between them (map, Friedman's #1 on 100 rows: 1.96× NUTS's NLL); it names the fits that do."""
+def sparse_inputs_note(method: str, model, x, y, layers=None) -> str | None:
+    """The line ``ensemble`` or ``map`` prints after a regression fit on n ≤ :data:`SMALL_DATA_ROWS` rows in d inputs under
+    a hierarchical Normal prior (:func:`small_hierarchical_regression`) when n < :data:`ENSEMBLE_ROWS_PER_AXIS` ** d, else
+    ``None``: each member (map: the mode) fits its rows, nothing covers its error between them (map, Friedman's #1 on
+    100 rows: 1.96× NUTS's NLL); it names the fits that do. ``layers`` as :func:`small_hierarchical_regression`'s."""
+    n, d = int(np.shape(x)[0]), int(np.prod(np.shape(x)[1:]))
+    if np.log(n) >= d * np.log(ENSEMBLE_ROWS_PER_AXIS) or not small_hierarchical_regression(model, x, y, layers):
+        return None
     why = "each member fits the rows and their spread between so few rows does not cover their error"
     why = "the point estimate fits the rows and has no spread between them" if method == "map" else why
     return (

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
-from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, say_not_suited, small_hierarchical_regression, sparse_inputs_note
+from bnnpp.inference.collapse import say_not_suited, sparse_inputs_note
 from bnnpp.inference.evidence import member_hyperparameters
 from bnnpp.inference.joint import joint_terms
 from bnnpp.inference.map_estimate import HYPERPARAMETERS, MAPOptions, MAPState
@@ -357,12 +357,11 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     )
     params = sum(math.prod(s.shape) for s in latent_sites(model, x, y).values())
     layout = "vmap" if options.members_per_batch is not None else resolve_layout(options.layout, members, params)
-    n, d = int(x.shape[0]), math.prod(x.shape[1:])
     # small regression data too sparse for its inputs: the members are sure between the rows where they miss
-    sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y, layers)  # n < 3**d
+    sparse = sparse_inputs_note("ensemble", model, x, y, layers)
 
     def extras(state):
-        said = say_not_suited(sparse_inputs_note("ensemble", n, d)) if sparse else {}
+        said = say_not_suited(sparse) if sparse else {}
         return {"members": members, "adversarial_epsilon_mean": epsilon_mean, **said}  # the runner adds "layout"
 
     def step(key, state, batch_data):

@@ -17,7 +17,6 @@ for every other method (all uncertainty is aleatoric).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
@@ -27,7 +26,7 @@ import numpy as np
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.chunks import all_finite
-from bnnpp.inference.collapse import ENSEMBLE_ROWS_PER_AXIS, say_not_suited, small_hierarchical_regression, sparse_inputs_note
+from bnnpp.inference.collapse import say_not_suited, sparse_inputs_note
 from bnnpp.inference.evidence import EvidenceState, evidence_plan, hyper_optimizer, hyper_start, resolve_every, scheduled_update
 from bnnpp.inference.joint import constrained_values, init_start, joint_terms
 from bnnpp.inference.model_info import ModelInfo
@@ -164,7 +163,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         if plan is None:
             return MAPState(u, opt.init(u))
         # hyperparameters start at unit prior scales and a bounded noise sd (evidence.hyper_start)
-        hyper = {k: u[k] if start and k in start else jnp.asarray(starts[k], u[k].dtype) for k in plan.hyper}
+        hyper = apply_start(starts, start)
         u = {**u, **hyper}
         return MAPState(u, EvidenceState(opt.init(u), hyper_optimizer().init(hyper)))
 
@@ -192,9 +191,8 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
         )
         return MAPState(position, ev._replace(hyper_opt=hyper_opt))
 
-    d = math.prod(x.shape[1:])
     # small regression data too sparse for its inputs (n < 3**d, as the ensemble's): no spread where the mode misses
-    sparse = math.log(n) < d * math.log(ENSEMBLE_ROWS_PER_AXIS) and small_hierarchical_regression(model, x, y, info.layers)
+    sparse = sparse_inputs_note("map", model, x, y, info.layers)
 
     def sample(key, state, num_samples):
         # latent shapes do not depend on n: one row is enough to run the model
@@ -211,7 +209,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
             keys=map_keys,
             postfix=lambda info: {"-log joint": f"{info.loss.mean():.4g}"},
             periodic=None if plan is None else periodic,
-            extras=(lambda state: say_not_suited(sparse_inputs_note("map", n, d))) if sparse else None,
+            extras=(lambda state: say_not_suited(sparse)) if sparse else None,
         ),
     )
 

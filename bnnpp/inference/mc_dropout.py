@@ -224,7 +224,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
         if plan is None:
             return MCDropoutState(u, logit_p, opt.init((u, logit_p)))
         # the hyperparameters' start of map (evidence.hyper_start)
-        u = {**u, **{k: u[k] if start and k in start else jnp.asarray(starts[k], u[k].dtype) for k in plan.hyper}}
+        u = {**u, **apply_start(starts, start)}
         return MCDropoutState(u, logit_p, EvidenceState(opt.init((u, logit_p)), hyper_optimizer().init({k: u[k] for k in plan.hyper})))
 
     def objective(params, key, xb, yb):
