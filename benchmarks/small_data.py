@@ -33,6 +33,7 @@ NUTS references (2 chains, 500 warm-up, 500 draws each) are cached in
     python benchmarks/small_data.py                      # every problem and method: results/small_data.{json,md}
     python benchmarks/small_data.py --quick              # sinusoid; map, laplace, advi; short NUTS (not cached)
     python benchmarks/small_data.py --problems cubic --methods map,advi
+    python benchmarks/small_data.py --problems sinusoid --prior laplace:half_cauchy   # another hierarchical prior (held out)
 """
 
 from __future__ import annotations
@@ -68,13 +69,32 @@ def _one_d(x, y, xt, yt, inside: float, outside: float, model) -> dict:
     return {"x": col(x), "y": y, "x_test": col(xt), "y_test": yt, "inside": [[inside]], "outside": [[outside]], "model": model}
 
 
-def problem(name: str, seed: int = 0) -> dict:
-    """Training and test data, inside/outside points and the model of problem ``name``."""
+HIERARCHICAL = "normal:inverse_gamma"
+"""The hierarchical problems' prior, ``BASE:HYPER``: a ``BASE`` prior on every weight whose per-layer scale has the ``HYPER``
+hyperprior (``--prior``; the defaults were chosen under this one)."""
+BASES = ("normal", "laplace", "cauchy")
+HYPERPRIORS = {"inverse_gamma": (1.0, 1.0), "half_normal": (1.0,), "half_cauchy": (1.0,)}
+
+
+def hierarchical_prior(spec: str = HIERARCHICAL):
+    """The prior named by ``spec`` (``BASE:HYPER``, e.g. ``laplace:half_cauchy``): ``BASE(scale=HYPER(...))`` with the
+    hyperprior's arguments of :data:`HYPERPRIORS` (inverse-gamma(1, 1), half-normal(1), half-Cauchy(1))."""
+    from bnnpp import priors
+
+    base, _, hyper = spec.partition(":")
+    if base not in BASES or hyper not in HYPERPRIORS:
+        raise SystemExit(f"--prior: {spec!r} is not BASE:HYPER with BASE one of {', '.join(BASES)} and HYPER one of {', '.join(HYPERPRIORS)}")
+    return getattr(priors, base)(scale=getattr(priors, hyper)(*HYPERPRIORS[hyper]))
+
+
+def problem(name: str, seed: int = 0, prior: str = HIERARCHICAL) -> dict:
+    """Training and test data, inside/outside points and the model of problem ``name``; the hierarchical problems'
+    prior is :func:`hierarchical_prior` of ``prior`` (``blog`` and ``trend2d`` keep their fixed-scale priors)."""
     import bnnpp
     from bnnpp import priors
 
     rng = np.random.default_rng(seed)
-    hierarchical = priors.normal(scale=priors.inverse_gamma(1.0, 1.0))
+    hierarchical = hierarchical_prior(prior)
     if name in ("sinusoid", "blog"):
         x = rng.uniform(-0.5, 0.5, 32) if name == "sinusoid" else np.linspace(-0.5, 0.5, 32)
         xt = rng.uniform(-0.5, 0.5, 1000)
@@ -181,11 +201,12 @@ def run_fit(p: dict, method: str, options: dict, seed: int) -> dict:
     return out
 
 
-def nuts_reference(name: str, p: dict, quick: bool, data_seed: int = 0) -> dict:
-    """NUTS's scores on problem ``name`` drawn with ``data_seed``: read from the cache when its settings match, else run
-    (and cached unless quick)."""
+def nuts_reference(name: str, p: dict, quick: bool, data_seed: int = 0, prior: str = HIERARCHICAL) -> dict:
+    """NUTS's scores on problem ``name`` drawn with ``data_seed`` under ``prior``: read from the cache when its settings
+    match, else run (and cached unless quick)."""
     settings = QUICK_NUTS if quick else NUTS
-    path = os.path.join(FOLDER, f"nuts_{name}.json" if data_seed == 0 else f"nuts_{name}_data{data_seed}.json")
+    stem = f"nuts_{name}" + ("" if data_seed == 0 else f"_data{data_seed}") + ("" if prior == HIERARCHICAL else "_" + prior.replace(":", "-"))
+    path = os.path.join(FOLDER, stem + ".json")
     if not quick and os.path.exists(path):
         with open(path) as f:
             cached = json.load(f)
@@ -273,6 +294,8 @@ def main(argv=None) -> None:
     ap.add_argument("--methods", default=",".join(METHODS))
     ap.add_argument("--seed", type=int, default=0, help="the fits' seed")
     ap.add_argument("--data-seed", type=int, default=0, help="the seed the problems' data are drawn with (a table row per seed)")
+    ap.add_argument("--prior", default=HIERARCHICAL, help="the hierarchical problems' prior, BASE:HYPER (BASE normal, laplace or "
+                    f"cauchy; HYPER inverse_gamma, half_normal or half_cauchy; default {HIERARCHICAL})")
     ap.add_argument("--options", default="{}", help="JSON dict of options given to every method (a candidate's setting)")
     ap.add_argument("--label", default=None, help="row name for --options (default: the method's name)")
     ap.add_argument("--out", default=None, help="result name in benchmarks/results (default small_data, or small_data_quick)")
@@ -280,6 +303,7 @@ def main(argv=None) -> None:
                     "with --methods instead (results/small_data_uci_check.*)")
     ap.add_argument("--data-dir", default=None, help="where the UCI sets are (else $BNNPP_DATA_DIR)")
     args = ap.parse_args(argv)
+    hierarchical_prior(args.prior)  # a bad --prior stops here, before any fit
     if args.uci:
         return uci_check(args.uci.split(","), args.methods.split(","), args.data_dir)
     options = json.loads(args.options)
@@ -305,9 +329,10 @@ def main(argv=None) -> None:
     command = "python benchmarks/" + shlex.join([os.path.basename(__file__), *(argv if argv is not None else sys.argv[1:])])
     commands = [*commands, command]
     for name in problems:
-        p = problem(name, seed=args.data_seed)
-        ref = nuts_reference(name, p, args.quick, args.data_seed)
-        rows = results.setdefault(name if args.data_seed == 0 else f"{name} (data seed {args.data_seed})", {})
+        p = problem(name, seed=args.data_seed, prior=args.prior)
+        ref = nuts_reference(name, p, args.quick, args.data_seed, args.prior)
+        key = name + ("" if args.data_seed == 0 else f" (data seed {args.data_seed})") + ("" if args.prior == HIERARCHICAL else f", {args.prior}")
+        rows = results.setdefault(key, {})
         rows["nuts"] = ref
         took = "cached" if ref["cached"] else f"{ref['seconds']:.0f} s"
         print(f"{name} nuts: nll {ref['nll']:.3f} growth {ref['growth']:.2f} ({took})", flush=True)

@@ -245,7 +245,7 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     small = options.guide == "normal" and small_hierarchical_regression(model, x, y)
 
     def extras(state):
-        return say_not_suited(mean_field_small_data_note("advi", n)) if small else {}
+        return say_not_suited(mean_field_small_data_note("advi", n, held=bool(frozen))) if small else {}
 
     return Algorithm(
         init,

@@ -382,7 +382,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
         return MeanFieldGaussian(dict(state.params["loc"]), _sigma(state.params["rho"], point))
 
     def extras(state):
-        said = say_not_suited(mean_field_small_data_note("bbb", n)) if small else {}
+        said = say_not_suited(mean_field_small_data_note("bbb", n, held=choice == "evidence")) if small else {}
         if "prior" not in state.params:
             return said
         pp = state.params["prior"]

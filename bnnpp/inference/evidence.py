@@ -52,6 +52,7 @@ __all__ = [
     "NOISE_START",
     "auto_takes_evidence",
     "evidence_plan",
+    "hierarchical",
     "hierarchical_normal",
     "hyper_start",
     "log_evidence",
@@ -137,13 +138,19 @@ def all_normal(layers: dict) -> bool:
     return all(getattr(lay["prior"], "kind", None) == "normal" for lay in layers.values())
 
 
+def hierarchical(layers: dict) -> bool:
+    """Whether some bnnpp layer of ``layers`` has a sampled prior scale (a hierarchical prior),
+    whatever its weights' family (Normal, Laplace, Cauchy, ...)."""
+    return any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values())
+
+
 def hierarchical_normal(layers: dict) -> bool:
     """Whether every bnnpp layer has a Normal prior and some layer's scale is sampled (a
     hierarchical prior): the case ``hyperparameters="auto"`` resolves to ``"evidence"``. Other
     priors keep the variational factors: a Cauchy or Student-t prior's curvature is negative
     away from 0, and the Laplace evidence's log determinant was NaN at the first step (a
     half-Cauchy-scaled Cauchy net on moons, ``tests/test_advi.py``)."""
-    return bool(layers) and all_normal(layers) and any(getattr(lay["prior"], "hierarchical", False) for lay in layers.values())
+    return bool(layers) and all_normal(layers) and hierarchical(layers)
 
 
 def auto_takes_evidence(model, x, y) -> bool:
