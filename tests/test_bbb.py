@@ -180,7 +180,7 @@ def test_rho_lr_factor_slows_the_sigmas(moons):
         ({"learn_prior": True}, "learn_prior=True trains a scale mixture"),
         ({"num_chains": 2}, "method 'bbb' does not take option"),
         ({"kl_warmup": 1.0}, r"kl_warmup must be a number in \[0, 1\)"),
-        ({"hyperparameters": "mode"}, "hyperparameters must be one of variational, point, evidence, auto"),
+        ({"hyperparameters": "mode"}, "hyperparameters must be one of variational, point, evidence, map, auto"),
         ({"rho_lr_factor": 0.0}, "rho_lr_factor must be a positive number"),
     ],
 )

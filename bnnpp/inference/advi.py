@@ -37,8 +37,8 @@ from numpyro.primitives import Messenger
 from numpyro.util import check_model_guide_match
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
+from bnnpp.inference.bbb import resolve_hyperparameters
 from bnnpp.inference.collapse import mean_field_small_data_note, say_not_suited, small_hierarchical_regression
-from bnnpp.inference.evidence import auto_takes_evidence
 from bnnpp.inference.joint import glorot_limits
 from bnnpp.inference.map_estimate import map_start
 from bnnpp.inference.options import (
@@ -151,16 +151,17 @@ class ADVIOptions(Options):
         "auto",
         "the sites outside the layers (prior scales, a learned noise sd): variational (factors of q), evidence "
         "(held at the values of an evidence-trained MAP of map_steps steps, which the means also start from; q over "
-        "the weights only; guide='normal'), auto (evidence under a hierarchical Normal prior with guide='normal', "
+        "the weights only; guide='normal'), map (the same, held at a joint MAP's values), auto (with guide='normal': "
+        "evidence under a hierarchical Normal prior, map under another hierarchical prior on small regression data; "
         "else variational)",
-        choices=("variational", "evidence", "auto"),
+        choices=("variational", "evidence", "map", "auto"),
     )
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
     temperature: float = temperature_option()
 
     def check(self) -> None:
-        if self.hyperparameters == "evidence" and self.guide != "normal":
-            raise ValueError(f"hyperparameters='evidence' holds mean-field factors: use guide='normal' (got {self.guide!r})")
+        if self.hyperparameters in ("evidence", "map") and self.guide != "normal":
+            raise ValueError(f"hyperparameters={self.hyperparameters!r} holds mean-field factors: use guide='normal' (got {self.guide!r})")
 
 
 DEFAULTS = ADVIOptions.defaults()
@@ -187,7 +188,7 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     over ``init_loc`` for the sites it names."""
     n = int(x.shape[0])
     sites = latent_sites(model, x, y)
-    frozen = _evidence_sites(model, x, y, options, sites)
+    choice, frozen = _held_sites(model, x, y, options, sites)
     opt = optimizer_of(options, steps_for(options, n))
     if frozen:  # the evidence-trained hyperparameters are held: their parameters get no update
         names = {f"{name}_auto_{part}" for name in frozen for part in ("loc", "scale")}
@@ -199,8 +200,8 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     svi = SVI(elbo_model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
     x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
 
-    if frozen:
-        from_map = map_start(model, x, y, options.map_steps, options.batch_size, hyperparameters="evidence")
+    if frozen:  # held at the values of an evidence-trained or a joint MAP, which the means start from
+        from_map = map_start(model, x, y, options.map_steps, options.batch_size, hyperparameters=choice)
     else:
         from_map = map_start(model, x, y, options.map_steps, options.batch_size) if options.init_loc == "map" else None
 
@@ -267,21 +268,22 @@ _HELD = -20.0
 a point for every purpose (its log q is a constant of the ELBO)."""
 
 
-def _evidence_sites(model, x, y, options: ADVIOptions, sites) -> tuple:
-    """The sites held at an evidence-trained MAP's values: every latent site outside the bnnpp
-    layers' weights and biases under ``hyperparameters="evidence"``, or ``"auto"`` with
-    ``guide="normal"`` where :func:`~bnnpp.inference.evidence.auto_takes_evidence` (see
-    :func:`bnnpp.inference.bbb.resolve_hyperparameters` for why); else none."""
+def _held_sites(model, x, y, options: ADVIOptions, sites) -> tuple[str, tuple]:
+    """``(choice, held)``: the resolved ``hyperparameters`` and the sites held at the MAP's values
+    (every latent site outside the bnnpp layers' weights and biases) under ``"evidence"`` (an
+    evidence-trained MAP) or ``"map"`` (a joint MAP), or ``"auto"`` with ``guide="normal"`` resolved
+    as bbb's (:func:`bnnpp.inference.bbb.resolve_hyperparameters`, which says why); else none."""
     if options.hyperparameters == "variational" or options.guide != "normal":
-        return ()
+        return "variational", ()
 
+    choice = resolve_hyperparameters(options.hyperparameters, model, x, y)
+    if choice == "variational":
+        return choice, ()
     layers = find_layers(model, x[:1], y[:1])
-    if options.hyperparameters == "auto" and not auto_takes_evidence(model, x, y):
-        return ()
     weights = {s for lay in layers.values() for s in lay["sites"]}
-    if not layers and options.hyperparameters == "evidence":
-        raise ValueError("hyperparameters='evidence': the model has no bnnpp layer; use hyperparameters='variational'")
-    return tuple(name for name in sites if name not in weights)
+    if not layers:
+        raise ValueError(f"hyperparameters={choice!r}: the model has no bnnpp layer; use hyperparameters='variational'")
+    return choice, tuple(name for name in sites if name not in weights)
 
 
 def _init_locations(model, x, y, options: ADVIOptions):

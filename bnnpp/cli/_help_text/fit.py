@@ -19,7 +19,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                 [--num-samples NUM_SAMPLES] [--init-scale INIT_SCALE]\n'
  '                 [--init-loc {glorot,uniform,map,auto,auto_wide,fan_in,pathfinder}]\n'
  '                 [--map-steps MAP_STEPS] [--init-radius INIT_RADIUS]\n'
- '                 [--hyperparameters {variational,evidence,auto,point,map}]\n'
+ '                 [--hyperparameters {variational,evidence,map,auto,point}]\n'
  '                 [--temperature TEMPERATURE] [--rho-lr-factor RHO_LR_FACTOR] [--kl {analytic,mc}]\n'
  '                 [--kl-weighting {uniform,blundell}] [--estimator {reparam,local,flipout}]\n'
  '                 [--learn-prior] [--kl-warmup KL_WARMUP] [--members MEMBERS]\n'
@@ -178,13 +178,15 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        [advi=2.0, bbb=2.0, ensemble=2.0, laplace=2.0, map=2.0, mc_dropout=2.0,\n'
  '                        mclmc=2.0, multiswag=2.0, nuts=2.0, pathfinder=2.0, sgld=2.0, swag=2.0,\n'
  '                        vd=2.0]\n'
- '  --hyperparameters {variational,evidence,auto,point,map}\n'
+ '  --hyperparameters {variational,evidence,map,auto,point}\n'
  '                        the sites outside the layers (prior scales, a learned noise sd):\n'
  '                        variational (factors of q), evidence (held at the values of an evidence-\n'
  '                        trained MAP of map_steps steps, which the means also start from; q over\n'
- "                        the weights only; guide='normal'), auto (evidence under a hierarchical\n"
- "                        Normal prior with guide='normal', else variational) [advi=auto, bbb=auto,\n"
- '                        ensemble=auto, laplace=auto, map=auto, mc_dropout=auto]\n'
+ "                        the weights only; guide='normal'), map (the same, held at a joint MAP's\n"
+ "                        values), auto (with guide='normal': evidence under a hierarchical Normal\n"
+ '                        prior, map under another hierarchical prior on small regression data; else\n'
+ '                        variational) [advi=auto, bbb=auto, ensemble=auto, laplace=auto, map=auto,\n'
+ '                        mc_dropout=auto]\n'
  '  --temperature TEMPERATURE\n'
  '                        posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T;\n'
  '                        Wenzel et al. 2020); 1: the posterior [advi=1.0, ensemble=1.0,\n'
