@@ -76,25 +76,24 @@ BASES = ("normal", "laplace", "cauchy")
 HYPERPRIORS = {"inverse_gamma": (1.0, 1.0), "half_normal": (1.0,), "half_cauchy": (1.0,)}
 
 
-def hierarchical_prior(spec: str = HIERARCHICAL):
-    """The prior named by ``spec`` (``BASE:HYPER``, e.g. ``laplace:half_cauchy``): ``BASE(scale=HYPER(...))`` with the
-    hyperprior's arguments of :data:`HYPERPRIORS` (inverse-gamma(1, 1), half-normal(1), half-Cauchy(1))."""
-    from bnnpp import priors
-
+def prior_spec(spec: str = HIERARCHICAL) -> tuple[str, str]:
+    """``(BASE, HYPER)`` of ``spec`` (``BASE:HYPER``, e.g. ``laplace:half_cauchy``): the prior ``BASE(scale=HYPER(...))``
+    with the hyperprior's arguments of :data:`HYPERPRIORS` (inverse-gamma(1, 1), half-normal(1), half-Cauchy(1))."""
     base, _, hyper = spec.partition(":")
     if base not in BASES or hyper not in HYPERPRIORS:
         raise SystemExit(f"--prior: {spec!r} is not BASE:HYPER with BASE one of {', '.join(BASES)} and HYPER one of {', '.join(HYPERPRIORS)}")
-    return getattr(priors, base)(scale=getattr(priors, hyper)(*HYPERPRIORS[hyper]))
+    return base, hyper
 
 
 def problem(name: str, seed: int = 0, prior: str = HIERARCHICAL) -> dict:
     """Training and test data, inside/outside points and the model of problem ``name``; the hierarchical problems'
-    prior is :func:`hierarchical_prior` of ``prior`` (``blog`` and ``trend2d`` keep their fixed-scale priors)."""
+    prior is the one :func:`prior_spec` names (``blog`` and ``trend2d`` keep their fixed-scale priors)."""
     import bnnpp
     from bnnpp import priors
 
     rng = np.random.default_rng(seed)
-    hierarchical = hierarchical_prior(prior)
+    base, hyper = prior_spec(prior)
+    hierarchical = getattr(priors, base)(scale=getattr(priors, hyper)(*HYPERPRIORS[hyper]))
     if name in ("sinusoid", "blog"):
         x = rng.uniform(-0.5, 0.5, 32) if name == "sinusoid" else np.linspace(-0.5, 0.5, 32)
         xt = rng.uniform(-0.5, 0.5, 1000)
@@ -303,7 +302,7 @@ def main(argv=None) -> None:
                     "with --methods instead (results/small_data_uci_check.*)")
     ap.add_argument("--data-dir", default=None, help="where the UCI sets are (else $BNNPP_DATA_DIR)")
     args = ap.parse_args(argv)
-    hierarchical_prior(args.prior)  # a bad --prior stops here, before any fit
+    prior_spec(args.prior)  # a bad --prior stops here, before any fit
     if args.uci:
         return uci_check(args.uci.split(","), args.methods.split(","), args.data_dir)
     options = json.loads(args.options)

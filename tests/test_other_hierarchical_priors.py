@@ -13,6 +13,7 @@ import bnnpp
 from bnnpp import priors
 from bnnpp.inference.bbb import resolve_hyperparameters
 from bnnpp.inference.collapse import mean_field_small_data_note
+from bnnpp.inference.laplace import joint_map_note
 
 SMALL = {"progress": False, "num_steps": 20, "num_samples": 5, "map_steps": 30}
 
@@ -61,8 +62,6 @@ def test_held_scales_are_points_and_each_choice_says_its_own_line(method):
 def test_laplace_says_its_noise_is_a_joint_maps_under_laplace_weights():
     """laplace under the same prior takes the scales and noise from a joint MAP (the cubic: 1.34-1.58x NUTS's test NLL,
     against 1.10-1.13x under Normal weights, whose evidence learns them) and says so; under Normal weights it does not."""
-    from bnnpp.inference.laplace import joint_map_note
-
     x, y = _data()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

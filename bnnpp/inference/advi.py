@@ -276,10 +276,10 @@ def _held_sites(model, x, y, options: ADVIOptions, sites) -> tuple[str, tuple]:
     if options.hyperparameters == "variational" or options.guide != "normal":
         return "variational", ()
 
-    choice = resolve_hyperparameters(options.hyperparameters, model, x, y)
+    layers = find_layers(model, x[:1], y[:1])
+    choice = resolve_hyperparameters(options.hyperparameters, model, x, y, layers)
     if choice == "variational":
         return choice, ()
-    layers = find_layers(model, x[:1], y[:1])
     weights = {s for lay in layers.values() for s in lay["sites"]}
     if not layers:
         raise ValueError(f"hyperparameters={choice!r}: the model has no bnnpp layer; use hyperparameters='variational'")

@@ -174,12 +174,13 @@ DEFAULTS = BBBOptions.defaults()
 """Every option's default (the dict of bnnpp 0.1)."""
 
 
-def resolve_hyperparameters(choice: str, model, x, y) -> str:
+def resolve_hyperparameters(choice: str, model, x, y, layers: dict | None = None) -> str:
     """``choice``, with ``"auto"`` resolved: ``"evidence"`` under a hierarchical Normal prior on
     layers the evidence runs on (:func:`~bnnpp.inference.evidence.auto_takes_evidence`),
     ``"map"`` under another hierarchical prior (Laplace, Cauchy, ... weights, whose curvature the
     evidence cannot use) on small regression data
-    (:func:`~bnnpp.inference.collapse.small_hierarchical_regression`), else ``"variational"``.
+    (:func:`~bnnpp.inference.collapse.small_hierarchical_regression`), else ``"variational"``. ``layers``: the
+    model's :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them.
 
     Why evidence under a hierarchical prior: on issue 35's 32-point sinusoid the mean-field
     ELBO with the scales and noise learned — as factors of q or as point estimates, from a
@@ -193,7 +194,7 @@ def resolve_hyperparameters(choice: str, model, x, y) -> str:
     # the same case under Laplace weights with an inverse-gamma variance (the sinusoid, data seeds 0 and 3): the
     # scales as factors of q or as ELBO point estimates explained the targets as noise (1.8-2.1x NUTS's NLL, noise
     # sd 4.5-7 for a true 1); held at a joint MAP's values, 0.96-1.04x (benchmarks/README.md, other hierarchical priors)
-    return "map" if small_hierarchical_regression(model, x, y) else "variational"
+    return "map" if small_hierarchical_regression(model, x, y, layers) else "variational"
 
 
 def point_sites(choice: str, layers: dict, generic: tuple) -> tuple:
@@ -294,7 +295,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
             "learn_prior=True trains a scale mixture's π, σ1, σ2: build the network with priors.scale_mixture() "
             "(CLI: --prior scale-mixture)"
         )
-    choice = resolve_hyperparameters(options.hyperparameters, model, x, y)
+    choice = resolve_hyperparameters(options.hyperparameters, model, x, y, layers)
     small = small_hierarchical_regression(model, x, y, layers)
     point = point_sites(choice, layers, generic)
     opt = optimizer_of(options, steps_for(options, n))

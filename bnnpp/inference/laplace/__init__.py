@@ -232,7 +232,7 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
         # one step that moves nothing, so the run's records (the loss at the given weights) come as for any fit
         map_options = replace(map_options, optimizer=optax.set_to_zero(), hyperparameters="map")
     found = map_estimate.build(model, x, y, map_options, start=start, info=info)
-    line = joint_map_note(model, x, y, map_options.hyperparameters)
+    line = joint_map_note(model, x, y, map_options.hyperparameters, info.layers)
 
     def keys(root) -> Keys:  # the MAP's keys; the Laplace draws from fold_in(root, 15)
         return map_estimate.map_keys(root)._replace(sample=jax.random.fold_in(root, 15))
@@ -254,16 +254,16 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
     )
 
 
-def joint_map_note(model, x, y, hyperparameters: str) -> str | None:
+def joint_map_note(model, x, y, hyperparameters: str, layers: dict | None = None) -> str | None:
     """The line laplace prints after a regression fit on small data under a hierarchical prior on weights that are not
     Normal (Laplace, Cauchy, ...; :func:`~bnnpp.inference.collapse.small_hierarchical_regression`), where the MAP's
     scales and noise are a joint MAP's (the evidence needs Normal weights), else ``None``. Measured: the 20-point cubic
     under Laplace weights with an inverse-gamma variance, 1.34-1.58x NUTS's test NLL over three fit seeds and two data
     draws (the sinusoid 1.03x), against 1.10-1.13x under Normal weights, whose evidence learns the scales and noise
-    (``benchmarks/README.md``, other hierarchical priors)."""
-    if hyperparameters == "evidence" or not small_hierarchical_regression(model, x, y):
-        return None
-    if hierarchical_normal(find_layers(model, x[:1], y[:1])):
+    (``benchmarks/README.md``, other hierarchical priors). ``layers``: the model's
+    :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them."""
+    layers = find_layers(model, x[:1], y[:1]) if layers is None else layers
+    if hyperparameters == "evidence" or not small_hierarchical_regression(model, x, y, layers) or hierarchical_normal(layers):
         return None
     return (
         f"laplace under a hierarchical prior on non-Normal weights on small data ({int(np.shape(x)[0])} rows) takes the "
