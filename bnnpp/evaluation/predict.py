@@ -58,7 +58,7 @@ def predict_probs(
     n = x.shape[0]
     if n == 0:
         raise ValueError("x is empty: pass at least one input")
-    b = min(batch_size, n)
+    b = n if posterior.row_latents() else min(batch_size, n)  # per-row latents: every row in one call
     parts = []
     for start in range(0, n, b):
         xb = x[start : start + b]

@@ -56,7 +56,7 @@ from bnnpp.inference.options import (
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 from bnnpp.posterior import GuideParameters, MeanFieldGaussian
 
 __all__ = [
@@ -198,7 +198,7 @@ def build(model, x, y, options: ADVIOptions, start: dict | None = None) -> Algor
     # the guide is built on the model itself (its sites); the ELBO sees the rescaled likelihood
     elbo_model = model if batch == n else ScaleObserved(model, factor=n / batch)
     svi = SVI(elbo_model, guide, optax_to_numpyro(opt), SortedTraceELBO(num_particles=options.num_particles))
-    x1, y1 = jax.device_put(x[:1]), jax.device_put(y[:1])  # latent shapes do not depend on n
+    x1, y1 = jax.device_put(probe_rows(model, x, y))  # the rows that give the latents their shapes
 
     if frozen:  # held at the values of an evidence-trained or a joint MAP, which the means start from
         from_map = map_start(model, x, y, options.map_steps, options.batch_size, hyperparameters=choice)
@@ -276,7 +276,7 @@ def _held_sites(model, x, y, options: ADVIOptions, sites) -> tuple[str, tuple]:
     if options.hyperparameters == "variational" or options.guide != "normal":
         return "variational", ()
 
-    layers = find_layers(model, x[:1], y[:1])
+    layers = find_layers(model, *probe_rows(model, x, y))
     choice = resolve_hyperparameters(options.hyperparameters, model, x, y, layers)
     if choice == "variational":
         return choice, ()
@@ -296,7 +296,7 @@ def _init_locations(model, x, y, options: ADVIOptions):
     (``benchmarks/README.md``, "VI defaults")."""
     if options.init_loc == "uniform":
         return init_to_uniform(radius=options.init_radius)
-    limits, biases = glorot_limits(find_layers(model, x[:1], y[:1]))
+    limits, biases = glorot_limits(find_layers(model, *probe_rows(model, x, y)))
     # NumPyro recognises init strategies as functools.partial objects
     return functools.partial(_init_glorot, limits=limits, biases=biases, radius=options.init_radius)
 

@@ -78,7 +78,7 @@ from bnnpp.inference.variational_layers import (  # noqa: F401  (re-exported: bb
     negative_elbo_terms,
     softplus,
 )
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 from bnnpp.posterior import MeanFieldGaussian
 
 _find_layers = find_layers  # its name in bnnpp 0.1
@@ -303,7 +303,7 @@ def build(model, x, y, options: BBBOptions, start: dict | None = None) -> Algori
     num_batches = n // batch
     weights = jnp.asarray(num_batches * kl_weights(num_batches, options.kl_weighting), jnp.float32)
     lik_scale = n / batch
-    x1, y1 = x[:1], y[:1]  # latent shapes do not depend on n: one row runs the model when drawing
+    x1, y1 = probe_rows(model, x, y)  # the rows that give the latents their shapes run the model when drawing
     rho0 = _softplus_inv(options.init_scale)
 
     frozen = point if choice in ("evidence", "map") else ()

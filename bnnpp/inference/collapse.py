@@ -35,8 +35,10 @@ import numpy as np
 
 from bnnpp.inference.evidence import all_normal, hierarchical
 from bnnpp.inference.variational_layers import find_layers
+from bnnpp.introspection import probe_rows
 
 __all__ = [
+    "EXACT_SAMPLERS",
     "SMALL_DATA_ROWS",
     "SUITABILITY_KEY",
     "say_not_suited",
@@ -57,6 +59,7 @@ __all__ = [
     "neighbour_noise_sd",
     "outside_growth",
     "overconfidence_message",
+    "probes_apply",
     "warn_if_collapsed",
 ]
 
@@ -215,19 +218,30 @@ def _training_fit(posterior) -> dict | None:
     }
 
 
+EXACT_SAMPLERS = ("nuts", "mclmc", "chees", "meads")
+"""Methods that sample the exact posterior given enough steps: a line after one of them names longer runs, not
+``method='nuts'``."""
+
+
 def _fix(posterior, collapsed: bool = False) -> str:
     """The fix a collapse (``collapsed``) or over-confidence line names (the method or option
-    that does fit)."""
+    that does fit); never the method that was used, nor standardising data that already is."""
+    sampler = posterior.method in EXACT_SAMPLERS
+    exact = "run the chains longer (more warmup and draws) and check R-hat" if sampler else "fit with method='nuts'"
     standardize = getattr(posterior.model, "standardize", None)
     if standardize is False:
-        return "fit with standardize=True (bnnpp.models.mlp's default; the CLI without --no-standardize), or method='nuts'"
+        return f"fit with standardize=True (bnnpp.models.mlp's default; the CLI without --no-standardize), or {exact}"
     if standardize is None:  # a custom model sees the data as given
-        return "standardise x and y to unit scale before fitting, or fit with method='nuts'"
+        if _standardised(posterior.x) and _standardised(posterior.y):
+            return exact if sampler else "fit with method='laplace', method='ensemble' or method='nuts'"
+        return f"standardise x and y to unit scale before fitting, or {exact}"
     stats = getattr(posterior, "stats", None)
     if collapsed and posterior.method in ("map", "laplace", "ensemble") and getattr(stats, "options", {}).get("init_loc") == "glorot":
         # map, laplace and ensemble from Glorot weights under a hierarchical prior collapsed on the sinusoid and cubic of
         # benchmarks/small_data.py where the U(±2) start fitted (benchmarks/README.md, the Glorot start on small data)
-        return "fit again with init_loc='uniform' (the Glorot start's small weights let the prior's scales shrink), or with method='nuts'"
+        return f"fit again with init_loc='uniform' (the Glorot start's small weights let the prior's scales shrink), or {exact}"
+    if sampler:
+        return exact
     if not collapsed and _non_normal_prior(posterior):
         # under the blog regression's scale mixture (benchmarks/small_data.py) laplace's sd did not grow away from the
         # data (0.83x) and the ensemble's grew on one side only in 5 of 6 seeds; NUTS's grew 5.3x
@@ -236,11 +250,37 @@ def _fix(posterior, collapsed: bool = False) -> str:
     return f"fit with {others} (they keep the data on small sets), or method='nuts' (exact on small data)"
 
 
+def _standardised(a) -> bool:
+    """Whether every column of ``a`` ``(n, ...)`` has mean within 0.1 and sd within 10% of 0 and 1 (already standardised)."""
+    flat = np.asarray(a, np.float64).reshape(np.shape(a)[0], -1)
+    if flat.shape[0] < 2:
+        return False
+    return bool(np.all(np.abs(flat.mean(axis=0)) <= 0.1) and np.all(np.abs(flat.std(axis=0) - 1.0) <= 0.1))
+
+
+def probes_apply(posterior) -> bool:
+    """Whether the post-fit checks' assumptions hold for ``posterior``'s model: a network (bnnpp's
+    own or a Flax module, which have a ``spec``, or a model built of bnnpp layers) whose inputs
+    are features of each row, so that moving a row's inputs away from the data asks the
+    function something. ``False`` for other hand-written models (eight schools' ``x`` holds
+    measurement sds, an item-response model's holds indices) and for any model with latents
+    per row (:meth:`Posterior.row_latents`): there the checks stay silent."""
+    model = posterior.model
+    if model is None or not posterior.has_data:
+        return False
+    try:
+        if posterior.row_latents():
+            return False
+        return hasattr(model, "spec") or bool(find_layers(model, *probe_rows(model, posterior.x, posterior.y)))
+    except Exception:  # noqa: BLE001 - a check must not fail a finished fit
+        return False
+
+
 def _non_normal_prior(posterior) -> bool:
     """Whether some bnnpp layer of ``posterior``'s model has a prior other than a Normal (a scale
     mixture, Laplace, Cauchy, ...); ``False`` when the model has no bnnpp layers or cannot be traced."""
     try:
-        layers = find_layers(posterior.model, posterior.x[:1], posterior.y[:1])
+        layers = find_layers(posterior.model, *probe_rows(posterior.model, posterior.x, posterior.y))
     except Exception:  # the check must not fail a finished fit; the line then names laplace and ensemble as before
         return False
     return not all_normal(layers)
@@ -370,7 +410,7 @@ def small_hierarchical_regression(model, x, y, layers=None) -> bool:
     :func:`~bnnpp.inference.variational_layers.find_layers` when the caller has them, else traced only when needed."""
     if getattr(model, "task", None) != "regression" or np.shape(x)[0] > SMALL_DATA_ROWS:
         return False
-    return hierarchical(find_layers(model, x[:1], y[:1]) if layers is None else layers)
+    return hierarchical(find_layers(model, *probe_rows(model, x, y)) if layers is None else layers)
 
 
 def say_not_suited(line: str) -> dict:
@@ -437,6 +477,8 @@ def warn_if_collapsed(posterior) -> str | None:
     try:
         posterior.check_finite()
     except ValueError:
+        return None
+    if not probes_apply(posterior):
         return None
     message = collapse_message(posterior)
     if message is not None:

@@ -69,7 +69,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 
 __all__ = ["COPY_ROWS_LIMIT", "IN_TURN_BYTES", "EnsembleInfo", "EnsembleOptions", "build", "member_keys", "resolve_layout", "vmapped_map"]
 
@@ -339,7 +339,7 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     starts there (:func:`vmapped_map`)."""
     members = options.members
     num_steps = options.steps_for(x.shape[0])
-    layers = find_layers(model, x[:1], y[:1])  # once, for the three rules below
+    layers = find_layers(model, *probe_rows(model, x, y))  # once, for the three rules below
     hyperparameters = member_hyperparameters(options.hyperparameters, model, x, y, layers)
     # the measured case (UCI regression); classification nets (MNIST) keep the plain MAP members
     network = getattr(model, "task", None) == "regression" and bool(layers)

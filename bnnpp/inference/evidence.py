@@ -41,7 +41,7 @@ from numpyro.distributions.transforms import biject_to
 
 from bnnpp.inference.joint import joint_terms, latent_trace, prior_diag
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 from bnnpp.posterior.laplace import _KEY, _observation
 
 __all__ = [
@@ -115,7 +115,7 @@ def evidence_plan(model, x, y, *, required: bool) -> EvidencePlan | None:
     Normal (fixed or hierarchical): the log determinant needs a positive prior precision, and a
     flat, Laplace, Cauchy, Student-t or mixture prior's curvature is zero or negative in places
     (:func:`hierarchical_normal`)."""
-    layers = find_layers(model, x[:1], y[:1])
+    layers = find_layers(model, *probe_rows(model, x, y))
     sites = latent_sites(model, x, y)
     layers = {k: v for k, v in layers.items() if f"{k}.w" in sites and f"{k}.b" in sites}
     weights = tuple(s for k in layers for s in (f"{k}.w", f"{k}.b"))
@@ -173,7 +173,7 @@ def member_hyperparameters(choice: str, model, x, y, layers=None) -> str:
     resolves its ``hyperparameters`` by the same rule."""
     if choice != "auto":
         return choice
-    return "auto" if hierarchical_normal(find_layers(model, x[:1], y[:1]) if layers is None else layers) else "map"
+    return "auto" if hierarchical_normal(find_layers(model, *probe_rows(model, x, y)) if layers is None else layers) else "map"
 
 
 NOISE_START = (0.1, 1.0)
@@ -194,7 +194,7 @@ def hyper_start(model, plan: EvidencePlan, x, y) -> dict[str, jax.Array]:
     site's shape): 0 (a prior scale or variance of 1, the data standardised; a noise sd of 1),
     except that a learned noise sd ``noise`` with a ``scale``-parameterised prior is kept within
     :data:`NOISE_START` times that scale. Computed once per build."""
-    trace = latent_trace(model, {}, x[:1], None if y is None else y[:1], _KEY)
+    trace = latent_trace(model, {}, *probe_rows(model, x, y), _KEY)
     out = {}
     for name in plan.hyper:
         fn = trace[name]["fn"]
@@ -213,7 +213,7 @@ def resolve_every(every: int | None, num_steps: int) -> int:
 
 
 def _noise(model, u, x) -> jax.Array:
-    kind, _, sd = _observation(latent_trace(model, u, x[:1], None, _KEY))
+    kind, _, sd = _observation(latent_trace(model, u, probe_rows(model, x)[0], None, _KEY))
     return jnp.mean(sd) if kind == "gaussian" else jnp.ones(())
 
 

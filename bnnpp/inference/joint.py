@@ -19,7 +19,7 @@ import numpy as np
 import numpyro.distributions as dist
 from numpyro.distributions.transforms import biject_to
 
-from bnnpp.introspection import latent_trace
+from bnnpp.introspection import latent_trace, probe_rows
 
 __all__ = [
     "WIDE_START_INPUTS",
@@ -221,7 +221,7 @@ def prior_diag(model: Callable, theta: dict, hyper: dict, x, y, key) -> dict:
     in θ is diagonal). The model runs on one row of ``x``/``y`` (``y`` may be ``None``)."""
 
     def log_prior(th):
-        return joint_terms(model, {**th, **hyper}, x[:1], None if y is None else y[:1], key)[0]
+        return joint_terms(model, {**th, **hyper}, *probe_rows(model, x, y), key)[0]
 
     _, hvp = jax.jvp(jax.grad(log_prior), (theta,), (jax.tree_util.tree_map(jnp.ones_like, theta),))
     return jax.tree_util.tree_map(jnp.negative, hvp)

@@ -40,7 +40,7 @@ from bnnpp.inference.joint import constrained_values, init_uniform
 from bnnpp.inference.nuts import noncentered_model
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
-from bnnpp.introspection import latent_sites, num_parameters
+from bnnpp.introspection import latent_sites, num_parameters, probe_rows
 
 __all__ = ["ManyChainState", "Moments", "Sampler", "build_many_chain", "default_num_chains", "halton"]
 
@@ -316,7 +316,7 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
 
     def values(position):
         # a decentred site's value is the deterministic site of its name
-        return jax.vmap(lambda u: constrained_values(chained, u, x[:1], y[:1], KEY_MODEL, sites))(position)
+        return jax.vmap(lambda u: constrained_values(chained, u, *probe_rows(chained, x, y), KEY_MODEL, sites))(position)
 
     def emit(key, state):
         return values(model_part(state.chains.position)), state.last._asdict()

@@ -45,6 +45,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
+from bnnpp.introspection import probe_rows
 
 __all__ = ["DEFAULTS", "MAPInfo", "MAPOptions", "MAPState", "build"]
 
@@ -196,7 +197,7 @@ def build(model, x, y, options: MAPOptions, start: dict | None = None, info: Mod
 
     def sample(key, state, num_samples):
         # latent shapes do not depend on n: one row is enough to run the model
-        values = constrained_values(model, state.position, x[:1], y[:1], key_model, sites)
+        values = constrained_values(model, state.position, *probe_rows(model, x, y), key_model, sites)
         return jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (num_samples, *jnp.shape(v))), values)
 
     return Algorithm(

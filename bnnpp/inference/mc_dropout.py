@@ -77,7 +77,7 @@ from bnnpp.inference.options import (
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import find_layers, latent_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 from bnnpp.models.layers import LAYER_EFFECT
 
 __all__ = ["MCDropoutInfo", "MCDropoutOptions", "MCDropoutState", "build", "dropout_layers"]
@@ -204,7 +204,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
     site → unconstrained start value (:func:`bnnpp.inference.start.start_position`)."""
     layers = dropout_layers(model, x, y)
     sites = latent_sites(model, x, y)
-    draw_start = init_start(options.init_loc, find_layers(model, x[:1], y[:1]))
+    draw_start = init_start(options.init_loc, find_layers(model, *probe_rows(model, x, y)))
     weight_layer = {layer["site"]: layer for layer in layers.values()}
     n = x.shape[0]
     batch = options.batch_size or n
@@ -265,7 +265,7 @@ def build(model, x, y, options: MCDropoutOptions, start: dict | None = None) -> 
         return state._replace(position=position, opt_state=ev._replace(hyper_opt=hyper_opt))
 
     def sample(key, state, num_samples):
-        values = constrained_values(model, state.position, x[:1], y[:1], key_model, sites)
+        values = constrained_values(model, state.position, *probe_rows(model, x, y), key_model, sites)
         keep_p = jax.nn.sigmoid(-state.logit_p)
 
         def one(k):

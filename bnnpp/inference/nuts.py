@@ -75,7 +75,7 @@ from bnnpp.inference.options import (
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.sharding import mesh_axes
 from bnnpp.inference.start import apply_start
-from bnnpp.introspection import BATCH_WRAPPERS, latent_sites, num_parameters, unwrap
+from bnnpp.introspection import BATCH_WRAPPERS, is_tracer, latent_sites, num_parameters, probe_rows, shape_rows, unwrap
 
 __all__ = ["DEFAULTS", "NUTSInfo", "NUTSOptions", "build", "device_for", "tree_depth"]
 
@@ -204,9 +204,11 @@ def learned_location_scale(model, x, y) -> frozenset[str]:
     each site's ``loc`` and ``scale`` (``jax.make_jaxpr``, nothing compiled or run), so it works
     inside ``jit``/``vmap`` too. A weight with a fixed prior scale is left out: decentring it is
     only a change of units."""
-    # one row of zeros: the prior does not read the data, and numpy values are never tracers
-    xz = np.zeros((1, *x.shape[1:]), np.dtype(x.dtype))
-    yz = np.zeros((1, *y.shape[1:]), np.dtype(y.dtype))
+    # numpy rows, never tracers: the data's own rows (a model may use x as a scale), as many as give the latents
+    # their shapes; zeros of that shape inside a jitted caller
+    k = shape_rows(model, x, y)
+    concrete = not any(is_tracer(a) for a in (x, y))
+    xz, yz = (np.asarray(a[:k]) if concrete else np.zeros((k, *a.shape[1:]), np.dtype(a.dtype)) for a in (x, y))
     latent = {name: np.ones(site.shape, np.float32) for name, site in latent_sites(model, xz, yz).items()}
     names: list[str] = []
 
@@ -303,7 +305,7 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
     chains, warmup, draws = int(options.num_chains), int(options.num_warmup), int(options.num_samples)
     dense = [tuple(sorted(shapes))] if options.dense_mass else []
     init_kernel, sample_kernel = hmc(potential_fn_gen=lambda *data: lambda z: potential_energy(sampled, data, {}, z), algo="NUTS")
-    x1, y1 = x[:1], y[:1]  # latent shapes do not depend on n: one row runs the model
+    x1, y1 = probe_rows(model, x, y)  # the rows that give the latents their shapes run the model
 
     def init(key, data):
         def one(k):

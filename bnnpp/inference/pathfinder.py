@@ -37,7 +37,7 @@ from bnnpp.inference.checks import blackjax_missing, require_blackjax
 from bnnpp.inference.joint import constrained_values, init_uniform, joint_terms
 from bnnpp.inference.options import Options, option, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 
 __all__ = ["PathfinderOptions", "approximate", "build", "log_joint", "paths", "starts"]
 
@@ -238,7 +238,7 @@ def build(model, x, y, options: PathfinderOptions) -> Algorithm:
 
     def sample(key, state, num_samples):
         u = draw(key, state, num_samples)
-        values = lambda v: constrained_values(model, v, x[:1], y[:1], KEY_MODEL, sites)
+        values = lambda v: constrained_values(model, v, *probe_rows(model, x, y), KEY_MODEL, sites)
         return jax.vmap(jax.vmap(values))(u)
 
     def extras(state) -> dict:

@@ -130,6 +130,7 @@ class Method:
         options = options.resolve(int(x.shape[0]) if rows is None else int(rows.total))
         if info is None:
             info = ModelInfo.of(model, *((x, y) if rows is None else global_rows(x, y, rows.total)))
+        info.check_rows(self.name, getattr(options, "batch_size", None), rows)
         devices, mesh, device = options.placement(info, devices, mesh)
         given_model = model
         model = tempered(model, getattr(options, "temperature", 1.0))

@@ -129,7 +129,7 @@ from bnnpp.inference.registry import Method, register
 from bnnpp.inference.sgld_schedule import STEP_SIZES, Schedule, step_size_of
 from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 
 __all__ = [
     "DEFAULTS",
@@ -337,7 +337,7 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
 
     # U(±2) weights start a wide layer saturated or exploding (pre-activation sd ≈ 8 at 50
     # inputs); the first Langevin steps then overflow on a CNN (LeNet-5 on MNIST, h = 1e-3)
-    limits, biases = glorot_limits(find_layers(model, x[:1], y[:1])) if options.init_loc == "glorot" else ({}, frozenset())
+    limits, biases = glorot_limits(find_layers(model, *probe_rows(model, x, y))) if options.init_loc == "glorot" else ({}, frozenset())
     draw_start = functools.partial(init_glorot, radius=options.init_radius, limits=limits, biases=biases)
 
     def init(key, data):
@@ -383,7 +383,7 @@ def build(model, x, y, options: SGLDOptions, start: dict | None = None) -> Algor
         return SGLDState(u, t + 1, lp, v, next_key), SGLDInfo(-jnp.mean(lp))
 
     def constrained(key, state):
-        x1, y1 = x[:1], y[:1]
+        x1, y1 = probe_rows(model, x, y)
 
         def values(u):
             _, trace = logdensity(u, (x1, y1))

@@ -28,7 +28,7 @@ import numpy as np
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
 
-from bnnpp.introspection import improper_as_zeros, latent_sites
+from bnnpp.introspection import improper_as_zeros, latent_sites, probe_rows
 
 __all__ = ["apply_start", "digest", "flatten_start", "start_position"]
 
@@ -128,7 +128,7 @@ def _supports(model: Callable, x, y) -> dict:
     """Site → support from one concrete trace on one row (latent values drawn from the prior:
     the given ones may be invalid, which is what is checked)."""
     substituted = handlers.substitute(handlers.seed(model, 0), substitute_fn=improper_as_zeros)
-    trace = handlers.trace(substituted).get_trace(jnp.asarray(x[:1]), jnp.asarray(y[:1]))
+    trace = handlers.trace(substituted).get_trace(*(jnp.asarray(a) for a in probe_rows(model, x, y)))
     return {k: s["fn"].support for k, s in trace.items() if s["type"] == "sample" and not s["is_observed"]}
 
 

@@ -71,7 +71,7 @@ from bnnpp.inference.options import (
 )
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 
 __all__ = ["MultiSWAGOptions", "SWAGInfo", "SWAGMoments", "SWAGOptions", "SWAGState", "build", "swag_draw"]
 
@@ -276,7 +276,7 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     # small data: a hierarchical prior (any task), or regression under any prior: on benchmarks/small_data.py's
     # fixed-prior problems multiswag's sd grew 0.87-1.9x against NUTS's 5-7x (benchmarks/README.md, small data)
     small = None  # the case named by the small-data line, if any
-    if n <= SMALL_DATA_ROWS and hierarchical_normal(find_layers(model, x[:1], y[:1])):
+    if n <= SMALL_DATA_ROWS and hierarchical_normal(find_layers(model, *probe_rows(model, x, y))):
         small = "small data under a hierarchical prior"
     elif n <= SMALL_DATA_ROWS and getattr(model, "task", None) == "regression":
         small = "small regression data"

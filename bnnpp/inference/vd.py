@@ -87,7 +87,7 @@ from bnnpp.inference.options import (
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.start import apply_start
 from bnnpp.inference.variational_layers import conv_preactivations, dense_preactivations, latent_layers
-from bnnpp.introspection import latent_sites
+from bnnpp.introspection import latent_sites, probe_rows
 from bnnpp.models.layers import LAYER_EFFECT
 from bnnpp.posterior.approximation import VariationalDropout
 
@@ -270,7 +270,7 @@ def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorit
     variant = options.variant
     log_alpha0 = math.log(options.alpha)  # host arithmetic: build may run inside a trace (sweep)
     low, high = LOG_ALPHA_CLIP
-    x1, y1 = x[:1], y[:1]
+    x1, y1 = probe_rows(model, x, y)
 
     def log_alpha_of(theta, noise):
         """Weight site → log α (site shape), clipped."""

@@ -5,14 +5,21 @@ observation's parameters."""
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import numpyro.distributions as dist
 from numpyro import handlers
 from numpyro.distributions.transforms import biject_to
+
+try:
+    from jax.core import Tracer
+except ImportError:  # pragma: no cover - where jax.core no longer re-exports it
+    from jax._src.core import Tracer
 
 OBSERVED = "y"
 """The observed site of bnnpp's own networks (and of any model fitted without renaming)."""
@@ -62,7 +69,7 @@ def _abstract_trace(model: Callable, x, y, plates: dict | None = None, determini
     ``deterministic`` with each ``numpyro.deterministic`` site's name → shape."""
     found: dict[str, dict] = {}
 
-    def trace_once(key):
+    def trace_once(key, x, y):
         seeded = handlers.seed(model, key)
         trace = handlers.trace(handlers.substitute(seeded, substitute_fn=improper_as_zeros)).get_trace(x, y)
         for name, site in trace.items():
@@ -81,8 +88,16 @@ def _abstract_trace(model: Callable, x, y, plates: dict | None = None, determini
                 }
         return 0
 
-    jax.eval_shape(trace_once, _ABSTRACT_KEY)
+    if is_tracer(x) or is_tracer(y):  # inside a jitted function: the data by shape only
+        jax.eval_shape(trace_once, _ABSTRACT_KEY, *(jax.ShapeDtypeStruct(jnp.shape(a), a.dtype) if is_tracer(a) else a for a in (x, y)))
+    else:  # concrete data stays a constant of the trace, for models that read its values
+        jax.eval_shape(lambda key: trace_once(key, x, y), _ABSTRACT_KEY)
     return found
+
+
+def is_tracer(a) -> bool:
+    """Whether ``a`` is a JAX tracer (an argument of a function being jitted or vmapped), not concrete data."""
+    return isinstance(a, Tracer)
 
 
 def latent_trace(model: Callable, u: dict, x, y, key, *, extra_handlers=()) -> dict:
@@ -153,6 +168,62 @@ def _latent(found: dict) -> dict[str, SiteInfo]:
         shape, dims = site["shape"], site["dims"]
         out[name] = SiteInfo(shape, dims if len(dims) == len(shape) else tuple(f"{name}_dim_{i}" for i in range(len(shape))))
     return out
+
+
+_SHAPE_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""model → {(x's shape and dtype, y's shape): rows}: :func:`shape_rows`'s answers, per model object."""
+
+
+def shape_rows(model: Callable, x, y=None) -> int:
+    """How many leading rows of ``x`` (and ``y``) a trace of ``model`` needs for its latent
+    sites to have the shapes they have on all of ``(x, y)``: ``1`` when no latent site's shape
+    follows the rows (a network's weights: ``(fan_in, units)`` whatever ``n``), else ``n``
+    (one effect per row, as eight schools' ``numpyro.plate("J", len(sigma))`` or a random walk
+    with one step per time point). Found by two abstract traces (nothing compiled), on the first
+    row and on every row, and remembered per model object and data shape. A model that fails on
+    its first row alone also needs ``n``.
+
+    Returns:
+        an int, 1 or ``x.shape[0]``."""
+    n = int(np.shape(x)[0])
+    if n <= 1:
+        return n
+    key = (tuple(np.shape(x)), str(getattr(x, "dtype", "")), None if y is None else tuple(np.shape(y)))
+    try:
+        known = _SHAPE_ROWS.setdefault(model, {})
+    except TypeError:  # a model that takes no weak reference: traced each time
+        known = {}
+    if key not in known:
+        whole = {k: v.shape for k, v in latent_sites(model, x, y).items()}
+        try:
+            first = {k: v.shape for k, v in latent_sites(model, x[:1], None if y is None else y[:1]).items()}
+        except Exception:  # noqa: BLE001 - a model that cannot run on one row (e.g. a time series needing two)
+            first = None
+        known[key] = 1 if first == whole else n
+    return known[key]
+
+
+def probe_rows(model: Callable, x, y=None):
+    """The fewest leading rows of ``(x, y)`` on which ``model``'s latent sites take their shapes
+    on every row (:func:`shape_rows`): ``(x[:1], y[:1])`` for a network, ``(x, y)`` for a model
+    with per-row latents. What a method traces the model on to build its start, guide or draws.
+    ``y`` may be ``None`` (returned as ``None``)."""
+    k = shape_rows(model, x, y)
+    return x[:k], None if y is None else y[:k]
+
+
+def row_latents(model: Callable, x, y=None) -> tuple[str, ...]:
+    """The latent sites whose shape follows the number of rows of ``x`` (empty for a network),
+    in trace order: the sites whose shapes on the first row differ from those on all of
+    ``(x, y)``."""
+    if shape_rows(model, x, y) <= 1:
+        return ()
+    whole = latent_sites(model, x, y)
+    try:
+        first = latent_sites(model, x[:1], None if y is None else y[:1])
+    except Exception:  # noqa: BLE001 - as in shape_rows
+        return tuple(whole)
+    return tuple(k for k, v in whole.items() if k not in first or first[k].shape != v.shape)
 
 
 def num_parameters(sites: dict[str, SiteInfo]) -> int:

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp import calibrate
-from bnnpp.introspection import SiteInfo, deterministic_sites, observation
+from bnnpp.introspection import SiteInfo, deterministic_sites, latent_sites, observation
 from bnnpp.posterior import io
 from bnnpp.posterior.approximation import Approximation, FitStats
 from bnnpp.posterior.families import from_guide_params
@@ -206,6 +206,37 @@ class Posterior:
             self._jitted["deterministic_names"] = names
         return self._jitted["deterministic_names"]
 
+    def row_latents(self, x=None) -> tuple[str, ...]:
+        """The latent sites whose size follows the number of input rows (one effect per school,
+        one step per day; empty for a network): the sites whose shape at one row of ``x``
+        (default: the training inputs) differs from their draws'. Such a posterior predicts only
+        at inputs with as many rows as it was fitted on."""
+        if "row_latents" not in self._jitted:
+            model = self.model_or_raise()
+            probe = self.x[:1] if self.has_data else (None if x is None else np.asarray(x, np.float32)[:1])
+            if probe is None:
+                return ()
+            one = latent_sites(model, probe)
+            self._jitted["row_latents"] = tuple(k for k, v in self.samples.items() if k in one and one[k].shape != np.shape(v)[2:])
+        return self._jitted["row_latents"]
+
+    def _check_rows(self, x) -> None:
+        """One-line ValueError when ``x`` would change the size of a latent site that follows the
+        rows (:meth:`row_latents`): its draws cannot be used there."""
+        names = self.row_latents(x)
+        if not names:
+            return
+        at = latent_sites(self.model_or_raise(), x)
+        wrong = [k for k in names if k not in at or at[k].shape != np.shape(self.samples[k])[2:]]
+        if wrong:
+            k = wrong[0]
+            fitted = np.shape(self.samples[k])[2:]
+            raise ValueError(
+                f"latent site {k!r} has shape {fitted} from the {self.x.shape[0] if self.has_data else 'training'} rows it was "
+                f"fitted on, and {at[k].shape if k in at else 'none'} at these {x.shape[0]} rows: predict at inputs with as "
+                "many rows as the fit (its draws are per row)"
+            )
+
     def deterministic(self) -> dict[str, np.ndarray]:
         """A custom model's ``numpyro.deterministic`` sites at every draw and the training
         inputs, name → ``(chain, draw, *site_shape)`` (empty when it has none)."""
@@ -267,6 +298,7 @@ class Posterior:
             raise ValueError("x is empty: pass at least one input row")
         if not np.all(np.isfinite(x)):
             raise ValueError("x contains NaN or inf")
+        self._check_rows(x)
         num_samples = self.draws_to_use(num_samples)
         self.check_finite()
         own = None

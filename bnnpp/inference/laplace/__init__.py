@@ -108,6 +108,7 @@ from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import check_validation_data, check_validation_pair, non_negative_int, option, positive_int
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.variational_layers import find_layers
+from bnnpp.introspection import probe_rows
 
 __all__ = ["MAX_FULL_PARAMETERS", "VALIDATION_DRAWS", "VALIDATION_FACTORS", "VALIDATION_ROWS", "LaplaceGaussian", "LaplaceOptions", "build"]
 
@@ -262,7 +263,7 @@ def joint_map_note(model, x, y, hyperparameters: str, layers: dict | None = None
     draws (the sinusoid 1.03x), against 1.10-1.13x under Normal weights, whose evidence learns the scales and noise
     (``benchmarks/README.md``, other hierarchical priors). ``layers``: the model's
     :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them."""
-    layers = find_layers(model, x[:1], y[:1]) if layers is None else layers
+    layers = find_layers(model, *probe_rows(model, x, y)) if layers is None else layers
     if hyperparameters == "evidence" or not small_hierarchical_regression(model, x, y, layers) or hierarchical_normal(layers):
         return None
     return (
@@ -279,7 +280,7 @@ def _draw(model, x, y, params, key, num_samples):
     approx = LaplaceGaussian(params)
     theta = approx.sample_unconstrained(key, num_samples)
     sites = [k[: -len("__mean")] for k in params if k.endswith("__mean")] + [k[: -len("__fixed")] for k in params if k.endswith("__fixed")]
-    return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, x[:1], y[:1], _KEY, sites))(theta)
+    return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, *probe_rows(model, x, y), _KEY, sites))(theta)
 
 
 def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outcome) -> Outcome:
@@ -294,7 +295,7 @@ def _finalize(model, p: _Plan, options: LaplaceOptions, key, data, outcome: Outc
     def draw(params, key):
         approx = LaplaceGaussian(params)
         theta = approx.sample_unconstrained(key, options.num_samples)
-        return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, xj[:1], yj[:1], _KEY, sites))(theta)
+        return jax.vmap(lambda t: constrained_values(model, {**approx.fixed, **t}, *probe_rows(model, xj, yj), _KEY, sites))(theta)
 
     params = jax.device_get(jax.jit(lambda u: _laplace(model, xj, yj, u, p, options))(u))
     indefinite = int(params.pop("indefinite_directions", 0))

@@ -19,6 +19,7 @@ from bnnpp.inference.joint import latent_trace, log_likelihood, prior_diag, site
 from bnnpp.inference.laplace.approximation import _KEY, _observation
 from bnnpp.inference.laplace.curvature import _ggn, batched_sum
 from bnnpp.inference.laplace.evidence import _evidence, _gaussian_loglik
+from bnnpp.introspection import probe_rows
 
 if TYPE_CHECKING:
     from bnnpp.inference.laplace import LaplaceOptions
@@ -195,7 +196,7 @@ def _mask_np(theta: dict, replaced) -> np.ndarray:
 
 def _noise_of(model, u, x):
     """The observation sd at ``u`` (its mean over one row block: bnnpp's models are homoscedastic)."""
-    return jnp.mean(_observation(latent_trace(model, u, x[:1], None, _KEY))[2])
+    return jnp.mean(_observation(latent_trace(model, u, probe_rows(model, x)[0], None, _KEY))[2])
 
 
 def _ssr(model, u, x, y):
