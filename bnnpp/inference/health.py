@@ -191,7 +191,8 @@ def mcmc_rhat(posterior) -> dict | None:
     ]
     if posterior.model is not None and posterior.has_data:
         try:
-            pred = posterior.predict(posterior.x[:RHAT_ROWS])
+            rows = posterior.x if posterior.row_latents() else posterior.x[:RHAT_ROWS]  # per-row latents: every row
+            pred = posterior.predict(rows)
         except ValueError:  # non-finite draws: said by predict's own check when the user predicts
             pred = None
         if pred is not None:
@@ -231,6 +232,16 @@ def vi_khat(posterior, seed: int = 0) -> float | None:
     return pareto_khat(lw)
 
 
+def above(value: float, threshold: float) -> str:
+    """``value`` (which exceeds ``threshold``) with the fewest decimals, two at least, that
+    print it above the threshold (R-hat 1.0103 as ``1.0103``, not ``1.01 > 1.01``)."""
+    for digits in range(2, 7):
+        text = f"{value:.{digits}f}"
+        if float(text) > threshold:
+            return text
+    return repr(value)
+
+
 def check(posterior) -> list[str]:
     """The health notes of a finished fit, one line each (empty when it looks done)."""
     stats = posterior.stats
@@ -254,7 +265,7 @@ def check(posterior) -> list[str]:
         stats.extras["psis_khat"] = khat
         if not khat <= KHAT_THRESHOLD:
             notes.append(
-                f"{stats.method}: PSIS k̂ = {khat:.2f} > {KHAT_THRESHOLD}: the variational approximation is not "
+                f"{stats.method}: PSIS k̂ = {above(khat, KHAT_THRESHOLD)} > {KHAT_THRESHOLD}: the variational approximation is not "
                 "trustworthy as a posterior (Yao et al. 2018); run longer, or compare with nuts on a small subset"
             )
     rhat = mcmc_rhat(posterior) if stats.stopped_at is None else None
@@ -262,7 +273,7 @@ def check(posterior) -> list[str]:
         stats.extras["max_r_hat"] = rhat["max_r_hat"]
         if not rhat["max_r_hat"] <= RHAT_THRESHOLD:
             notes.append(
-                f"{stats.method}: R-hat = {rhat['max_r_hat']:.3g} > {RHAT_THRESHOLD} ({rhat['where']}; {rhat['above']} of "
+                f"{stats.method}: R-hat = {above(rhat['max_r_hat'], RHAT_THRESHOLD)} > {RHAT_THRESHOLD} ({rhat['where']}; {rhat['above']} of "
                 f"{rhat['checked']} invariant quantities): the {posterior.num_chains} chains disagree, so the draws are not "
                 "yet from one posterior (Vehtari et al. 2021); run longer (more warmup and draws)"
             )
