@@ -11,6 +11,10 @@ import time as _time
 _IMPORT_START = _time.perf_counter()
 """When the package began to load (``time.perf_counter``): the CLI reports its start-up time from it."""
 
+from bnnpp.lazy_modules import load_whole as _load_whole  # noqa: E402 - after the start time, before any NumPyro import
+
+_load_whole()  # a NumPyro that ArviZ 1.x imported lazily, loaded whole before bnnpp imports its submodules
+
 __all__ = ["Posterior", "Prediction", "data", "fit", "load", "metrics", "models", "priors", "registered"]
 __version__ = "0.1.0"
 
@@ -31,6 +35,7 @@ _LAZY = {
 
 
 def __getattr__(name: str):
+    _load_whole()  # ArviZ may have been imported, with its lazy NumPyro, since bnnpp was
     if name not in _LAZY:
         # any submodule on first use (bnnpp.diagnostics, bnnpp.inference, bnnpp.plots, ...)
         if not name.startswith("_") and importlib.util.find_spec(f"bnnpp.{name}") is not None:

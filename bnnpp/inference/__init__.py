@@ -15,7 +15,6 @@ import os
 import warnings
 from typing import Any
 
-# importing registers each method (chees is experimental: ``import bnnpp.inference.chees`` registers it)
 from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, mclmc, nuts, pathfinder, sgld, swag, vd  # noqa: F401
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted, has_checkpoint
@@ -28,6 +27,9 @@ from bnnpp.inference.registry import Method, get_backend, get_method, register, 
 from bnnpp.inference.sharding import check_request, global_rows
 from bnnpp.inference.start import start_position
 from bnnpp.introspection import check_model, refuse_flax_module, rename_observed
+
+# importing registers each method (chees is experimental: ``import bnnpp.inference.chees`` registers it)
+from bnnpp.lazy_modules import load_whole
 from bnnpp.models.scaling import bind_scaling
 from bnnpp.posterior import Posterior, Prediction, load
 from bnnpp.posterior.core import seed_integer
@@ -135,6 +137,7 @@ def fit(
         TrainingInterrupted: SIGINT or SIGTERM stopped training (a ``KeyboardInterrupt``; its
             ``checkpoint_dir`` says where to resume from).
     """
+    load_whole()  # NumPyro whole, however ArviZ imported it (bnnpp.lazy_modules)
     chosen = get_method(method)
     chosen.check_available()
     parsed = chosen.parse(options)
