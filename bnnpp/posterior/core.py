@@ -22,10 +22,14 @@ from bnnpp.posterior.approximation import Approximation, FitStats
 from bnnpp.posterior.families import from_guide_params
 from bnnpp.posterior.prediction import Prediction
 
-__all__ = ["MAX_SAVED_DATA", "Posterior", "seed_integer"]
+__all__ = ["MAX_DRAW_ROWS", "MAX_SAVED_DATA", "Posterior", "seed_integer"]
 
 #: Training data larger than this many values (x.size) is not written by
 #: :meth:`Posterior.save` unless asked for (50,000 MNIST images are 39 million values).
+MAX_DRAW_ROWS = 1 << 18
+"""Most (draw, row) pairs one prediction call evaluates at once (:meth:`Posterior.predict`,
+the log-likelihood): a network's activations take that many times its layers' widths, 0.8 GB
+in float32 for two hidden layers of 400 units, however many draws and rows are asked for."""
 MAX_SAVED_DATA = 5_000_000
 
 
@@ -136,13 +140,18 @@ class Posterior:
         ``num_samples`` evenly spaced over all chains' draws (repeating draws only if asked
         for more than exist)."""
         total = self.num_chains * self.num_draws
-        if num_samples is None:
-            idx = np.arange(total)
-        else:
-            if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
-                raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
-            idx = np.floor(np.arange(num_samples) * total / num_samples).astype(int)
+        idx = self.draw_index(num_samples)
         return {k: jnp.asarray(v.reshape((total, *v.shape[2:]))[idx]) for k, v in self.samples.items()}
+
+    def draw_index(self, num_samples: int | None = None) -> np.ndarray:
+        """Which pooled draws :meth:`flat_draws` takes: ``(S,)`` int indices into the chains'
+        draws laid end to end (all of them, or ``num_samples`` evenly spaced)."""
+        total = self.num_chains * self.num_draws
+        if num_samples is None:
+            return np.arange(total)
+        if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
+            raise ValueError(f"num_samples must be an integer ≥ 1, got {num_samples!r}")
+        return np.floor(np.arange(num_samples) * total / num_samples).astype(int)
 
     _flat = flat_draws  # the name bnnpp 0.1 used internally
 
@@ -244,9 +253,48 @@ class Posterior:
             return {}
         if not self.has_data:
             raise ValueError("this posterior was saved without its training data: no deterministic sites at it")
-        keys = jax.random.split(jax.random.PRNGKey(0), self.num_chains * self.num_draws)
-        out = jax.device_get(self._observe("loglik")(self.flat_draws(None), keys, self.x, self.y))["deterministic"]
+        out = self._evaluate("loglik", None, 0, self.x, self.y)["deterministic"]
         return {k: np.asarray(v).reshape(self.num_chains, self.num_draws, *np.shape(v)[1:]) for k, v in out.items()}
+
+    def _evaluate(self, kind: str, num_samples: int | None, seed: int, x, y=None) -> dict:
+        """:func:`~bnnpp.introspection.observation` at ``num_samples`` draws (``None``: all;
+        one key per draw from ``seed``) and inputs ``x`` (targets ``y`` for ``kind="loglik"``),
+        as host arrays with a leading draw axis ``(S, n, ...)``. At most
+        :data:`MAX_DRAW_ROWS` (draw, row) pairs are evaluated at once: larger requests go in
+        blocks of draws (and of rows, for a model without per-row latents or deterministic
+        sites), each block's draws moved to the device only for its call and every block
+        padded to one shape, so one program serves them all. Peak memory then grows with the
+        block, not with S × n (NumPyro's ``Predictive`` holds every draw's output at once)."""
+        idx = self.draw_index(num_samples)
+        s, n = len(idx), int(np.shape(x)[0])
+        keys = jax.random.split(jax.random.PRNGKey(seed), s)
+        total = self.num_chains * self.num_draws
+        pooled = {k: np.asarray(v).reshape((total, *np.shape(v)[2:])) for k, v in self.samples.items()}
+        f = self._observe(kind)
+        data = (x,) if y is None else (x, y)
+        if s * n <= MAX_DRAW_ROWS:
+            return jax.device_get(f({k: jnp.asarray(v[idx]) for k, v in pooled.items()}, keys, *data))
+        rows = n if (self.row_latents(x) or self.deterministic_names) else min(n, MAX_DRAW_ROWS)
+        block = max(1, min(s, MAX_DRAW_ROWS // rows))
+        out: dict = {}
+        for d0 in range(0, s, block):
+            di = _padded(np.arange(d0, min(d0 + block, s)), block)
+            draws = {k: jnp.asarray(v[idx[di]]) for k, v in pooled.items()}
+            m = min(block, s - d0)
+            for r0 in range(0, n, rows):
+                ri = _padded(np.arange(r0, min(r0 + rows, n)), rows)
+                res = jax.device_get(f(draws, keys[di], *(np.asarray(a)[ri] for a in data)))
+                mr = min(rows, n - r0)
+                for name, value in res.items():
+                    if name == "deterministic":  # rows whole here: one block of draws
+                        det = out.setdefault(name, {})
+                        for k, v in value.items():
+                            det.setdefault(k, np.empty((s, *np.shape(v)[1:]), np.asarray(v).dtype))[d0 : d0 + m] = np.asarray(v)[:m]
+                        continue
+                    value = np.asarray(value)
+                    target = out.setdefault(name, np.empty((s, n, *value.shape[2:]), value.dtype))
+                    target[d0 : d0 + m, r0 : r0 + mr] = value[:m, :mr]
+        return out
 
     def _observe(self, kind: str):
         """The jitted, draw-vmapped observation function, built once per posterior."""
@@ -306,10 +354,7 @@ class Posterior:
             own = self.approximation.predict(self, x, num_samples, seed)  # e.g. the linearised Laplace
             if own is not None and not self.deterministic_names:
                 return own
-        flat = self.flat_draws(num_samples)
-        s = next(iter(flat.values())).shape[0]
-        keys = jax.random.split(jax.random.PRNGKey(seed), s)
-        at_draws = self._prediction(jax.device_get(self._observe("predict")(flat, keys, x)))
+        at_draws = self._prediction(self._evaluate("predict", num_samples, seed, x))
         if own is not None:
             return dataclasses.replace(own, deterministic=at_draws.deterministic)  # its sites at the draws
         return at_draws
@@ -400,10 +445,7 @@ class Posterior:
             own = self.approximation.predict(self, self.x, None, 0)
             if own is not None:
                 return own.pointwise_log_likelihood(self.y).reshape(self.num_chains, self.num_draws, -1)
-        flat = self.flat_draws(None)
-        s = self.num_chains * self.num_draws
-        keys = jax.random.split(jax.random.PRNGKey(0), s)
-        ll = self._observe("loglik")(flat, keys, self.x, self.y)["log_likelihood"]
+        ll = self._evaluate("loglik", None, 0, self.x, self.y)["log_likelihood"]
         return np.asarray(ll).reshape(self.num_chains, self.num_draws, -1)
 
     def posterior_predictive(self, seed: int = 0) -> np.ndarray:
@@ -416,8 +458,7 @@ class Posterior:
         if self.approximation is not None and self.approximation.predict is not None:
             pred = self._predict_uncalibrated(self.x, None, seed)  # the approximation's own predictive (Laplace's GLM)
         else:  # the log-likelihood's program also returns the likelihood's parameters: no second compile
-            keys = jax.random.split(jax.random.PRNGKey(seed), self.num_chains * self.num_draws)
-            pred = self._prediction(jax.device_get(self._observe("loglik")(self.flat_draws(None), keys, self.x, self.y)))
+            pred = self._prediction(self._evaluate("loglik", None, seed, self.x, self.y))
         rep = pred.sample(np.random.default_rng(seed))
         return rep.reshape(self.num_chains, self.num_draws, *np.shape(self.y))
 
@@ -461,3 +502,8 @@ class Posterior:
 
     def __repr__(self) -> str:
         return f"Posterior(method={self.method!r}, chains={self.num_chains}, draws={self.num_draws}, sites={list(self.samples)})"
+
+
+def _padded(index: np.ndarray, size: int) -> np.ndarray:
+    """``index`` ``(m,)`` padded to ``(size,)`` with copies of its first entry: every block one shape, one program."""
+    return index if index.size == size else np.concatenate([index, np.repeat(index[:1], size - index.size)])
