@@ -157,8 +157,9 @@ def sampler(options: CheesOptions) -> Sampler:
     )
 
 
-def build(model, x, y, options: CheesOptions) -> Algorithm:
-    """ChEES-HMC as an :class:`Algorithm` (module docstring).
+def build(model, x, y, options: CheesOptions, start: dict | None = None) -> Algorithm:
+    """ChEES-HMC as an :class:`Algorithm` (module docstring). ``start``: site →
+    unconstrained value where every chain starts (``bnnpp.fit``'s ``init``).
 
     Returns:
         The algorithm; draws ``(num_chains, num_samples, *site_shape)`` and per-draw
@@ -166,7 +167,7 @@ def build(model, x, y, options: CheesOptions) -> Algorithm:
     """
     require_blackjax("chees")
     options = options.resolve(int(x.shape[0]))
-    return build_many_chain(model, x, y, options, sampler(options), name="chees")
+    return build_many_chain(model, x, y, options, sampler(options), name="chees", start=start)
 
 
 register(

@@ -37,9 +37,10 @@ from jax.flatten_util import ravel_pytree
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform
-from bnnpp.inference.nuts import noncentered_model
+from bnnpp.inference.nuts import decentred_start, noncentered_model
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
+from bnnpp.inference.start import apply_start
 from bnnpp.introspection import latent_sites, num_parameters, probe_rows
 
 __all__ = ["ManyChainState", "Moments", "Sampler", "build_many_chain", "default_num_chains", "halton"]
@@ -220,8 +221,10 @@ def max_bits(num_steps: int) -> int:
 
 
 # over 80 lines: init/step/emit are closures over one model, its sampler and the options
-def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Algorithm:
-    """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring).
+def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str, start: dict | None = None) -> Algorithm:
+    """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring). ``start``:
+    site → unconstrained value of ``model``'s sites where every chain starts (the others as
+    ``init_loc`` starts them; a decentred weight through its prior, :func:`~bnnpp.inference.nuts.decentred_start`).
 
     ``options`` needs ``num_chains`` (resolved), ``num_warmup``, ``num_samples``, ``init_loc``,
     ``init_radius``, ``pathfinder_paths``, ``pathfinder_maxiter``.
@@ -269,6 +272,9 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str) -> Al
             )
         else:
             u0 = jax.vmap(lambda k: init_uniform(shapes, k, float(options.init_radius)))(jax.random.split(key, num_chains))
+        if start:
+            rows = probe_rows(model, x, y)
+            u0 = jax.vmap(lambda u: decentred_start(model, chained, u, start, *rows) if chained is not model else apply_start(u, start))(u0)
         if aux:
             u0 = (u0, jax.random.normal(jax.random.fold_in(key, 1), (num_chains, aux)))
         chains = jax.vmap(lambda u: sampler.init_chain(u, logdensity))(u0)

@@ -142,8 +142,9 @@ def sampler(options: MCLMCOptions, dim: int) -> Sampler:
     )
 
 
-def build(model, x, y, options: MCLMCOptions) -> Algorithm:
-    """Adjusted MCLMC as an :class:`Algorithm` (module docstring).
+def build(model, x, y, options: MCLMCOptions, start: dict | None = None) -> Algorithm:
+    """Adjusted MCLMC as an :class:`Algorithm` (module docstring). ``start``: site →
+    unconstrained value where every chain starts (``bnnpp.fit``'s ``init``).
 
     Returns:
         The algorithm; draws ``(num_chains, num_samples, *site_shape)`` and per-draw
@@ -152,7 +153,7 @@ def build(model, x, y, options: MCLMCOptions) -> Algorithm:
     require_blackjax("mclmc")
     options = options.resolve(int(x.shape[0]))
     dim = num_parameters(latent_sites(model, x, y))
-    return build_many_chain(model, x, y, options, sampler(options, dim), name="mclmc")
+    return build_many_chain(model, x, y, options, sampler(options, dim), name="mclmc", start=start)
 
 
 register(

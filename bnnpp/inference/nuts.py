@@ -60,6 +60,7 @@ from numpyro.infer.reparam import LocScaleReparam
 from numpyro.infer.util import constrain_fn, potential_energy
 
 from bnnpp.inference.algorithm import Algorithm, Hooks, Outcome, RunSpec
+from bnnpp.inference.checks import require_blackjax
 from bnnpp.inference.joint import init_uniform
 from bnnpp.inference.model_info import ModelInfo
 from bnnpp.inference.options import (
@@ -72,6 +73,7 @@ from bnnpp.inference.options import (
     positive_int,
     temperature_option,
 )
+from bnnpp.inference.pathfinder import starts
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.sharding import mesh_axes
 from bnnpp.inference.start import apply_start
@@ -121,6 +123,13 @@ class NUTSOptions(Options):
     max_tree_depth: int = option(10, "NUTS maximum tree depth", check=_tree_depth)
     chain_method: str = option("vectorized", "how NUTS runs its chains", choices=CHAIN_METHODS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    init_loc: str = option(
+        "uniform",
+        "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)",
+        choices=("uniform", "pathfinder"),
+    )
+    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
+    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
     dense_mass: bool = option(False, "NUTS: adapt a dense mass matrix", check=boolean)
     noncentered: bool = option(
         False,
@@ -147,6 +156,8 @@ class NUTSOptions(Options):
         return dataclasses.replace(self, num_warmup=self.num_steps // 2, num_samples=self.num_steps - self.num_steps // 2)
 
     def check(self) -> None:
+        if self.init_loc == "pathfinder":
+            require_blackjax("nuts with init_loc='pathfinder'")
         if self.chain_method == "parallel":
             devices = jax.device_count()
             if self.num_chains > devices:
@@ -308,9 +319,9 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
     x1, y1 = probe_rows(model, x, y)  # the rows that give the latents their shapes run the model
 
     def init(key, data):
-        def one(k):
+        def one(k, found=None):
             k_hmc, k_start = jax.random.split(k)
-            z = init_uniform(shapes, k_start, float(options.init_radius))
+            z = init_uniform(shapes, k_start, float(options.init_radius)) if found is None else found
             z = decentred_start(model, sampled, z, start, x1, y1) if decentred and start else apply_start(z, start)
             return init_kernel(
                 z,
@@ -322,7 +333,19 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
                 rng_key=k_hmc,
             )
 
-        state = jax.vmap(one)(jax.random.split(key, chains))
+        if options.init_loc == "pathfinder":  # draws of a few paths' Gaussians (Zhang et al. 2022, §4: MCMC starts)
+            found = starts(
+                lambda u: -potential_energy(sampled, data, {}, u),
+                jax.random.fold_in(key, 1),
+                shapes,
+                chains,
+                num_paths=min(int(options.pathfinder_paths), chains),
+                radius=float(options.init_radius),
+                maxiter=int(options.pathfinder_maxiter),
+            )
+            state = jax.vmap(one)(jax.random.split(key, chains), found)
+        else:
+            state = jax.vmap(one)(jax.random.split(key, chains))
         return jax.tree_util.tree_map(lambda a: jnp.asarray(a, a.dtype), state)  # strong dtypes, as sample_kernel returns
 
     def step(key, state, batch):  # the kernel carries its own key

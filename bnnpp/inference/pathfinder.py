@@ -6,10 +6,16 @@ at every iterate the L-BFGS inverse-Hessian factors define a Gaussian (Zhang et 
 Algorithm 1), each is scored by a Monte-Carlo ELBO from ``num_elbo_draws`` draws, and the
 path keeps the Gaussian with the highest ELBO (Algorithm 3). ``num_paths`` paths run one
 after another (:func:`approximate` says why) from independent starts (uniform in ``(-init_radius, init_radius)``, NumPyro's
-``init_to_uniform``); each is one chain of the posterior, so R-hat across paths says
-whether they found the same mode. The paths are not importance-resampled into one
-approximation (multi-path Pathfinder's Algorithm 2): a network's modes are its hidden-unit
-permutations, which draws from every path already cover.
+``init_to_uniform``; the first path from ``init=`` values when given).
+
+Multi-path Pathfinder (Zhang et al., Algorithm 2; ``resample="on"``, and ``"auto"`` for a model
+not built of bnnpp layers): ``num_samples`` draws from each path's Gaussian are weighted by
+their importance ratios p(θ, y) / q_k(θ), truncated at the mean ratio times √S (Ionides 2008),
+and ``num_samples`` of them are resampled into one chain; the ratios' Pareto k̂ is reported
+(``extras["psis_khat"]``) with a line above 0.7, where the paths' Gaussians miss part of the
+posterior (the neck of a funnel). ``resample="off"`` (``"auto"`` for networks): each path is one
+chain, so R-hat across paths says whether they found the same mode; a network's modes are its
+hidden-unit permutations, which draws from every path cover and one Gaussian's ratios do not.
 
 On the runner the whole L-BFGS run of ``num_steps`` iterations is one runner step: the step's loss is
 minus the best ELBO of every path (mean over paths); a path whose L-BFGS never produced a
@@ -23,6 +29,7 @@ the uniform start (with a warning).
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -39,8 +46,12 @@ from bnnpp.inference.options import Options, option, positive_float, positive_in
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites, probe_rows
 
-__all__ = ["PathfinderOptions", "approximate", "build", "log_joint", "paths", "starts"]
+__all__ = ["PathfinderOptions", "Resampled", "approximate", "build", "log_joint", "paths", "starts", "truncated_weights"]
 
+RESAMPLE = ("auto", "on", "off")
+KHAT_THRESHOLD = 0.7
+"""Above this Pareto k̂ the importance ratios have infinite variance and the resampled draws are
+not a reliable posterior (Vehtari et al. 2024, "Pareto smoothed importance sampling", §3)."""
 KEY_MODEL = np.zeros(2, np.uint32)
 """The models draw nothing random at a fixed position: their seed handler gets PRNGKey(0)."""
 
@@ -55,8 +66,25 @@ class PathfinderOptions(Options):
     history: int = option(10, "Pathfinder: L-BFGS history size (rank of the covariance update)", check=positive_int)
     num_elbo_draws: int = option(20, "Pathfinder: draws per ELBO estimate along the path", check=positive_int)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
+    resample: str = option(
+        "auto",
+        "pathfinder: importance-resample the paths' draws into one chain (multi-path Pathfinder; auto: on unless the model "
+        "is built of bnnpp layers)",
+        choices=RESAMPLE,
+    )
 
     refused: ClassVar[dict[str, str]] = {"epochs": "pathfinder is not trained in epochs: pass num_steps (L-BFGS iterations per path)"}
+
+
+class Resampled(NamedTuple):
+    """Multi-path Pathfinder's state: ``paths`` the paths' ``PathfinderState`` (leading
+    ``(paths,)`` axis); ``draws`` site → ``(paths · num_samples, *site_shape)`` unconstrained
+    draws, ``num_samples`` from each path's Gaussian; ``log_weights`` ``(paths · num_samples,)``
+    their log importance ratios log p(θ, y) − log q_k(θ) under their own path's Gaussian."""
+
+    paths: object
+    draws: dict
+    log_weights: jax.Array
 
 
 class PathfinderStart(NamedTuple):
@@ -155,14 +183,16 @@ def paths(logdensity: Callable, key, u0: dict, *, maxiter: int, history: int, nu
     return jax.lax.map(one, (jax.random.split(key, num), u0))
 
 
-def draw(key, state, num_samples: int) -> dict:
+def draw(key, state, num_samples: int, with_log_density: bool = False):
     """``num_samples`` unconstrained draws from each path's Gaussian: leaves
-    ``(paths, num_samples, *site_shape)``."""
+    ``(paths, num_samples, *site_shape)``; with ``with_log_density`` also their log density
+    under their path's Gaussian, ``(paths, num_samples)``."""
     from blackjax.vi.pathfinder import sample
 
     num = state.elbo.shape[0]
     # one path after another: one batched QR per path (see approximate)
-    return jax.lax.map(lambda ks: sample(ks[0], ks[1], num_samples)[0], (jax.random.split(key, num), state))
+    drawn, logq = jax.lax.map(lambda ks: sample(ks[0], ks[1], num_samples), (jax.random.split(key, num), state))
+    return (drawn, logq) if with_log_density else drawn
 
 
 def starts(
@@ -206,51 +236,106 @@ class PathfinderInfo(NamedTuple):
     negative_elbo: jax.Array
 
 
-def build(model, x, y, options: PathfinderOptions) -> Algorithm:
-    """Pathfinder as an :class:`Algorithm` of one step (module docstring).
+def build(model, x, y, options: PathfinderOptions, start: dict | None = None) -> Algorithm:
+    """Pathfinder as an :class:`Algorithm` of one step (module docstring). ``start``: site →
+    unconstrained value where the first path starts (the others start uniform).
 
     Returns:
         The algorithm; its posterior has ``num_paths`` chains of ``num_samples`` draws
-        ``(num_paths, num_samples, *site_shape)`` (constrained values), and
-        ``extras["elbo"]`` the best ELBO of each path.
+        ``(num_paths, num_samples, *site_shape)`` (constrained values), or with resampling one
+        chain ``(1, num_samples, *site_shape)``; ``extras["elbo"]`` the best ELBO of each path
+        and, with resampling, ``extras["psis_khat"]`` of the importance ratios.
     """
     require_blackjax("pathfinder")
     sites = latent_sites(model, x, y)
     shapes = {name: s.shape for name, s in sites.items()}
     joint = log_joint(model)
-    num_paths = int(options.num_paths)
+    num_paths, num_samples = int(options.num_paths), int(options.num_samples)
+    resample = options.resample == "on" or (options.resample == "auto" and not _is_network(model, x, y))
+    values = lambda v: constrained_values(model, v, *probe_rows(model, x, y), KEY_MODEL, sites)
 
     def init(key, data):
         u0 = jax.vmap(lambda k: init_uniform(shapes, k, float(options.init_radius)))(jax.random.split(key, num_paths))
-        return jax.vmap(lambda u: _unit_state(u, int(options.history)))(u0)
+        if start:  # the first path from the given values
+            u0 = {k: v.at[0].set(jnp.asarray(start[k], v.dtype)) if k in start else v for k, v in u0.items()}
+        found = jax.vmap(lambda u: _unit_state(u, int(options.history)))(u0)
+        if not resample:
+            return found
+        pool = jax.tree.map(lambda a: jnp.zeros((num_paths * num_samples, *a.shape[1:]), a.dtype), u0)
+        return Resampled(found, pool, jnp.zeros((num_paths * num_samples,), jnp.float32))
 
     def step(key, state, batch):
+        k_path, k_draw = jax.random.split(key) if resample else (key, None)
         found = paths(
             lambda u: joint(u, batch),
-            key,
-            state.position,
+            k_path,
+            (state.paths if resample else state).position,
             maxiter=int(options.num_steps),
             history=int(options.history),
             num_elbo_draws=int(options.num_elbo_draws),
         )
         loss = -jnp.mean(found.elbo)
-        return found, PathfinderInfo(loss, loss)
+        if not resample:
+            return found, PathfinderInfo(loss, loss)
+        drawn, logq = draw(k_draw, found, num_samples, with_log_density=True)  # (paths, num_samples, ...)
+        pool = jax.tree.map(lambda a: a.reshape(num_paths * num_samples, *a.shape[2:]), drawn)
+        logp = jax.lax.map(lambda u: joint(u, batch), pool)
+        log_weights = logp - logq.reshape(-1)
+        log_weights = jnp.where(jnp.isfinite(log_weights), log_weights, -jnp.inf)
+        return Resampled(found, pool, log_weights), PathfinderInfo(loss, loss)
 
-    def sample(key, state, num_samples):
-        u = draw(key, state, num_samples)
-        values = lambda v: constrained_values(model, v, *probe_rows(model, x, y), KEY_MODEL, sites)
-        return jax.vmap(jax.vmap(values))(u)
+    def sample(key, state, n):
+        if not resample:
+            return jax.vmap(jax.vmap(values))(draw(key, state, n))
+        picked = jax.random.choice(key, state.log_weights.shape[0], (n,), p=truncated_weights(state.log_weights))
+        return jax.vmap(values)(jax.tree.map(lambda a: a[picked], state.draws))  # one chain
 
     def extras(state) -> dict:
-        return {"elbo": [float(e) for e in np.asarray(state.elbo)]}
+        found = state.paths if resample else state
+        out = {"elbo": [float(e) for e in np.asarray(found.elbo)], "resampled": resample}
+        if resample:
+            from bnnpp.inference.health import pareto_khat
+
+            lw = np.asarray(state.log_weights, np.float64)
+            khat = pareto_khat(lw[np.isfinite(lw)])
+            out["psis_khat"] = khat
+            if not khat <= KHAT_THRESHOLD:
+                warnings.warn(
+                    f"pathfinder: PSIS k̂ = {khat:.2f} > {KHAT_THRESHOLD} over the paths' importance ratios: the paths' "
+                    "Gaussians miss part of the posterior and the resampled draws are not reliable (Zhang et al. 2022, "
+                    "§3.2); fit with method='nuts', or use pathfinder only as a start (nuts with init_loc='pathfinder')",
+                    UserWarning,
+                    stacklevel=2,
+                )
+        return out
 
     return Algorithm(
         init,
         step,
         sample,
-        RunSpec(num_steps=1, num_samples=int(options.num_samples), name="pathfinder", num_chains=num_paths),
+        RunSpec(num_steps=1, num_samples=num_samples, name="pathfinder", num_chains=1 if resample else num_paths),
         Hooks(extras=extras),
     )
+
+
+def truncated_weights(log_weights: jax.Array) -> jax.Array:
+    """Resampling probabilities ``(S,)`` from log importance ratios ``(S,)`` (−inf: weight 0):
+    the ratios truncated at their mean times √S (truncated importance sampling, Ionides 2008,
+    which bounds their variance as PSIS's smoothing of the largest ones does), normalised."""
+    finite = jnp.isfinite(log_weights)
+    w = jnp.where(finite, jnp.exp(log_weights - jnp.max(jnp.where(finite, log_weights, -jnp.inf))), 0.0)
+    w = jnp.where(jnp.any(finite), w, 1.0)  # no finite ratio: every draw alike (the k̂ line says so)
+    s = log_weights.shape[0]
+    w = jnp.minimum(w, jnp.mean(w) * jnp.sqrt(s))
+    return w / jnp.sum(w)
+
+
+def _is_network(model, x, y) -> bool:
+    """Whether the model is built of bnnpp layers: its modes are hidden-unit permutations, which
+    the union of the paths' draws covers and importance ratios of one Gaussian do not."""
+    from bnnpp.inference.variational_layers import find_layers  # a method-side module, loaded when asked
+
+    return hasattr(model, "spec") or bool(find_layers(model, *probe_rows(model, x, y)))
 
 
 register(

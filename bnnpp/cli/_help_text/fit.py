@@ -39,7 +39,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                 [--collect-every COLLECT_EVERY] [--max-tree-depth MAX_TREE_DEPTH]\n'
  '                 [--chain-method {vectorized,parallel,sequential}] [--dense-mass]\n'
  '                 [--device {auto,cpu,default}] [--num-paths NUM_PATHS] [--history HISTORY]\n'
- '                 [--num-elbo-draws NUM_ELBO_DRAWS]\n'
+ '                 [--num-elbo-draws NUM_ELBO_DRAWS] [--resample {auto,on,off}]\n'
  '                 [--variant {sgld,psgld,sghmc,gaussian_dropout,variational,sparse}]\n'
  '                 [--step-size STEP_SIZE] [--decay-steps DECAY_STEPS] [--gamma GAMMA]\n'
  '                 [--num-cycles NUM_CYCLES] [--exploration EXPLORATION] [--burn-in BURN_IN]\n'
@@ -168,7 +168,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        (every site U(±init_radius)) or map (a short evidence-trained MAP fit of\n'
  '                        map_steps steps) [advi=glorot, bbb=glorot, ensemble=auto_wide,\n'
  '                        laplace=auto, map=auto, mc_dropout=auto_wide, mclmc=uniform,\n'
- '                        multiswag=auto_wide, sgld=glorot, swag=auto]\n'
+ '                        multiswag=auto_wide, nuts=uniform, sgld=glorot, swag=auto]\n'
  '  --map-steps MAP_STEPS\n'
  "                        MAP steps of init_loc='map' and of hyperparameters='evidence' [advi=5000,\n"
  '                        bbb=5000]\n'
@@ -261,9 +261,11 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '  --num-warmup NUM_WARMUP\n'
  '                        warm-up (tuning) steps, discarded [mclmc=500, nuts=1000]\n'
  '  --pathfinder-paths PATHFINDER_PATHS\n'
- "                        Pathfinder paths for the chains' starts (init_loc=pathfinder) [mclmc=4]\n"
+ "                        Pathfinder paths for the chains' starts (init_loc=pathfinder) [mclmc=4,\n"
+ '                        nuts=4]\n'
  '  --pathfinder-maxiter PATHFINDER_MAXITER\n'
- '                        L-BFGS iterations of each start path (init_loc=pathfinder) [mclmc=200]\n'
+ '                        L-BFGS iterations of each start path (init_loc=pathfinder) [mclmc=200,\n'
+ '                        nuts=200]\n'
  '  --noncentered, --no-noncentered\n'
  '                        sample the weights whose scale is learned (a hierarchical prior) as loc +\n'
  '                        scale * z (non-centred; off: the weights themselves) [mclmc=True,\n'
@@ -304,6 +306,10 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        [pathfinder=10]\n'
  '  --num-elbo-draws NUM_ELBO_DRAWS\n'
  '                        Pathfinder: draws per ELBO estimate along the path [pathfinder=20]\n'
+ '  --resample {auto,on,off}\n'
+ "                        pathfinder: importance-resample the paths' draws into one chain (multi-\n"
+ '                        path Pathfinder; auto: on unless the model is built of bnnpp layers)\n'
+ '                        [pathfinder=auto]\n'
  '  --variant {sgld,psgld,sghmc,gaussian_dropout,variational,sparse}\n'
  "                        sgld: stochastic-gradient MCMC variant (the default psgld's steps do not\n"
  '                        grow with N); vd: gaussian_dropout (fixed alpha), variational (alpha per\n'
