@@ -114,12 +114,13 @@ def fit(
         mesh: the mesh's axis sizes, ``"data=2,members=2"`` or a dict: ``data`` splits every
             minibatch, ``members`` (alias ``chains``) the ensemble members / chains
             (:mod:`bnnpp.inference.sharding`). ``None`` for both: one device, unsharded.
-        init: start values instead of the method's own random start, for every method but
-            ``nuts``: a dict ``{site: value}`` of constrained latent values (some or all sites), a
-            nested dict of parameters or an ``nnx.State`` / ``nnx.Module`` (sites named by their
-            path, ``layers.0.kernel``, as :func:`bnnpp.models.from_flax` names them), or a
-            :class:`Posterior` (its mean draw). Optimisers and q's means start there; an ensemble's
-            member 0 does (the others start at random); SG-MCMC chains all do. ``laplace`` with
+        init: start values instead of the method's own random start, for every method: a dict
+            ``{site: value}`` of constrained latent values (some or all sites), a nested dict of
+            parameters or an ``nnx.State`` / ``nnx.Module`` (sites named by their path,
+            ``layers.0.kernel``, as :func:`bnnpp.models.from_flax` names them), or a
+            :class:`Posterior` (its mean draw). Optimisers and q's means start there; an
+            ensemble's member 0 does (the others start at random); MCMC chains all do;
+            pathfinder's first path does. ``laplace`` with
             ``num_steps=0`` and every site given takes the approximation at those weights
             without fitting (post-hoc Laplace). Checked against the model before anything
             compiles (:mod:`bnnpp.inference.start`).
