@@ -217,7 +217,7 @@ MOONS_OPTIONS = {
 @pytest.mark.parametrize(
     "method",
     # advi: the same fit (model, seed, defaults) is tests/test_advi.py::test_moons_accuracy (slow too), which checks more
-    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc", "pathfinder", "advi") else m for m in bnnpp.registered()],
+    [pytest.param(m, marks=pytest.mark.slow) if m in ("nuts", "chees", "mclmc", "meads", "pathfinder", "advi") else m for m in bnnpp.registered()],
 )
 def test_moons_accuracy(method, moons):
     model = bnnpp.models.mlp((5, 5), num_classes=2, prior=priors.normal(priors.inverse_gamma(1.0, 1.0)))

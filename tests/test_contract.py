@@ -181,9 +181,9 @@ def net():
     return bnnpp.models.mlp((4,), num_classes=2, prior=bnnpp.priors.normal(bnnpp.priors.half_normal(1.0)))
 
 
-# mclmc and pathfinder: three fits of a compile-heavy program, 60-85 s each on 2 loaded cores (slow);
+# mclmc, meads and pathfinder: three fits of a compile-heavy program, 60-85 s each on 2 loaded cores (slow);
 # their fast siblings are tests/test_backends.py's conjugate cases (groups, save/load, predict)
-SLOW_CONTRACT = ("mclmc", "pathfinder")
+SLOW_CONTRACT = ("mclmc", "meads", "pathfinder")
 
 
 @pytest.mark.parametrize("method", [pytest.param(m, marks=pytest.mark.slow) if m in SLOW_CONTRACT else m for m in bnnpp.registered()])

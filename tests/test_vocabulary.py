@@ -41,7 +41,7 @@ def test_num_steps_200_for_every_method(method, small):
     info = post.info
     probs = post.predict(x[:5]).probs
     assert probs.shape[1:] == (5, 2) and np.all(np.isfinite(probs))
-    if method in ("nuts", "chees", "mclmc"):  # half warm-up, half kept
+    if method in ("nuts", "chees", "mclmc", "meads"):  # half warm-up, half kept
         assert (info["options"]["num_warmup"], post.num_draws) == (100, 100)
     elif method == "sgld":  # half burn-in; 100 draws from the other half, one per step
         assert (info["options"]["burn_in"], info["options"]["thinning"], post.num_draws) == (100, 1, 100)

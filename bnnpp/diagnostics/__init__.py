@@ -24,7 +24,7 @@ from bnnpp.diagnostics._common import RHAT_THRESHOLD, SCALE_SUFFIXES
 from bnnpp.diagnostics.convergence import scale_sites, summary
 from bnnpp.diagnostics.figures import forest_plot, trace_plot
 from bnnpp.diagnostics.loo import LOO_MIN_DRAWS, KhatSummary, Loo, UnreliableComparisonWarning, compare, loo
-from bnnpp.diagnostics.reference import reference, reference_check
+from bnnpp.diagnostics.reference import MEAN_SQ_Z_PASS, SD_RATIO_PASS, moment_error, reference, reference_check
 from bnnpp.diagnostics.variational import ElboConvergence, PsisKhat, elbo_convergence, khat_reading, psis_khat, vi_check
 from bnnpp.posterior.io import read_netcdf, to_arviz
 
@@ -44,6 +44,9 @@ __all__ = [
     "loo",
     "psis_khat",
     "read_netcdf",
+    "MEAN_SQ_Z_PASS",
+    "SD_RATIO_PASS",
+    "moment_error",
     "reference",
     "reference_check",
     "scale_sites",

@@ -15,7 +15,7 @@ import os
 import warnings
 from typing import Any
 
-from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, mclmc, nuts, pathfinder, sgld, swag, vd  # noqa: F401
+from bnnpp.inference import advi, bbb, ensemble, laplace, map_estimate, mc_dropout, mclmc, meads, nuts, pathfinder, sgld, swag, vd  # noqa: F401
 from bnnpp.inference.algorithm import Algorithm, Hooks, Keys, RunSpec
 from bnnpp.inference.checkpoints import Checkpointing, TrainingInterrupted, has_checkpoint
 from bnnpp.inference.checks import check_data

@@ -203,6 +203,8 @@ class Sampler(NamedTuple):
     auxiliary: standard-normal coordinates appended to every chain's position (a dynamics that
         needs more dimensions than the model has: the chains sample the model's posterior times
         N(0, I), whose marginal is the posterior; the draws and ``lp`` leave them out).
+    keyed_init: ``init_chain`` takes a third argument, the chain's own PRNG key (a chain state
+        with a random part, e.g. generalised HMC's momentum and slice).
     """
 
     init_chain: Callable
@@ -213,6 +215,7 @@ class Sampler(NamedTuple):
     window: tuple[int, int]
     threshold: float
     auxiliary: int = 0
+    keyed_init: bool = False
 
 
 def max_bits(num_steps: int) -> int:
@@ -221,13 +224,16 @@ def max_bits(num_steps: int) -> int:
 
 
 # over 80 lines: init/step/emit are closures over one model, its sampler and the options
-def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str, start: dict | None = None) -> Algorithm:
+def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str, start: dict | None = None, thinning: int = 1) -> Algorithm:
     """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring). ``start``:
     site → unconstrained value of ``model``'s sites where every chain starts (the others as
     ``init_loc`` starts them; a decentred weight through its prior, :func:`~bnnpp.inference.nuts.decentred_start`).
 
     ``options`` needs ``num_chains`` (resolved), ``num_warmup``, ``num_samples``, ``init_loc``,
     ``init_radius``, ``pathfinder_paths``, ``pathfinder_maxiter``.
+
+    ``thinning``: kept transitions per draw (the draws are every ``thinning``-th of the
+    ``num_samples · thinning`` transitions after the warm-up).
 
     Returns:
         The algorithm; its posterior has draws ``(num_chains, num_samples, *site_shape)``
@@ -277,7 +283,12 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str, start
             u0 = jax.vmap(lambda u: decentred_start(model, chained, u, start, *rows) if chained is not model else apply_start(u, start))(u0)
         if aux:
             u0 = (u0, jax.random.normal(jax.random.fold_in(key, 1), (num_chains, aux)))
-        chains = jax.vmap(lambda u: sampler.init_chain(u, logdensity))(u0)
+        if sampler.keyed_init:
+            chains = jax.vmap(lambda u, k: sampler.init_chain(u, logdensity, k))(
+                u0, jax.random.split(jax.random.fold_in(key, 2), num_chains)
+            )
+        else:
+            chains = jax.vmap(lambda u: sampler.init_chain(u, logdensity))(u0)
         zeros = jnp.zeros((num_chains,), jnp.float32)
         last = ChainStats(
             zeros, jnp.zeros((num_chains,), bool), zeros, jnp.zeros((num_chains,), jnp.int32), -chains.logdensity, model_lp(chains)
@@ -349,12 +360,12 @@ def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str, start
         step,
         sample,
         RunSpec(
-            num_steps=num_warmup + num_samples,
+            num_steps=num_warmup + num_samples * thinning,
             num_samples=num_chains,
             name=name,
             num_chains=num_chains,
             emit=emit,
-            emit_steps=np.arange(num_warmup, num_warmup + num_samples),
+            emit_steps=np.arange(num_warmup + thinning - 1, num_warmup + num_samples * thinning, thinning),
             # after the warm-up the tuning, the mass matrix and t are read only, the same in every group
             independent_chains=True,
             chains_from=num_warmup,

@@ -13,4 +13,4 @@ HELP = {
     "evaluate": evaluate.HELP,
     "prune": prune.HELP,
 }
-METHODS = ('advi', 'bbb', 'ensemble', 'laplace', 'map', 'mc_dropout', 'mclmc', 'multiswag', 'nuts', 'pathfinder', 'sgld', 'swag', 'vd')
+METHODS = ('advi', 'bbb', 'ensemble', 'laplace', 'map', 'mc_dropout', 'mclmc', 'meads', 'multiswag', 'nuts', 'pathfinder', 'sgld', 'swag', 'vd')

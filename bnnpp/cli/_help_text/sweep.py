@@ -5,7 +5,7 @@ HELP = ('usage: bnnpp sweep [-h] [--config FILE] [--data DATA] [--target TARGET]
  '                   [--data-noise DATA_NOISE] [--priors PRIORS] [--hyperpriors HYPERPRIORS]\n'
  '                   [--fixed-scales FIXED_SCALES]\n'
  '                   [--method '
- '{advi,bbb,ensemble,laplace,map,mc_dropout,mclmc,multiswag,nuts,pathfinder,sgld,swag,vd}]\n'
+ '{advi,bbb,ensemble,laplace,map,mc_dropout,mclmc,meads,multiswag,nuts,pathfinder,sgld,swag,vd}]\n'
  '                   [--num-steps NUM_STEPS] [--num-samples NUM_SAMPLES] [--seeds SEEDS]\n'
  '                   [--hidden HIDDEN] [--no-vmap] --out OUT [--quiet]\n'
  '\n'
@@ -38,7 +38,7 @@ HELP = ('usage: bnnpp sweep [-h] [--config FILE] [--data DATA] [--target TARGET]
  "                        normal', 'half-cauchy', 'inverse-gamma'])\n"
  '  --fixed-scales FIXED_SCALES\n'
  '                        the fixed scales tried (default: [0.1, 0.3, 1.0, 3.0, 10.0])\n'
- '  --method {advi,bbb,ensemble,laplace,map,mc_dropout,mclmc,multiswag,nuts,pathfinder,sgld,swag,vd}\n'
+ '  --method {advi,bbb,ensemble,laplace,map,mc_dropout,mclmc,meads,multiswag,nuts,pathfinder,sgld,swag,vd}\n'
  '                        inference method (default: advi)\n'
  '  --num-steps NUM_STEPS, --steps NUM_STEPS\n'
  "                        optimisation steps (default: the method's)\n"
