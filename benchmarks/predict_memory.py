@@ -1,6 +1,6 @@
 """Peak memory of ``Posterior.predict``: a 784-400-400-10 network (the seed's 2x400 MNIST
 net, 478k parameters) with S posterior draws on n rows, predicted in blocks of draws and rows
-(``bnnpp.posterior.core.MAX_DRAW_ROWS``) against one call over every draw and row (the limit
+(``bnnpp.posterior.core.MAX_DRAW_ROWS``, 2^17) against one call over every draw and row (the limit
 raised above S x n, as NumPyro's ``Predictive`` evaluates them).
 
 Each configuration runs in a process of its own; the peak is the largest resident set size
@@ -73,7 +73,13 @@ def worker(draws: int, rows: int, blocked: bool) -> dict:
     t.join()
     peak[0] = max(peak[0], rss())
     assert pred.probs.shape == (draws, rows, CLASSES)
-    return {"peak_mb": (peak[0] - before) / 2**20, "before_mb": before / 2**20, "seconds": seconds, "parameters": parameters}
+    return {
+        "peak_mb": (peak[0] - before) / 2**20,
+        "before_mb": before / 2**20,
+        "seconds": seconds,
+        "parameters": parameters,
+        "limit": core.MAX_DRAW_ROWS,
+    }
 
 
 def measure(draws: int, rows: int, blocked: bool) -> dict:
@@ -106,7 +112,7 @@ def main() -> None:
         "|---:|---:|---|---:|---:|---:|",
     ]
     for r in results:
-        how = "blocks (MAX_DRAW_ROWS = 2^18)" if r["blocked"] else "one call"
+        how = f"blocks (MAX_DRAW_ROWS = {r.get('limit', '?')})" if r["blocked"] else "one call"
         if "error" in r:
             lines.append(f"| {r['draws']} | {r['rows']} | {how} | failed: {r['error']} | | |")
         else:

@@ -26,9 +26,9 @@ __all__ = ["MAX_DRAW_ROWS", "MAX_SAVED_DATA", "Posterior", "seed_integer"]
 
 #: Training data larger than this many values (x.size) is not written by
 #: :meth:`Posterior.save` unless asked for (50,000 MNIST images are 39 million values).
-MAX_DRAW_ROWS = 1 << 18
+MAX_DRAW_ROWS = 1 << 17
 """Most (draw, row) pairs one prediction call evaluates at once (:meth:`Posterior.predict`,
-the log-likelihood): a network's activations take that many times its layers' widths, 0.8 GB
+the log-likelihood): a network's activations take that many times its layers' widths, 0.4 GB
 in float32 for two hidden layers of 400 units, however many draws and rows are asked for."""
 MAX_SAVED_DATA = 5_000_000
 
