@@ -156,3 +156,17 @@ def test_every_method_per_row_latents(problem):
         assert post.samples[site].shape[2:] == shape, method
         fitted.append(method)
     assert {"advi", "bbb", "map", "ensemble", "nuts", "sgld"} <= set(fitted), (fitted, refused)
+
+
+@pytest.mark.parametrize("include_data", [True, False])
+def test_per_row_posterior_saves_and_loads(tmp_path, include_data):
+    """A saved eight-schools posterior reloads against its model (with or without its training
+    rows), predicts the same, and refuses another row count."""
+    post = bnnpp.fit(schools_plate, (SIGMA, Y), method="map", num_steps=50, progress=False)
+    path = tmp_path / "schools.nc"
+    post.save(path, include_data=include_data)
+    again = bnnpp.load(path, model=schools_plate)
+    assert again.samples["theta"].shape[2:] == (8,) and again.row_latents(SIGMA) == ("theta",)
+    np.testing.assert_array_equal(again.predict(SIGMA).mean, post.predict(SIGMA).mean)
+    with pytest.raises(ValueError, match="as many rows as the fit"):
+        again.predict(SIGMA[:4])

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bnnpp import calibrate
-from bnnpp.introspection import SiteInfo, deterministic_sites, latent_sites, observation
+from bnnpp.introspection import SiteInfo, deterministic_sites, latent_sites, observation, probe_rows
 from bnnpp.posterior import io
 from bnnpp.posterior.approximation import Approximation, FitStats
 from bnnpp.posterior.families import from_guide_params
@@ -210,7 +210,8 @@ class Posterior:
             model = self.model
             names: tuple[str, ...] = ()
             if model is not None and not hasattr(model, "spec"):
-                probe = self.x[:1] if self.has_data else np.zeros((1, *self.x.shape[1:]), np.float32)
+                # the training rows that give the latents their shapes; without data a row of ones (x may be a scale)
+                probe = probe_rows(model, self.x, self.y)[0] if self.has_data else np.ones((1, *self.x.shape[1:]), np.float32)
                 names = tuple(deterministic_sites(model, probe))
             self._jitted["deterministic_names"] = names
         return self._jitted["deterministic_names"]

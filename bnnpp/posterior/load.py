@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 
 from bnnpp import calibrate, models
-from bnnpp.introspection import SiteInfo, check_sites, refuse_flax_module, rename_observed
+from bnnpp.introspection import SiteInfo, check_sites, probe_rows, refuse_flax_module, rename_observed
 from bnnpp.posterior.approximation import FitStats
 from bnnpp.posterior.core import Posterior
 from bnnpp.posterior.families import from_guide_params
@@ -89,8 +89,17 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
         x = np.zeros((0, *data.get("feature_shape", ())), np.float32)
         y = np.zeros((0, *data.get("y_shape", ())), data.get("y_dtype", "int32"))
     if given:
-        probe = x[:1] if x.shape[0] else np.zeros((1, *x.shape[1:]), np.float32)
-        check_sites(model, sites, probe, path)
+        if x.shape[0]:  # the rows that give the latents their shapes (every row for per-row latents)
+            check_sites(model, sites, probe_rows(model, x)[0], path)
+        else:
+            try:
+                check_sites(model, sites, np.zeros((1, *x.shape[1:]), np.float32), path)
+            except ValueError:
+                # per-row latents (one effect per school): the fit's row count, at inputs of ones (a scale may be read from x)
+                n = int(data.get("n", 1))
+                if n <= 1:
+                    raise
+                check_sites(model, sites, np.ones((n, *x.shape[1:]), np.float32), path)
     if "constant_data" in groups and (x.shape[0] != y.shape[0] or tuple(x.shape[1:]) != tuple(data.get("feature_shape", x.shape[1:]))):
         raise ValueError(f"{path}: its training data has shapes x {x.shape}, y {y.shape} that contradict its metadata")
     calibration = None
