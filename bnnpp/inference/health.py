@@ -232,6 +232,17 @@ def vi_khat(posterior, seed: int = 0) -> float | None:
     return pareto_khat(lw)
 
 
+def non_finite_draws(posterior) -> tuple[str, int, int] | None:
+    """The first latent site with draws that hold NaN or inf: ``(site, draws affected, draws)``,
+    or ``None`` when every draw is finite."""
+    total = posterior.num_chains * posterior.num_draws
+    for name, v in posterior.samples.items():
+        a = np.asarray(v)
+        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+            return name, int((~np.isfinite(a.reshape(total, -1))).any(axis=1).sum()), total
+    return None
+
+
 def above(value: float, threshold: float) -> str:
     """``value`` (which exceeds ``threshold``) with the fewest decimals, two at least, that
     print it above the threshold (R-hat 1.0103 as ``1.0103``, not ``1.01 > 1.01``)."""
@@ -246,6 +257,15 @@ def check(posterior) -> list[str]:
     """The health notes of a finished fit, one line each (empty when it looks done)."""
     stats = posterior.stats
     notes = []
+    broken = non_finite_draws(posterior)
+    if broken is not None:
+        name, bad, total = broken
+        notes.append(
+            f"{stats.method}: {bad} of {total} draws of site {name!r} are not finite: the fit is degenerate there (e.g. a "
+            "scale whose mode sits at 0, where a centred hierarchical model's density is unbounded, so no mode or "
+            "curvature exists); fit with method='nuts' or 'mclmc' (non-centred), or reparameterise the model"
+        )
+        return notes  # the checks below read the draws
     trace = stats.traces.get("negative_elbo", stats.traces.get("loss"))
     if trace is not None and stats.stopped_at is None:  # a NaN stop has its own warning
         trace = np.asarray(trace)
