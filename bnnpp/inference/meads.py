@@ -15,14 +15,16 @@ every chain as one fold; the statistics are pooled over the chains):
 * γ = max(1 / √λ̂_max(z), 1 / ((t + 1) ε)), z the chains' standardised positions (damping on the
   scale of the slowest direction, strong early in the warm-up), α = 1 − exp(−2εγ), δ = α / 2.
 
-The kept steps use the parameters of the warm-up's last step: a fixed kernel, so the kept draws
-are an ordinary Markov chain. A transition costs one gradient, so ``thinning`` (default 10)
+The kept steps use the parameters averaged over the warm-up's second half (the geometric mean of
+ε and of σ, the mean of α): a fixed kernel, so the kept draws are an ordinary Markov chain, and
+not one step's estimate, which a single chain deep in a funnel's neck can shrink a hundredfold. A transition costs one gradient, so ``thinning`` (default 10)
 steps are run per kept draw. Starts, the non-centred form (``noncentered=True``), statistics
 and extras: :mod:`bnnpp.inference.manychain`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
@@ -34,20 +36,34 @@ from jax.flatten_util import ravel_pytree
 from bnnpp.inference.algorithm import Algorithm
 from bnnpp.inference.checks import blackjax_missing, require_blackjax
 from bnnpp.inference.manychain import ManyChainOptions, Sampler, build_many_chain
-from bnnpp.inference.options import option, positive_float, positive_int
+from bnnpp.inference.options import non_negative_int, option, optional, positive_float, positive_int
 from bnnpp.inference.registry import Method, register
 
-__all__ = ["MEADSOptions", "MEADSTuning", "build", "maximum_eigenvalue"]
+__all__ = ["MEADSOptions", "MEADSTuning", "build", "default_num_chains", "maximum_eigenvalue"]
 
 
 @dataclass(frozen=True)
 class MEADSOptions(ManyChainOptions):
     """Options of ``method="meads"`` (module docstring)."""
 
+    num_chains: int | None = option(
+        None,
+        "chains in lock-step (unset: 32 on a CPU, 128 on an accelerator; MEADS tunes from their spread, so at least 2)",
+        check=optional(positive_int),
+        type=int,
+    )
+    num_warmup: int = option(1000, "warm-up (tuning) transitions, discarded", check=non_negative_int)
     step_size_multiplier: float = option(
         0.5, "meads: the step size is this over the root of the largest preconditioned curvature", check=positive_float
     )
     thinning: int = option(10, "meads: transitions (one gradient each) per kept draw", check=positive_int)
+
+    def resolve(self, n: int) -> MEADSOptions:
+        """As :meth:`ManyChainOptions.resolve`, with MEADS's own chain count when unset
+        (:func:`default_num_chains`)."""
+        if self.num_chains is None:
+            self = dataclasses.replace(self, num_chains=default_num_chains())
+        return super().resolve(n)
 
     def check(self) -> None:
         if self.num_chains is not None and self.num_chains < 2:
@@ -61,12 +77,27 @@ class MEADSOptions(ManyChainOptions):
 
 class MEADSTuning(NamedTuple):
     """The shared parameters: step_size, alpha, delta (scalars) and sigma ``(D,)``, the inverse
-    momentum scale in the flat (``ravel_pytree``) order of a position."""
+    momentum scale in the flat (``ravel_pytree``) order of a position; and their sums over the
+    second half of the warm-up (``count`` steps: log step size, alpha, log sigma), whose means
+    the kept steps use."""
 
     step_size: jax.Array
     alpha: jax.Array
     delta: jax.Array
     sigma: jax.Array
+    count: jax.Array
+    sum_log_step: jax.Array
+    sum_alpha: jax.Array
+    sum_log_sigma: jax.Array
+
+
+def default_num_chains() -> int:
+    """Chains when ``num_chains`` is not given: 32 on a CPU, 128 on an accelerator. MEADS reads its
+    step size, damping and preconditioner off the chains' spread at each warm-up step, and with 8
+    chains that estimate was too noisy: on the reference suite's stochastic-volatility and Rasch
+    models 8 chains ended the warm-up with step sizes 100 times too small, 32 passed (the paper
+    runs 128 or more; Hoffman & Sountsov 2022, §5)."""
+    return 32 if jax.default_backend() == "cpu" else 128
 
 
 def maximum_eigenvalue(rows: jax.Array) -> jax.Array:
@@ -89,15 +120,38 @@ def sampler(options: MEADSOptions, dim: int) -> Sampler:
     kernel = ghmc.build_kernel()
     multiplier = float(options.step_size_multiplier)
 
-    def tuned(positions: jax.Array, grads: jax.Array, t) -> MEADSTuning:
+    half = int(options.num_warmup) // 2
+
+    def tuned(tuning: MEADSTuning, positions: jax.Array, grads: jax.Array, t) -> MEADSTuning:
         sd = jnp.std(positions, axis=0)
         sd = jnp.where(sd > 0, sd, 1.0)
         z = (positions - jnp.mean(positions, axis=0)) / sd
         eps = jnp.minimum(multiplier / jnp.sqrt(maximum_eigenvalue(grads * sd)), 1.0)
         gamma = jnp.maximum(1.0 / jnp.sqrt(maximum_eigenvalue(z)), 1.0 / ((t + 1.0) * eps))
         alpha = 1.0 - jnp.exp(-2.0 * eps * gamma)
-        ok = jnp.isfinite(eps) & jnp.isfinite(alpha)  # e.g. chains at one point: keep a small safe step
-        return MEADSTuning(jnp.where(ok, eps, 1e-3), jnp.where(ok, alpha, 1.0), jnp.where(ok, alpha / 2, 0.5), sd)
+        ok = jnp.isfinite(eps) & jnp.isfinite(alpha) & jnp.all(jnp.isfinite(sd))  # e.g. chains at one point
+        eps, alpha, sd = jnp.where(ok, eps, tuning.step_size), jnp.where(ok, alpha, tuning.alpha), jnp.where(ok, sd, tuning.sigma)
+        # the kept steps use the means over the warm-up's second half: one step's estimate follows the chains'
+        # current spread, and one chain deep in a funnel's neck can shrink it a hundredfold for that step
+        late = (t >= half) & ok
+        return MEADSTuning(
+            eps,
+            alpha,
+            alpha / 2,
+            sd,
+            tuning.count + late,
+            tuning.sum_log_step + jnp.where(late, jnp.log(eps), 0.0),
+            tuning.sum_alpha + jnp.where(late, alpha, 0.0),
+            tuning.sum_log_sigma + jnp.where(late, jnp.log(sd), 0.0),
+        )
+
+    def params(tuning: MEADSTuning, warm):
+        n = jnp.maximum(tuning.count, 1.0)
+        averaged = tuning.count > 0
+        eps = jnp.where(warm | ~averaged, tuning.step_size, jnp.exp(tuning.sum_log_step / n))
+        alpha = jnp.where(warm | ~averaged, tuning.alpha, tuning.sum_alpha / n)
+        sigma = jnp.where(warm | ~averaged, tuning.sigma, jnp.exp(tuning.sum_log_sigma / n))
+        return eps, (alpha, alpha / 2, sigma)
 
     def flat(tree) -> jax.Array:
         return jax.vmap(lambda u: ravel_pytree(u)[0])(tree)
@@ -108,12 +162,22 @@ def sampler(options: MEADSOptions, dim: int) -> Sampler:
         return kernel(key, chain, logdensity, step_size, scale, alpha, delta)
 
     def update(tuning, old, new, info, imm, t):
-        return tuned(flat(new.position), flat(new.logdensity_grad), t.astype(jnp.float32))
+        return tuned(tuning, flat(new.position), flat(new.logdensity_grad), t.astype(jnp.float32))
 
+    zero = jnp.zeros((), jnp.float32)
     return Sampler(
         init_chain=lambda u, logdensity, key: ghmc.init(u, logdensity, key),
-        init_tuning=lambda: MEADSTuning(jnp.float32(1e-3), jnp.float32(1.0), jnp.float32(0.5), jnp.ones((dim,), jnp.float32)),
-        params=lambda tuning, warm: (tuning.step_size, (tuning.alpha, tuning.delta, tuning.sigma)),
+        init_tuning=lambda: MEADSTuning(
+            jnp.float32(1e-3),
+            jnp.float32(1.0),
+            jnp.float32(0.5),
+            jnp.ones((dim,), jnp.float32),
+            zero,
+            zero,
+            zero,
+            jnp.zeros((dim,), jnp.float32),
+        ),
+        params=params,
         kernel=run_kernel,
         update=update,
         window=(0, 0),  # σ is MEADS's own, not the runner's moments

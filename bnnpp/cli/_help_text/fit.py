@@ -260,7 +260,7 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        chains (mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)\n'
  '                        [mclmc=by device, meads=by device, nuts=4, sgld=4]\n'
  '  --num-warmup NUM_WARMUP\n'
- '                        warm-up (tuning) steps, discarded [mclmc=500, meads=500, nuts=1000]\n'
+ '                        warm-up (tuning) steps, discarded [mclmc=500, meads=1000, nuts=1000]\n'
  '  --pathfinder-paths PATHFINDER_PATHS\n'
  "                        Pathfinder paths for the chains' starts (init_loc=pathfinder) [mclmc=4,\n"
  '                        meads=4, nuts=4]\n'
