@@ -39,13 +39,13 @@ from bnnpp.inference.algorithm import Algorithm, Hooks, RunSpec
 from bnnpp.inference.joint import constrained_values, init_uniform
 from bnnpp.inference.nuts import decentred_start, noncentered_model
 from bnnpp.inference.options import Options, boolean, non_negative_int, option, optional, positive_float, positive_int
-from bnnpp.inference.pathfinder import KEY_MODEL, log_joint, starts
+from bnnpp.inference.pathfinder import KEY_MODEL, STARTS, log_joint, start_options, starts
 from bnnpp.inference.start import apply_start
 from bnnpp.introspection import latent_sites, num_parameters, probe_rows
 
 __all__ = ["ManyChainState", "Moments", "Sampler", "build_many_chain", "default_num_chains", "halton"]
 
-INITS = ("uniform", "pathfinder")
+INITS = STARTS
 MAX_ENERGY = float(np.finfo(np.float32).max)
 """The ``energy`` statistic of a proposal whose energy is not finite (a divergence)."""
 
@@ -69,14 +69,11 @@ class ManyChainOptions(Options):
     num_steps: int | None = option(
         None, "steps per chain, replacing num_warmup and num_samples: half warm-up, half kept", check=optional(positive_int), type=int
     )
-    init_loc: str = option(
-        "uniform",
-        "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)",
-        choices=INITS,
-    )
+    init_loc: str
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
-    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
-    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
+    pathfinder_paths: int
+    pathfinder_maxiter: int
+    init_loc, pathfinder_paths, pathfinder_maxiter = start_options()  # as nuts's
     noncentered: bool = option(
         True,
         "sample the weights whose scale is learned (a hierarchical prior) as loc + scale * z (non-centred; off: the weights themselves)",

@@ -73,7 +73,7 @@ from bnnpp.inference.options import (
     positive_int,
     temperature_option,
 )
-from bnnpp.inference.pathfinder import starts
+from bnnpp.inference.pathfinder import start_options, starts
 from bnnpp.inference.registry import Method, register
 from bnnpp.inference.sharding import mesh_axes
 from bnnpp.inference.start import apply_start
@@ -123,13 +123,10 @@ class NUTSOptions(Options):
     max_tree_depth: int = option(10, "NUTS maximum tree depth", check=_tree_depth)
     chain_method: str = option("vectorized", "how NUTS runs its chains", choices=CHAIN_METHODS)
     init_radius: float = option(2.0, "start values uniform in (-r, r) on the unconstrained space", check=positive_float)
-    init_loc: str = option(
-        "uniform",
-        "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)",
-        choices=("uniform", "pathfinder"),
-    )
-    pathfinder_paths: int = option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int)
-    pathfinder_maxiter: int = option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int)
+    init_loc: str
+    pathfinder_paths: int
+    pathfinder_maxiter: int
+    init_loc, pathfinder_paths, pathfinder_maxiter = start_options()  # as the many-chain samplers'
     dense_mass: bool = option(False, "NUTS: adapt a dense mass matrix", check=boolean)
     noncentered: bool = option(
         False,

@@ -46,7 +46,18 @@ from bnnpp.inference.options import Options, option, positive_float, positive_in
 from bnnpp.inference.registry import Method, register
 from bnnpp.introspection import latent_sites, probe_rows
 
-__all__ = ["PathfinderOptions", "Resampled", "approximate", "build", "log_joint", "paths", "starts", "truncated_weights"]
+__all__ = [
+    "STARTS",
+    "PathfinderOptions",
+    "Resampled",
+    "start_options",
+    "approximate",
+    "build",
+    "log_joint",
+    "paths",
+    "starts",
+    "truncated_weights",
+]
 
 RESAMPLE = ("auto", "on", "off")
 KHAT_THRESHOLD = 0.7
@@ -54,6 +65,25 @@ KHAT_THRESHOLD = 0.7
 not a reliable posterior (Vehtari et al. 2024, "Pareto smoothed importance sampling", §3)."""
 KEY_MODEL = np.zeros(2, np.uint32)
 """The models draw nothing random at a fixed position: their seed handler gets PRNGKey(0)."""
+
+
+STARTS = ("uniform", "pathfinder")
+"""How a sampler's chains start: uniform on the unconstrained space, or from :func:`starts`."""
+
+
+def start_options() -> tuple:
+    """The options of a sampler whose chains can start from Pathfinder draws, as dataclass fields
+    ``(init_loc, pathfinder_paths, pathfinder_maxiter)``: one definition for nuts, mclmc, chees
+    and meads."""
+    return (
+        option(
+            "uniform",
+            "chain starts: uniform (U(-init_radius, init_radius)) or pathfinder (draws from Pathfinder paths' Gaussians)",
+            choices=STARTS,
+        ),
+        option(4, "Pathfinder paths for the chains' starts (init_loc=pathfinder)", check=positive_int),
+        option(200, "L-BFGS iterations of each start path (init_loc=pathfinder)", check=positive_int),
+    )
 
 
 @dataclass(frozen=True)
