@@ -33,7 +33,7 @@ import warnings
 
 import numpy as np
 
-from bnnpp.inference.joint import gaussian_log_weights
+from bnnpp.inference.joint import full_gaussian_log_weights, gaussian_log_weights
 from bnnpp.posterior import MeanFieldGaussian
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "RHAT_THRESHOLD",
     "FitHealthWarning",
     "check",
+    "laplace_khat",
     "mcmc_rhat",
     "pareto_khat",
     "split_rhat",
@@ -253,6 +254,35 @@ def above(value: float, threshold: float) -> str:
     return repr(value)
 
 
+def laplace_khat(posterior, seed: int = 0) -> float | None:
+    """PSIS k̂ of a Laplace fit's Gaussian (full covariance) against the posterior, from
+    :data:`KHAT_DRAWS` draws, for a model that is not a network; ``None`` otherwise (no full
+    covariance, no data, a network, or more than :data:`KHAT_BUDGET`). A network's weight-space
+    posterior is symmetric under permutations of its hidden units, so no unimodal Gaussian has a
+    small k̂ there, and its predictive is what is judged; a hand-written model's posterior (eight
+    schools, a time series) is what its Gaussian must match."""
+    from bnnpp.posterior.laplace import LaplaceGaussian
+
+    q = posterior.approximation
+    if not isinstance(q, LaplaceGaussian) or q.structure != "full" or not posterior.has_data or posterior.model is None:
+        return None
+    if hasattr(posterior.model, "spec") or _has_layers(posterior):
+        return None  # a network: its predictive is judged instead
+    factor = np.asarray(q.params["covariance_factor"])
+    if not np.all(np.isfinite(factor)) or KHAT_DRAWS * posterior.x.shape[0] * factor.shape[0] > KHAT_BUDGET:
+        return None
+    mean = {k: np.asarray(v, np.float32) for k, v in sorted(q.mean.items())}
+    lw = full_gaussian_log_weights(posterior.model, mean, factor, dict(q.fixed), posterior.x, posterior.y, KHAT_DRAWS, seed)
+    return pareto_khat(lw)
+
+
+def _has_layers(posterior) -> bool:
+    from bnnpp.inference.variational_layers import find_layers
+    from bnnpp.introspection import probe_rows
+
+    return bool(find_layers(posterior.model, *probe_rows(posterior.model, posterior.x, posterior.y)))
+
+
 def check(posterior) -> list[str]:
     """The health notes of a finished fit, one line each (empty when it looks done)."""
     stats = posterior.stats
@@ -287,6 +317,15 @@ def check(posterior) -> list[str]:
             notes.append(
                 f"{stats.method}: PSIS k̂ = {above(khat, KHAT_THRESHOLD)} > {KHAT_THRESHOLD}: the variational approximation is not "
                 "trustworthy as a posterior (Yao et al. 2018); run longer, or compare with nuts on a small subset"
+            )
+    lkhat = laplace_khat(posterior, stats.seed) if stats.stopped_at is None else None
+    if lkhat is not None:
+        stats.extras["psis_khat"] = lkhat
+        if not lkhat <= KHAT_THRESHOLD:
+            notes.append(
+                f"{stats.method}: PSIS k̂ = {above(lkhat, KHAT_THRESHOLD)} > {KHAT_THRESHOLD}: the Gaussian at the mode is not "
+                "trustworthy as this model's posterior (Yao et al. 2018; a hierarchical model's mode can sit in the neck of "
+                "its funnel, where the curvature says nothing of the rest); fit with method='nuts' or 'mclmc'"
             )
     rhat = mcmc_rhat(posterior) if stats.stopped_at is None else None
     if rhat is not None:

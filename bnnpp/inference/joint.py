@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro.distributions as dist
+from jax.flatten_util import ravel_pytree
 from numpyro.distributions.transforms import biject_to
 
 from bnnpp.introspection import latent_trace, probe_rows
@@ -24,6 +25,7 @@ from bnnpp.introspection import latent_trace, probe_rows
 __all__ = [
     "WIDE_START_INPUTS",
     "constrained_values",
+    "full_gaussian_log_weights",
     "gaussian_log_weights",
     "glorot_limits",
     "init_glorot",
@@ -173,6 +175,30 @@ def constrained_values(model: Callable, u: dict, x, y, key, names) -> dict[str, 
     """The constrained values of the latent sites ``names`` at unconstrained position ``u``."""
     trace = latent_trace(model, u, x, y, key)
     return {name: trace[name]["value"] for name in names}
+
+
+def full_gaussian_log_weights(model: Callable, mean: dict, factor, fixed: dict, x, y, num_draws: int, seed: int = 0):
+    """Importance log-weights log p(u, y) − log q(u) (up to one constant) of a Gaussian q =
+    N(mean, C Cᵀ) on the unconstrained space of the sites in ``mean`` (flattened with
+    ``ravel_pytree``; ``factor`` C ``(P, P)``), the sites in ``fixed`` held at their values:
+    draws u = mean + C z, z ~ N(0, I), and log q(u) = −‖z‖²/2 + const (Yao et al. 2018, §2).
+
+    Returns:
+        numpy float64 array ``(S,)``."""
+    flat, unravel = ravel_pytree(mean)
+    factor = jnp.asarray(factor, flat.dtype)
+
+    def weights(keys, flat, factor, fixed, x, y):
+        def one(key):
+            k_z, k_m = jax.random.split(key)
+            z = jax.random.normal(k_z, flat.shape, flat.dtype)
+            lp, ll, _ = joint_terms(model, {**fixed, **unravel(flat + factor @ z)}, x, y, k_m)
+            return lp + ll + 0.5 * jnp.sum(z**2)
+
+        return jax.lax.map(one, keys, batch_size=100)
+
+    keys = jax.random.split(jax.random.PRNGKey(seed), num_draws)
+    return np.asarray(jax.jit(weights)(keys, flat, factor, fixed, x, y), dtype=np.float64)
 
 
 def gaussian_log_weights(model: Callable, loc: dict, scale: dict, x, y, num_draws: int, seed: int = 0):
