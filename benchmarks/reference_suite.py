@@ -51,7 +51,7 @@ def run_one(method: str, problem: str, seed: int) -> dict:
         return {"method": method, "problem": problem, "refused": str(e)}
     seconds = time.perf_counter() - t0
     error = moment_error(post, reference)
-    lines = [str(w.message).split(":")[0][:80] for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
+    lines = [str(w.message)[:90] for w in caught if not issubclass(w.category, (DeprecationWarning, FutureWarning))]
     return {
         "method": method,
         "problem": problem,
