@@ -159,6 +159,15 @@ def _minibatch(plan: _Plan, t, perm, data):
     return batch, perm
 
 
+def varying_over(x, axis: str):
+    """``x`` typed as varying over the mesh axis ``axis`` inside ``shard_map``: ``jax.lax.pcast``
+    unless its type already says so (newer JAX propagates it, and refuses a second cast)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "mat", None)  # jax >= 0.12.1 keeps the varying axes in aval.mat.varying, before in aval.vma
+    varying = mat.varying if mat is not None else getattr(aval, "vma", frozenset())
+    return x if axis in varying else jax.lax.pcast(x, (axis,), to="varying")
+
+
 def _local_minibatch(plan: _Plan, t, perm, data):
     """This step's minibatch when each of the D devices of the data axis draws its ``B/D``
     rows from its own block of ``N/D`` rows: a permutation of the block at the start of each
@@ -172,9 +181,9 @@ def _local_minibatch(plan: _Plan, t, perm, data):
     def per_device(t, device, perm, *arrays):  # device: (1,) this device's index on the data axis
         i = t % plan.num_batches
         key = jax.random.fold_in(jax.random.fold_in(plan.keys.data, t // plan.num_batches), device[0])
-        # the permutation depends on `device` but jax.random does not type it as varying over
-        # `data`: pcast says so, to match the carried per-device permutation
-        fresh = lambda: jax.lax.pcast(jax.random.permutation(key, block).astype(jnp.int32), ("data",), to="varying")
+        # the permutation depends on `device`; where jax.random does not type it as varying over
+        # `data` (before jax 0.12.1), pcast says so, to match the carried per-device permutation
+        fresh = lambda: varying_over(jax.random.permutation(key, block).astype(jnp.int32), "data")
         perm = jax.lax.cond(i == 0, fresh, lambda: perm)
         idx = jax.lax.dynamic_slice(perm, (i * b,), (b,))
         return (perm, *(a[idx] for a in arrays))
