@@ -34,7 +34,7 @@ import warnings
 import numpy as np
 
 from bnnpp.inference.evidence import all_normal, hierarchical
-from bnnpp.inference.variational_layers import find_layers
+from bnnpp.inference.variational_layers import find_layers, is_network
 from bnnpp.introspection import probe_rows
 
 __all__ = [
@@ -271,7 +271,7 @@ def probes_apply(posterior) -> bool:
     try:
         if posterior.row_latents():
             return False
-        return hasattr(model, "spec") or bool(find_layers(model, *probe_rows(model, posterior.x, posterior.y)))
+        return is_network(model, posterior.x, posterior.y)
     except Exception:  # noqa: BLE001 - a check must not fail a finished fit
         return False
 

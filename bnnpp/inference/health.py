@@ -233,17 +233,6 @@ def vi_khat(posterior, seed: int = 0) -> float | None:
     return pareto_khat(lw)
 
 
-def non_finite_draws(posterior) -> tuple[str, int, int] | None:
-    """The first latent site with draws that hold NaN or inf: ``(site, draws affected, draws)``,
-    or ``None`` when every draw is finite."""
-    total = posterior.num_chains * posterior.num_draws
-    for name, v in posterior.samples.items():
-        a = np.asarray(v)
-        if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-            return name, int((~np.isfinite(a.reshape(total, -1))).any(axis=1).sum()), total
-    return None
-
-
 def above(value: float, threshold: float) -> str:
     """``value`` (which exceeds ``threshold``) with the fewest decimals, two at least, that
     print it above the threshold (R-hat 1.0103 as ``1.0103``, not ``1.01 > 1.01``)."""
@@ -266,7 +255,9 @@ def laplace_khat(posterior, seed: int = 0) -> float | None:
     q = posterior.approximation
     if not isinstance(q, LaplaceGaussian) or q.structure != "full" or not posterior.has_data or posterior.model is None:
         return None
-    if hasattr(posterior.model, "spec") or _has_layers(posterior):
+    from bnnpp.inference.variational_layers import is_network
+
+    if is_network(posterior.model, posterior.x, posterior.y):
         return None  # a network: its predictive is judged instead
     factor = np.asarray(q.params["covariance_factor"])
     if not np.all(np.isfinite(factor)) or KHAT_DRAWS * posterior.x.shape[0] * factor.shape[0] > KHAT_BUDGET:
@@ -276,18 +267,11 @@ def laplace_khat(posterior, seed: int = 0) -> float | None:
     return pareto_khat(lw)
 
 
-def _has_layers(posterior) -> bool:
-    from bnnpp.inference.variational_layers import find_layers
-    from bnnpp.introspection import probe_rows
-
-    return bool(find_layers(posterior.model, *probe_rows(posterior.model, posterior.x, posterior.y)))
-
-
 def check(posterior) -> list[str]:
     """The health notes of a finished fit, one line each (empty when it looks done)."""
     stats = posterior.stats
     notes = []
-    broken = non_finite_draws(posterior)
+    broken = posterior.non_finite_site()
     if broken is not None:
         name, bad, total = broken
         notes.append(

@@ -281,7 +281,9 @@ def build(model, x, y, options: PathfinderOptions, start: dict | None = None) ->
     shapes = {name: s.shape for name, s in sites.items()}
     joint = log_joint(model)
     num_paths, num_samples = int(options.num_paths), int(options.num_samples)
-    resample = options.resample == "on" or (options.resample == "auto" and not _is_network(model, x, y))
+    from bnnpp.inference.variational_layers import is_network  # a method-side module, loaded when asked
+
+    resample = options.resample == "on" or (options.resample == "auto" and not is_network(model, x, y))
     values = lambda v: constrained_values(model, v, *probe_rows(model, x, y), KEY_MODEL, sites)
 
     def init(key, data):
@@ -358,14 +360,6 @@ def truncated_weights(log_weights: jax.Array) -> jax.Array:
     s = log_weights.shape[0]
     w = jnp.minimum(w, jnp.mean(w) * jnp.sqrt(s))
     return w / jnp.sum(w)
-
-
-def _is_network(model, x, y) -> bool:
-    """Whether the model is built of bnnpp layers: its modes are hidden-unit permutations, which
-    the union of the paths' draws covers and importance ratios of one Gaussian do not."""
-    from bnnpp.inference.variational_layers import find_layers  # a method-side module, loaded when asked
-
-    return hasattr(model, "spec") or bool(find_layers(model, *probe_rows(model, x, y)))
 
 
 register(

@@ -269,6 +269,16 @@ def find_layers(model: Callable, x, y) -> dict[str, dict]:
     return {k: v for k, v in rec.layers.items() if v["kind"] in LAYER_KINDS}
 
 
+def is_network(model: Callable, x, y) -> bool:
+    """Whether ``model`` is a network: bnnpp's own or a Flax module (both have a ``spec``), or a
+    model built of bnnpp layers (:func:`find_layers`, traced on the rows that give its latents
+    their shapes). Its weight posterior is symmetric under hidden-unit permutations and its
+    inputs are features of each row; a hand-written model (eight schools, a time series) is not."""
+    from bnnpp.introspection import probe_rows
+
+    return hasattr(model, "spec") or bool(find_layers(model, *probe_rows(model, x, y)))
+
+
 def latent_layers(model: Callable, x, y, method: str, purpose: str) -> dict[str, dict]:
     """:func:`find_layers`' records plus ``index`` (the layer's position), for a method that
     needs bnnpp layers whose weights are latent sites (e.g. ``mc_dropout``, ``vd``).

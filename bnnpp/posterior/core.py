@@ -182,17 +182,25 @@ class Posterior:
         key = ("finite", tuple(id(v) for v in self.samples.values()))
         if self._jitted.get("finite") == key:
             return
+        broken = self.non_finite_site()
+        if broken is not None:
+            name, bad, total = broken
+            raise ValueError(
+                f"the posterior's site {name!r} holds NaN or inf in {bad} of its {total} draws, so its "
+                "predictions would be NaN: the fit diverged or the file is damaged; fit again (e.g. with a "
+                "smaller learning rate or step size)"
+            )
+        self._jitted["finite"] = key
+
+    def non_finite_site(self) -> tuple[str, int, int] | None:
+        """The first latent site whose draws hold NaN or inf: ``(site, draws affected, draws)``,
+        or ``None`` when every draw is finite."""
         total = self.num_chains * self.num_draws
         for name, v in self.samples.items():
             a = np.asarray(v)
             if a.dtype.kind == "f" and not np.all(np.isfinite(a)):
-                bad = int((~np.isfinite(a.reshape(total, -1))).any(axis=1).sum())
-                raise ValueError(
-                    f"the posterior's site {name!r} holds NaN or inf in {bad} of its {total} draws, so its "
-                    "predictions would be NaN: the fit diverged or the file is damaged; fit again (e.g. with a "
-                    "smaller learning rate or step size)"
-                )
-        self._jitted["finite"] = key
+                return name, int((~np.isfinite(a.reshape(total, -1))).any(axis=1).sum()), total
+        return None
 
     def model_or_raise(self) -> Callable:
         """The model; ValueError naming the fix when it was not passed to :func:`bnnpp.load`."""
