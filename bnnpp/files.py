@@ -47,6 +47,7 @@ __all__ = [
     "check_writable",
     "publish_folder",
     "publish_run",
+    "real_file",
     "real_folder",
     "run_folder_lock",
 ]
@@ -88,7 +89,8 @@ def _reserve(folder: str, name: str) -> str:
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Write ``path`` through a temporary file in the same folder.
 
-    The folder is created if missing. The caller writes the yielded path (an empty file
+    The folder is created if missing. A symbolic link ``path`` is written through: its target
+    is replaced and the link stays (:func:`real_file`). The caller writes the yielded path (an empty file
     already exists there, so the name is reserved); when the ``with`` block ends without an
     exception the file is synced to disk and renamed onto ``path``. On an exception the
     temporary file is removed, ``path`` is untouched, and the exception propagates.
@@ -96,8 +98,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     Yields:
         The temporary path (a ``str``), in ``path``'s folder, with ``path``'s extension.
     """
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    path = real_file(path)
+    folder = os.path.dirname(path)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"{folder} is a file, not a folder: choose another path")
     os.makedirs(folder, exist_ok=True)
@@ -304,6 +306,31 @@ def _signals_deferred() -> Iterator[list[int]]:
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
+
+
+def real_file(path: str | os.PathLike) -> str:
+    """The absolute real path of a file to write: a symbolic link (or a chain of them) is
+    followed to its target, so that writing replaces the target and keeps the link, as
+    ``open(path, "w")`` would.
+
+    Raises:
+        ValueError: ``path`` is a symbolic link to nothing (a dangling link: writing through it
+            would create a file the user may not expect, replacing it would lose the link), or
+            a link loop.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.islink(path):
+        return path
+    try:
+        real = os.path.realpath(path, strict=True)
+    except (OSError, RuntimeError):  # dangling link or loop (RuntimeError before Python 3.13 for loops only)
+        target = os.readlink(path)
+        raise ValueError(
+            f"{path} is a symbolic link to {target}, which does not exist: create that file, remove the link or choose another path"
+        ) from None
+    if os.path.isdir(real):
+        raise ValueError(f"{path} links to the folder {real}: name a file to write")
+    return real
 
 
 def real_folder(path: str | os.PathLike) -> str:

@@ -1,6 +1,6 @@
 """Posterior tempering (``temperature=`` of nuts, advi, sgld, map, ensemble, swag): the target
 p(θ | D)^(1/T) against its closed form on a conjugate Gaussian model, T = 1 unchanged, the
-refusals of the methods that cannot temper yet, and concrete dropout's renamed option."""
+refusals of the methods that cannot temper, and the documented range."""
 
 from __future__ import annotations
 
@@ -57,12 +57,35 @@ def test_methods_that_cannot_temper_refuse_it():
         bnnpp.inference.get_method("nuts").parse({"temperature": 0.0})
 
 
-def test_concrete_dropouts_old_temperature_key_maps_to_relaxation_temperature():
-    method = bnnpp.inference.get_method("mc_dropout")
-    with pytest.warns(DeprecationWarning, match="relaxation_temperature"):
-        parsed = method.parse({"temperature": 0.3, "concrete": True})
-    assert parsed.relaxation_temperature == 0.3
-    assert method.parse({"relaxation_temperature": 0.2}).relaxation_temperature == 0.2
+def test_temperature_means_the_posterior_temperature_for_every_method():
+    """A method that cannot temper takes T = 1 (what it fits) and refuses any other T in one line;
+    mc_dropout's concrete relaxation temperature answers only to relaxation_temperature."""
+    registry = bnnpp.inference
+    for method in ("bbb", "vd", "mc_dropout", "mclmc", "meads", "pathfinder"):
+        assert "temperature" not in registry.get_method(method).check_options({"temperature": 1.0})
+        with pytest.raises(ValueError, match=r"temperature=2 refused: .*only 1 \(the untempered posterior\)"):
+            registry.get_method(method).parse({"temperature": 2})
+    with pytest.raises(ValueError, match="relaxation_temperature"):
+        registry.get_method("mc_dropout").parse({"temperature": 0.3, "concrete": True})
+    assert registry.get_method("mc_dropout").parse({"relaxation_temperature": 0.2}).relaxation_temperature == 0.2
+
+
+@pytest.mark.parametrize("t", [1e-300, 1e-5, 2e4, 1e300, float("inf"), float("nan")])
+def test_temperatures_outside_the_documented_range_are_refused(t):
+    for method in ("nuts", "advi", "map", "sgld"):
+        with pytest.raises(ValueError, match=r"temperature must (lie in \[0.0001, 10000\]|be a positive number)"):
+            bnnpp.inference.get_method(method).parse({"temperature": t})
+    assert bnnpp.inference.get_method("advi").parse({"temperature": 1e-4}).temperature == 1e-4
+
+
+def test_cli_temperature_is_the_posterior_temperature(tmp_path, capsys):
+    from bnnpp.cli import main
+
+    out = tmp_path / "run"
+    assert main(["fit", "--method", "mc_dropout", "--temperature", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "temperature=2.0 refused" in err and "relaxation_temperature" in err
+    assert not out.exists()
 
 
 @pytest.mark.slow
@@ -70,8 +93,19 @@ def test_concrete_dropouts_old_temperature_key_maps_to_relaxation_temperature():
 def test_sgld_variance_doubles_at_temperature_two():
     variances = []
     for t in (1.0, 2.0):
-        post = bnnpp.fit(model, (X, Y), method="sgld", progress=False, temperature=t, variant="sgld", burn_in=5000,
-                         num_samples=4000, thinning=5, num_chains=4, step_size=1e-3)
+        post = bnnpp.fit(
+            model,
+            (X, Y),
+            method="sgld",
+            progress=False,
+            temperature=t,
+            variant="sgld",
+            burn_in=5000,
+            num_samples=4000,
+            thinning=5,
+            num_chains=4,
+            step_size=1e-3,
+        )
         variances.append(float(np.var(post.samples["theta"])))
     # full-batch SGLD with a fixed step is biased a little (measured 7-11% low here) and its
     # 4 x 4,000 thinned draws are autocorrelated: 20% on each variance, 15% on their ratio

@@ -140,12 +140,11 @@ def _build(args) -> tuple[Any, Any, dict, dict]:
     backend = get_method(args.method)
     flags = method_flags()
     given = [(dest, opt) for dest, opt, _ in flags if hasattr(args, dest)]
-    if args.method == "mc_dropout":  # its relaxation temperature was `temperature` (an older run's config.toml)
-        given = [(dest, "relaxation_temperature" if opt == "temperature" else opt) for dest, opt in given]
-    refused = [backend.options.refused[opt] for _, opt in given if opt in backend.options.refused]
+    refused = [backend.options.refused[opt] for _, opt in given if opt in backend.options.refused and opt != "temperature"]
     if refused:  # an option of the common vocabulary the method cannot take, with why
         raise ValueError(refused[0])
-    wrong = [_flag(dest) for dest, opt in given if opt not in backend.defaults]
+    # --temperature is the posterior temperature for every method: one that cannot temper takes 1 and refuses the rest (parse)
+    wrong = [_flag(dest) for dest, opt in given if opt not in backend.defaults and opt != "temperature"]
     if wrong:
         takes = [spec.cli_flag for spec in backend.options.specs() if spec.flag is not None]  # in the method's order
         raise ValueError(f"{', '.join(wrong)} does not apply to --method {args.method}; it takes {', '.join(takes)}")

@@ -8,7 +8,7 @@ import os
 
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
-from bnnpp.files import check_writable
+from bnnpp.files import check_writable, real_file
 
 __all__ = ["add_parser", "run"]
 
@@ -80,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
                 tables.check_levels(levels, flag)
     except ValueError as e:
         raise CLIError(str(e)) from None
-    parent = os.path.dirname(os.path.abspath(args.out))
+    try:
+        target = real_file(args.out)  # a link is written through, a dangling one refused: before anything compiles
+    except ValueError as e:
+        raise CLIError(f"--out {e}") from None
+    parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         raise CLIError(f"--out {args.out}: folder {parent} does not exist")
     if os.path.isdir(args.out):

@@ -16,6 +16,7 @@ import numpy as np
 
 from bnnpp.inference import runner
 from bnnpp.inference.algorithm import Algorithm, Keys, RunSpec
+from bnnpp.inference.collect import warn_nan_stop
 
 __all__ = ["LoopResult", "lower_guarded", "run_chunked"]
 
@@ -90,10 +91,5 @@ def run_chunked(
         total_steps=lambda u: u,
     )
     if bad_unit is not None:
-        warnings.warn(
-            f"{desc}: the loss or parameters became NaN/inf at step {bad_unit}; training stopped there and kept the "
-            f"parameters after step {bad_unit - 1}. Lower the learning rate or use a tighter prior.",
-            RuntimeWarning,
-            stacklevel=2,
-        )
+        warn_nan_stop(desc, bad_unit, stacklevel=2)
     return LoopResult(rs.state, np.asarray(rows[0].loss), units_run, bad_unit, compile_seconds, time.perf_counter() - t0)

@@ -112,7 +112,7 @@ class BBBOptions(Options):
     """Options of ``method="bbb"`` (see :func:`build`)."""
 
     refused: ClassVar[dict[str, str]] = {
-        "temperature": "bbb does not take a temperature yet (its closed-form KL is computed outside the tempered log density): fit advi, nuts or sgld for a tempered posterior"
+        "temperature": "bbb cannot temper its posterior yet (its closed-form KL is computed outside the tempered log density): fit advi, nuts or sgld for a tempered posterior"
     }
 
     exclusive = (("optimizer", "learning_rate"), ("optimizer", "schedule"), ("optimizer", "rho_lr_factor"), ("num_steps", "epochs"))

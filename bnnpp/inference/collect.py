@@ -18,6 +18,26 @@ from bnnpp.posterior import MAX_SAVED_DATA, FitStats, Posterior
 _Fit = Any  # bnnpp.inference.runner._Fit (the plan of one fit); not imported: runner imports this module
 
 
+def warn_nan_stop(name: str, step: int, stacklevel: int = 2) -> None:
+    """The RuntimeWarning of a run that stopped at a NaN/inf at step ``step`` (0-based), keeping
+    the parameters after step ``step − 1``.
+
+    Raises:
+        ValueError: ``step`` is 0: no step finished, so there is nothing fitted to keep.
+    """
+    if step == 0:
+        raise ValueError(
+            f"{name}: the loss or parameters were NaN/inf at the first step, from the start values: nothing was fitted; "
+            "check that the model's log density is finite at the start (init=...), lower the learning rate or use a tighter prior"
+        )
+    warnings.warn(
+        f"{name}: the loss or parameters became NaN/inf at step {step}; training stopped there and kept the "
+        f"parameters after step {step - 1}. Lower the learning rate or use a tighter prior.",
+        RuntimeWarning,
+        stacklevel=stacklevel + 1,
+    )
+
+
 def _collect(fit: _Fit, programs, rs, unit_rows, units_run: int, bad_unit: int | None):
     """Collect: the draws (from ``sample``, or the emitted rows of the kept steps), their
     statistics, the approximation and the algorithm's extras, with the warnings of a NaN stop.
@@ -45,12 +65,7 @@ def _collect(fit: _Fit, programs, rs, unit_rows, units_run: int, bad_unit: int |
         samples, sample_stats, steps_run, stopped_at = _kept(fit, emitted, bad_steps, units_run, bad_unit)
         approximation = None
     if stopped_at is not None:
-        warnings.warn(
-            f"{name}: the loss or parameters became NaN/inf at step {stopped_at}; training stopped there and kept the "
-            f"parameters after step {stopped_at - 1}. Lower the learning rate or use a tighter prior.",
-            RuntimeWarning,
-            stacklevel=5,  # the caller of bnnpp.fit
-        )
+        warn_nan_stop(name, stopped_at, stacklevel=5)  # the caller of bnnpp.fit
     if plan.ends is not None and samples[next(iter(samples))].shape[1] == 0:
         raise RuntimeError(
             f"{name}: the chains became NaN/inf at step {stopped_at}, before the first kept draw; lower step_size or use a tighter prior"

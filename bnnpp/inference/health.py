@@ -7,6 +7,9 @@ The runner (:mod:`bnnpp.inference.runner`) calls :func:`check` on every Posterio
   its noise and by more than :data:`FALLING_SHARE` of its scale. The middle is compared, not
   only the last tenth: the cosine schedules of advi and bbb bring the learning rate to 0, so a
   fit stopped far too early is flat over its last tenth too.
+* **an optimiser that diverged or does not move** (:func:`optimiser_stuck`): the loss rose
+  by an order of magnitude above its start, or changed by less than float32 rounding on most
+  steps (a learning rate far too large, or far too small).
 * **a variational approximation that PSIS rejects** (:func:`vi_khat`): mean-field Gaussian q
   (advi, bbb) with Pareto k̂ > :data:`KHAT_THRESHOLD` (Yao, Vehtari, Simpson & Gelman 2018),
   from :data:`KHAT_DRAWS` draws of q against the full training data, when that costs at most
@@ -45,6 +48,7 @@ __all__ = [
     "check",
     "laplace_khat",
     "mcmc_rhat",
+    "optimiser_stuck",
     "pareto_khat",
     "split_rhat",
     "still_falling",
@@ -77,6 +81,40 @@ are independent fits, not chains: their disagreement is the point)."""
 class FitHealthWarning(UserWarning):
     """A fit finished but its result is not to be trusted as it stands (not converged, or
     an approximation PSIS rejects); the message names what to do."""
+
+
+DIVERGED_RISE = 10.0
+"""A loss whose last tenth averages more than this many times its start's magnitude above the
+start has diverged: it rose by an order of magnitude or more."""
+STILL_ULPS = 1.0
+"""A loss that moved by less than this many float32 roundings of itself on more than half of
+its steps is not moving: the updates are too small to change the parameters."""
+
+
+def optimiser_stuck(loss: np.ndarray) -> dict | None:
+    """Did the optimiser diverge or not move at all over the loss trace ``loss`` ``(steps,)``?
+
+    Diverged: the mean of the last tenth m₂ exceeds the first value ℓ₀ by more than
+    :data:`DIVERGED_RISE` × max(|ℓ₀|, 1e-30). Not moving: the median over steps of
+    |ℓ_{t+1} − ℓ_t| / |ℓ_t| is below :data:`STILL_ULPS` float32 machine epsilons (the loss is
+    computed in float32, so a step that changes it less changed nothing it can see).
+
+    Returns:
+        ``{"kind": "rose" | "still", "start", "end"}`` (floats), or ``None`` when neither holds
+        (also for traces shorter than :data:`MIN_STEPS` finite steps).
+    """
+    loss = np.asarray(loss, np.float64)
+    loss = loss[np.isfinite(loss)]
+    n = loss.size
+    if n < MIN_STEPS:
+        return None
+    start, end = float(loss[0]), float(loss[n - n // 10 :].mean())
+    if end - start > DIVERGED_RISE * max(abs(start), 1e-30):
+        return {"kind": "rose", "start": start, "end": end}
+    change = np.abs(np.diff(loss)) / np.maximum(np.abs(loss[:-1]), np.finfo(np.float32).tiny)
+    if float(np.median(change)) < STILL_ULPS * float(np.finfo(np.float32).eps):
+        return {"kind": "still", "start": start, "end": end}
+    return None
 
 
 def still_falling(loss: np.ndarray, batches: int = 5) -> dict | None:
@@ -284,10 +322,24 @@ def check(posterior) -> list[str]:
     if trace is not None and stats.stopped_at is None:  # a NaN stop has its own warning
         trace = np.asarray(trace)
         columns = trace.reshape(trace.shape[0], -1).T if trace.ndim > 1 else [trace]
-        falling = [(i, r) for i, c in enumerate(columns) if (r := still_falling(c)) is not None]
+        what = "negative ELBO" if "negative_elbo" in stats.traces else "loss"
+        stuck = [(i, r) for i, c in enumerate(columns) if (r := optimiser_stuck(c)) is not None]
+        if stuck:
+            i, r = stuck[0]
+            member = f" (member {i}; {len(stuck)} of {len(columns)} members)" if len(columns) > 1 else ""
+            if r["kind"] == "rose":
+                notes.append(
+                    f"{stats.method}: the optimiser diverged: the {what} rose from {r['start']:.4g} to {r['end']:.4g} over the "
+                    f"{trace.shape[0]} steps{member}; lower the learning rate"
+                )
+            else:
+                notes.append(
+                    f"{stats.method}: the optimiser did not move: the {what} changed by less than float32 rounding on most of the "
+                    f"{trace.shape[0]} steps{member}; raise the learning rate"
+                )
+        falling = [(i, r) for i, c in enumerate(columns) if (r := still_falling(c)) is not None] if not stuck else []
         if falling:
             i, r = max(falling, key=lambda ir: ir[1]["share"])
-            what = "negative ELBO" if "negative_elbo" in stats.traces else "loss"
             member = f" (member {i}; {len(falling)} of {len(columns)} members)" if len(columns) > 1 else ""
             notes.append(
                 f"{stats.method}: not converged: the {what} fell by {r['drop']:.4g} ({r['share']:.1%} of its scale, "

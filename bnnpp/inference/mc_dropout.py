@@ -47,9 +47,8 @@ to the layer message those helpers send, and a layer's weights must be its laten
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -96,8 +95,14 @@ class MCDropoutOptions(Options):
     )
     concrete: bool = option(False, "learn p per layer (concrete dropout, Gal et al. 2017)", check=boolean)
     relaxation_temperature: float = option(
-        0.1, "concrete relaxation temperature (the option's name before posterior tempering took 'temperature')", check=positive_float
+        0.1,
+        "concrete relaxation temperature (Gal et al. 2017 eq. 5; not the posterior temperature, which mc_dropout does not take)",
+        check=positive_float,
     )
+    refused: ClassVar[dict[str, str]] = {
+        "temperature": "mc_dropout cannot temper its posterior (its objective is not a log density); the concrete relaxation's "
+        "temperature is relaxation_temperature"
+    }
     num_steps: int = option(5_000, "optimisation steps", check=positive_int, flag="steps")
     epochs: int | None = option(
         None, "passes over the data (replaces num_steps: steps = epochs x (N // batch_size))", check=optional(positive_int), type=int
@@ -124,24 +129,6 @@ class MCDropoutOptions(Options):
     )
     evidence_steps: int = option(20, "Adam steps on the hyperparameters per evidence update", check=positive_int)
     chunk_size: int | None = option(None, "steps per compiled chunk", check=optional(positive_int), flag=False, type=int)
-
-    @classmethod
-    def parse(cls, method: str, given: dict[str, Any]) -> MCDropoutOptions:
-        """As :meth:`Options.parse`; ``temperature``, this method's name of
-        ``relaxation_temperature`` before posterior tempering took the word (the config.toml of
-        an older run), is read as ``relaxation_temperature`` with a DeprecationWarning: MC
-        dropout's objective is not a density, so it has no posterior temperature."""
-        if "temperature" in given:
-            if "relaxation_temperature" in given:
-                raise ValueError("pass relaxation_temperature only: temperature is its old name")
-            warnings.warn(
-                "mc_dropout's temperature is now relaxation_temperature (the concrete relaxation's); "
-                "temperature elsewhere is the posterior temperature, which mc_dropout does not take",
-                DeprecationWarning,
-                stacklevel=3,
-            )
-            given = {("relaxation_temperature" if k == "temperature" else k): v for k, v in given.items()}
-        return super().parse(method, given)
 
 
 class MCDropoutState(NamedTuple):

@@ -144,12 +144,31 @@ def temperature_option():
     ``handlers.scale`` (:func:`bnnpp.inference.registry.tempered`): NUTS samples the tempered
     density, SG-MCMC takes its gradient, ADVI's ELBO is ``E_q[log p(D, θ)]/T + H(q)`` (the
     KL to the tempered posterior), and MAP-type fits minimise ``−log p(D, θ)/T`` (the same
-    mode). ``T = 1`` leaves the model untouched."""
+    mode). ``T = 1`` leaves the model untouched. ``T`` must lie in
+    [:data:`TEMPERATURE_RANGE`]: Wenzel et al. study 10⁻⁴ ≤ T ≤ 1; far outside it the
+    float32 log densities scaled by ``1/T`` overflow (T → 0) or the data's weight rounds
+    away next to the prior's (T → ∞), so such a value is refused before anything compiles."""
     return option(
         1.0,
-        "posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T; Wenzel et al. 2020); 1: the posterior",
-        check=positive_float,
+        "posterior temperature T in [1e-4, 1e4]: fit p(θ|D)^(1/T) (every log-density divided by T; Wenzel et al. 2020); 1: the posterior",
+        check=_temperature,
     )
+
+
+TEMPERATURE_RANGE = (1e-4, 1e4)
+"""The posterior temperatures accepted (:func:`temperature_option`)."""
+
+
+def _temperature(name: str, value) -> None:
+    positive_float(name, value)
+    low, high = TEMPERATURE_RANGE
+    if not low <= value <= high:
+        raise ValueError(f"{name} must lie in [{low:g}, {high:g}] (Wenzel et al. 2020 study 1e-4 to 1), got {value!r}")
+
+
+def _is_one(value) -> bool:
+    """Whether ``value`` is the number 1 (an int, float or NumPy scalar; not a bool)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating)) and value == 1
 
 
 def fraction(low: float = 0.0, high: float = 1.0, *, low_open: bool, high_open: bool) -> Callable[[str, Any], None]:
@@ -381,7 +400,18 @@ class Options:
     @classmethod
     def parse(cls, method: str, given: dict[str, Any]) -> Options:
         """The options from keyword arguments: unknown names and exclusive pairs are
-        rejected, then every value is checked (one-line ValueError/TypeError)."""
+        rejected, then every value is checked (one-line ValueError/TypeError).
+
+        ``temperature`` means the posterior temperature for every method
+        (:func:`temperature_option`): a method that cannot temper accepts ``temperature=1``
+        (the posterior itself, which it fits) and refuses any other value in one line."""
+        if "temperature" in given and "temperature" not in cls.names():
+            t = given["temperature"]
+            if _is_one(t):
+                given = {k: v for k, v in given.items() if k != "temperature"}
+            else:
+                reason = cls.refused.get("temperature") or f"{method} cannot temper its posterior"
+                raise ValueError(f"temperature={t!r} refused: {reason}; only 1 (the untempered posterior) is accepted")
         for name in given:
             if name in cls.refused:
                 raise ValueError(cls.refused[name])

@@ -33,6 +33,9 @@ from bnnpp.introspection import improper_as_zeros, latent_sites, probe_rows
 __all__ = ["apply_start", "digest", "flatten_start", "start_position"]
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
 def flatten_start(init: Any) -> dict[str, np.ndarray]:
     """``init`` as a flat ``{site: numpy array}`` (see the module docstring).
 
@@ -61,6 +64,8 @@ def flatten_start(init: Any) -> dict[str, np.ndarray]:
                     out[name] = np.asarray(value)
                 except Exception as e:
                     raise TypeError(f"init[{name!r}] must be an array, got {type(value).__name__}") from e
+                if np.iscomplexobj(out[name]):
+                    raise TypeError(f"init[{name!r}] is complex ({out[name].dtype}): start values must be real numbers")
                 if out[name].dtype == object or not np.issubdtype(out[name].dtype, np.number):
                     raise TypeError(f"init[{name!r}] must be a numeric array, got dtype {out[name].dtype}")
 
@@ -94,9 +99,9 @@ def start_position(model: Callable, x, y, init: Any) -> dict[str, jnp.ndarray]:
         site → float32 array of the site's shape, on the unconstrained space (only the given sites).
 
     Raises:
-        ValueError: an unknown site, a wrong shape, a non-finite value or one outside the site's
-            support — one line naming the site.
-        TypeError: see :func:`flatten_start`.
+        ValueError: an unknown site, a wrong shape, a non-finite value, one beyond float32's
+            range or one outside the site's support — one line naming the site.
+        TypeError: see :func:`flatten_start` (also a complex value).
     """
     given = flatten_start(init)
     if not given:
@@ -110,6 +115,11 @@ def start_position(model: Callable, x, y, init: Any) -> dict[str, jnp.ndarray]:
             raise ValueError(f"init[{name!r}] has shape {tuple(value.shape)}; the site has shape {tuple(sites[name].shape)}")
         if not np.all(np.isfinite(value)):
             raise ValueError(f"init[{name!r}] has non-finite values (nan or inf): start values must be finite")
+        big = float(np.max(np.abs(value), initial=0.0))
+        if big > _FLOAT32_MAX:  # finite in float64, inf once the fit casts it to float32
+            raise ValueError(
+                f"init[{name!r}] holds {big:.3g}, beyond float32's range (±3.4e38) the fit computes in: give a smaller start value"
+            )
     supports = _supports(model, x, y)
     out = {}
     for name, value in given.items():

@@ -127,7 +127,7 @@ class VDOptions(Options):
     """Options of ``method="vd"`` (module docstring)."""
 
     refused: ClassVar[dict[str, str]] = {
-        "temperature": "vd does not take a temperature yet (its KL to the log-uniform prior is an approximation outside the log density): fit advi, nuts or sgld for a tempered posterior"
+        "temperature": "vd cannot temper its posterior yet (its KL to the log-uniform prior is an approximation outside the log density): fit advi, nuts or sgld for a tempered posterior"
     }
 
     exclusive = (("optimizer", "learning_rate"), ("num_steps", "epochs"))

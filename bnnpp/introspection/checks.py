@@ -47,6 +47,24 @@ def refuse_flax_module(model) -> None:
         )
 
 
+STORED_DIMS = ("chain", "draw")
+"""ArviZ's dimensions of every stored group: no site may take their names."""
+
+
+def _check_names(found: dict) -> None:
+    """One-line ValueError for a site name a posterior cannot store: empty, not a string, or one
+    of ArviZ's dimensions (:data:`STORED_DIMS`), which xarray would refuse only when the fit is
+    written."""
+    for site_name, site in found.items():
+        name = (
+            site_name if site.get("renamed_from") is None else site["renamed_from"]
+        )  # the user's name of a site bnnpp renamed (the observed one)
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"the model has a site named {name!r}: give every numpyro.sample/deterministic site a non-empty name")
+        if name in STORED_DIMS:
+            raise ValueError(f"the model has a site named {name!r}, the name of ArviZ's {name} dimension: rename the site")
+
+
 MODEL_ERRORS = (ValueError, TypeError, NotImplementedError, AssertionError)
 """What a user's model raises on data it cannot take (its own ``assert`` included): turned
 into one-line ``ValueError``s by :func:`check_model` and :func:`check_sites`."""
@@ -74,6 +92,7 @@ def check_model(model: Callable, x, y) -> dict[str, SiteInfo]:
                 f"the model's plate {name!r} subsamples ({subsample} of {size}): bnnpp draws minibatches and scales "
                 f"them itself; write numpyro.plate({name!r}, x.shape[0]) and pass batch_size={subsample} to bnnpp.fit"
             )
+    _check_names(found)
     reserved = [n for n in found if n.startswith(RESERVED_PREFIX) and found[n].get("renamed_from") is None]
     if reserved:
         raise ValueError(f"site name(s) {', '.join(reserved)}: names starting with {RESERVED_PREFIX!r} are bnnpp's; rename them")

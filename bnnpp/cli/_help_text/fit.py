@@ -189,9 +189,10 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        variational) [advi=auto, bbb=auto, ensemble=auto, laplace=auto, map=auto,\n'
  '                        mc_dropout=auto]\n'
  '  --temperature TEMPERATURE\n'
- '                        posterior temperature T: fit p(θ|D)^(1/T) (every log-density divided by T;\n'
- '                        Wenzel et al. 2020); 1: the posterior [advi=1.0, ensemble=1.0,\n'
- '                        laplace=1.0, map=1.0, multiswag=1.0, nuts=1.0, sgld=1.0, swag=1.0]\n'
+ '                        posterior temperature T in [1e-4, 1e4]: fit p(θ|D)^(1/T) (every log-\n'
+ '                        density divided by T; Wenzel et al. 2020); 1: the posterior [advi=1.0,\n'
+ '                        ensemble=1.0, laplace=1.0, map=1.0, multiswag=1.0, nuts=1.0, sgld=1.0,\n'
+ '                        swag=1.0]\n'
  '  --rho-lr-factor RHO_LR_FACTOR\n'
  "                        the σ's (ρ) step size as a share of the means' (below 1 keeps the σ's from\n"
  "                        drifting to the prior's wide component over long minibatch runs;\n"
@@ -254,8 +255,8 @@ HELP = ('usage: bnnpp fit [-h] [--config FILE] [--data {circles,moons,sinusoid,m
  '                        concrete) [mc_dropout=0.1]\n'
  '  --concrete            learn p per layer (concrete dropout, Gal et al. 2017) [mc_dropout]\n'
  '  --relaxation-temperature RELAXATION_TEMPERATURE\n'
- "                        concrete relaxation temperature (the option's name before posterior\n"
- "                        tempering took 'temperature') [mc_dropout=0.1]\n"
+ '                        concrete relaxation temperature (Gal et al. 2017 eq. 5; not the posterior\n'
+ '                        temperature, which mc_dropout does not take) [mc_dropout=0.1]\n'
  '  --num-chains NUM_CHAINS\n'
  '                        chains (mclmc: in lock-step; unset: 8 on a CPU, 64 on an accelerator)\n'
  '                        [mclmc=by device, meads=by device, nuts=4, sgld=4]\n'
