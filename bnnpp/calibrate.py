@@ -6,7 +6,13 @@ Split conformal prediction (Vovk, Gammerman & Shafer 2005; Angelopoulos & Bates 
 score ``s_i`` of how badly the predictive fits each of ``n`` calibration points, and
 ``q̂`` = the ``⌈(n+1)(1−α)⌉``-th smallest score (:func:`conformal_quantile`; ``+inf`` when
 that rank exceeds ``n``). For a new exchangeable point the set ``{y : s(x, y) ≤ q̂}`` holds the
-true ``y`` with probability ≥ 1 − α, whatever the posterior. The scores:
+true ``y`` with probability ≥ 1 − α, whatever the posterior, and, when the scores have no ties,
+< 1 − α + 1/(n+1) (Vovk et al. 2005; Lei, G'Sell, Rinaldo, Tibshirani & Wasserman 2018;
+Angelopoulos & Bates 2021). The rank is at most ``n`` exactly when ``n ≥ 1/α − 1``, i.e. ``n ≥ ⌈1/α⌉ − 1``
+(:func:`conformal_min_rows`: 9 rows at α = 0.1, 999 at α = 0.001); :func:`fit` refuses fewer
+(:func:`check_rows`), since the infinite threshold would make every interval ``(−∞, ∞)`` and
+every set hold every class. :meth:`Calibration.guarantee` states the coverage a fitted
+calibration has. The scores:
 
 * ``"normalized"`` (regression): ``|y − μ(x)| / σ(x)`` with ``μ``, ``σ`` the predictive mean
   and total sd; interval ``μ ± q̂ σ`` (Lei et al. 2018, the locally weighted residual).
@@ -44,7 +50,10 @@ prediction to pay for them and raises the ECE; the Brier-optimal ``T`` weighs th
 loss's ``T`` is fitted on four and applied to the fifth, and the loss whose out-of-fold
 predictions have the lower ECE (15 equal-width bins, Guo et al.) fits the final ``T`` on the
 whole split (NLL on ties, and below :data:`AUTO_MIN_ROWS` rows, where the ECE of a fold is
-mostly noise). When both are asked for, ``T`` is fitted first and
+mostly noise). A ``T`` that ends at a bound of :data:`TEMPERATURE_BOUNDS`, or where the loss is
+as low as at that bound, is not pinned down by the rows: a few rows, or rows of one class, that
+the classifier gets all right (the loss falls as ``T → 0``) or all wrong (it falls as ``T → ∞``);
+:func:`fit` warns (:class:`TemperatureBoundWarning`). When both are asked for, ``T`` is fitted first and
 the conformal scores are computed from the temperature-scaled probabilities, on the same split
 (one fitted scalar; split the calibration data yourself for the strict guarantee).
 
@@ -57,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +77,7 @@ from bnnpp.temperature import AUTO_MIN_ROWS as AUTO_MIN_ROWS
 from bnnpp.temperature import TEMPERATURE_BOUNDS as TEMPERATURE_BOUNDS
 from bnnpp.temperature import TEMPERATURE_LOSS_CHOICES as TEMPERATURE_LOSS_CHOICES
 from bnnpp.temperature import TEMPERATURE_LOSSES as TEMPERATURE_LOSSES
+from bnnpp.temperature import _tempered_brier, _tempered_nll
 from bnnpp.temperature import check_temperature_loss as check_temperature_loss
 from bnnpp.temperature import choose_temperature_loss as choose_temperature_loss
 from bnnpp.temperature import fit_temperature as fit_temperature
@@ -79,8 +90,11 @@ __all__ = [
     "TEMPERATURE_LOSSES",
     "TEMPERATURE_LOSS_CHOICES",
     "Calibration",
+    "TemperatureBoundWarning",
     "aps_scores",
+    "check_rows",
     "class_scores",
+    "conformal_min_rows",
     "conformal_quantile",
     "conformal_rank",
     "cqr_scores",
@@ -96,6 +110,18 @@ REGRESSION_SCORES = ("normalized", "cqr")
 """Conformity scores of regression intervals."""
 CLASSIFICATION_SCORES = ("aps", "raps")
 """Conformity scores of classification sets."""
+CONFORMAL_REFERENCES = "Vovk, Gammerman & Shafer 2005; Angelopoulos & Bates 2021"
+"""Where the split-conformal coverage bounds stated by :meth:`Calibration.guarantee` are proved."""
+NO_GUARANTEE = "temperature scaling only: calibrated probabilities, no coverage guarantee (Guo et al. 2017)"
+"""What :meth:`Calibration.summary` says of a calibration without a conformal step."""
+BOUND_TOLERANCE = 1e-3
+"""How close (in ``|log T − log bound|``) a fitted temperature may come to a bound of
+:data:`TEMPERATURE_BOUNDS` before it counts as at the bound."""
+
+
+class TemperatureBoundWarning(UserWarning):
+    """A fitted temperature ended at (or, the loss being as low there, effectively at) a bound
+    of its search: the calibration rows do not determine it."""
 
 
 def check_alpha(alpha) -> float:
@@ -113,8 +139,55 @@ def conformal_rank(n: int, alpha: float) -> int:
     """The 1-based rank ``⌈(n+1)(1−α)⌉`` of the calibration score that is the conformal
     threshold for ``n`` calibration points at miscoverage ``alpha`` (may exceed ``n``: then no
     finite threshold has the guarantee)."""
-    # a small tolerance keeps e.g. (19+1)*(1-0.1) = 18.000000000000004 at rank 18
-    return math.ceil((n + 1) * (1 - alpha) - 1e-9)
+    # a small tolerance keeps e.g. (19+1)*(1-0.1) = 18.000000000000004 at rank 18; rank ≥ 1
+    return max(1, math.ceil((n + 1) * (1 - alpha) - 1e-9))
+
+
+def conformal_min_rows(alpha: float) -> int:
+    """The fewest calibration points ``n`` for which split conformal at miscoverage ``alpha``
+    has a finite threshold: the smallest ``n ≥ 1`` with :func:`conformal_rank` ``(n, alpha) ≤ n``.
+
+    ``⌈(n+1)(1−α)⌉ ≤ n`` ⇔ ``(n+1)(1−α) ≤ n`` ⇔ ``n ≥ 1/α − 1``, so this is ``⌈1/α⌉ − 1``
+    (at least 1); it is found from the rank itself, so that it agrees with
+    :func:`conformal_quantile` where ``1/α`` is a whole number up to rounding (α = 1/3: 2 rows).
+
+    Returns:
+        The minimum ``n`` as an int (9 at α = 0.1, 19 at 0.05, 999 at 0.001).
+    """
+    alpha = check_alpha(alpha)
+    n = max(1, math.ceil(1 / alpha) - 2)
+    while n > 1 and conformal_rank(n - 1, alpha) <= n - 1:
+        n -= 1
+    while conformal_rank(n, alpha) > n:
+        n += 1
+    return n
+
+
+def check_rows(n: int, alpha: float | None) -> int:
+    """``n`` if ``n`` calibration rows can calibrate at miscoverage ``alpha`` (``None``: no
+    conformal step, any ``n ≥ 1``); else a one-line ValueError naming the minimum
+    (:func:`conformal_min_rows`) and the smallest ``alpha`` that ``n`` rows allow, ``1/(n+1)``.
+
+    Returns:
+        ``n``.
+    """
+    if n < 1:
+        raise ValueError("calibration needs at least one labelled row, got none")
+    if alpha is None:
+        return n
+    alpha = check_alpha(alpha)
+    need = conformal_min_rows(alpha)
+    if n < need:
+        smallest = 1 / (n + 1)
+        shown = f"{smallest:.3g}"
+        if float(shown) < smallest:  # rounded down: state a level n rows do allow
+            shown = f"{math.ceil(smallest * 1e4) / 1e4:g}"
+        raise ValueError(
+            f"alpha {alpha:g} needs at least {need} calibration rows for a finite split-conformal threshold (the "
+            f"⌈(n+1)(1−α)⌉-th smallest of n scores; {CONFORMAL_REFERENCES}), got {n}: with fewer every interval or set "
+            f"is unbounded; give more rows, or alpha ≥ 1/(n+1) = {shown}"
+        )
+    return n
 
 
 def conformal_quantile(scores, alpha: float) -> np.ndarray:
@@ -134,7 +207,7 @@ def conformal_quantile(scores, alpha: float) -> np.ndarray:
     if n == 0:
         raise ValueError("conformal calibration needs at least one calibration point")
     k = conformal_rank(n, alpha)
-    if k > n:
+    if k > n:  # fewer than conformal_min_rows(alpha) points: fit refuses them (check_rows)
         return np.full(scores.shape[1:], np.inf)
     return np.sort(scores, axis=0)[k - 1]
 
@@ -252,6 +325,57 @@ class Calibration:
             raise ValueError(f"the saved calibration's temperature must be > 0, got {cal.temperature}")
         return cal
 
+    def guarantee(self) -> str | None:
+        """The coverage this calibration's intervals or sets have, in one line: split conformal
+        gives marginal coverage ≥ ``1 − alpha`` for new rows exchangeable with the calibration
+        rows, and < ``1 − alpha + 1/(n+1)`` when the scores have no ties (module docstring;
+        Vovk et al. 2005; Angelopoulos & Bates 2021). It is marginal (averaged over calibration
+        sets and new rows, not for each ``x``), per target element for ``(n, K)`` targets, and
+        approximate when a temperature was fitted on the same rows.
+
+        Returns:
+            The statement as a string, or ``None`` when no conformal step was fitted
+            (temperature scaling alone carries no coverage guarantee).
+        """
+        if self.score is None or self.alpha is None:
+            return None
+        what = "intervals" if self.task == "regression" else "sets"
+        if any(math.isinf(t) for t in self.threshold):
+            return (
+                f"split conformal ({self.score}): no guarantee, the threshold is infinite ({self.n} rows are fewer than the "
+                f"{conformal_min_rows(self.alpha)} alpha {self.alpha:g} needs), so the {what} are unbounded: calibrate again"
+            )
+        level = 1 - self.alpha
+        upper = min(1.0, level + 1 / (self.n + 1))
+        text = (
+            f"split conformal ({self.score}): marginal coverage ≥ 1−α = {level:g} (and < 1−α + 1/(n+1) = {upper:.4g} when the "
+            f"scores have no ties) for new rows exchangeable with the n = {self.n} calibration rows"
+        )
+        if len(self.threshold) > 1:
+            text += f", for each of the {len(self.threshold)} target elements separately"
+        if self.task == "classification" and self.temperature != 1.0:
+            text += "; the temperature was fitted on the same rows, so the bound is approximate (split them for an exact one)"
+        return f"{text} ({CONFORMAL_REFERENCES})"
+
+    def summary(self) -> str:
+        """What was fitted and, on a second line, :meth:`guarantee` (or that temperature scaling
+        alone carries no coverage guarantee).
+
+        Returns:
+            A two-line string.
+        """
+        parts = [f"{self.task} calibration on {self.n} rows"]
+        if self.task == "classification" and self.temperature != 1.0:
+            parts.append(f"temperature {self.temperature:.4g} ({self.temperature_loss})")
+        if self.score is not None:
+            q = ", ".join(f"{t:.4g}" for t in self.threshold)
+            parts.append(f"{self.score} {'intervals' if self.task == 'regression' else 'sets'} at alpha {self.alpha:g}: threshold {q}")
+        guarantee = self.guarantee() or NO_GUARANTEE
+        return f"{', '.join(parts)}\n{guarantee}"
+
+    def __str__(self) -> str:
+        return self.summary()
+
     def scale(self, prediction):
         """``prediction`` with its class probabilities temperature-scaled (:func:`scale_probs`);
         regression predictions, and ``T = 1``, are returned as they are."""
@@ -268,6 +392,8 @@ class Calibration:
         if prediction.task != self.task:
             raise ValueError(f"this calibration is for {self.task}, the prediction is {prediction.task}")
         q = np.asarray(self.threshold, np.float64)
+        if np.isinf(q).any():  # a calibration saved before fit refused too few rows (check_rows)
+            warnings.warn(self.guarantee(), UserWarning, stacklevel=2)
         if self.task == "classification":
             u = np.random.default_rng(seed).random(prediction.probs.shape[1]) if self.randomized else None
             sets = prediction_sets(prediction.mean, float(q[0]), u, raps_lambda=self.raps_lambda, raps_k=self.raps_k)
@@ -327,8 +453,13 @@ def fit(
         The :class:`Calibration`.
 
     Raises:
-        ValueError: one line, for an ``alpha`` outside (0, 1), a score of the other task,
-            temperature scaling of a regression, or ``y`` of the wrong shape or labels.
+        ValueError: one line, for an ``alpha`` outside (0, 1), fewer calibration rows than
+            ``alpha`` needs for a finite threshold (:func:`check_rows`), a score of the other
+            task, temperature scaling of a regression, or ``y`` of the wrong shape or labels.
+
+    Warns:
+        TemperatureBoundWarning: the temperature ended at a bound of its search (module
+            docstring), naming the bound and the likely reason.
     """
     task = prediction.task
     if alpha is not None:
@@ -348,6 +479,7 @@ def fit(
     if not (math.isfinite(raps_lambda) and raps_lambda >= 0):
         raise ValueError(f"raps_lambda must be a number ≥ 0, got {raps_lambda!r}")
     y = np.asarray(y)
+    check_rows(prediction.probs.shape[1] if task == "classification" else np.shape(prediction.draws)[1], alpha)
     if task == "classification":
         probs = prediction.probs
         n, classes = probs.shape[1], probs.shape[2]
@@ -360,6 +492,7 @@ def fit(
         if temperature_scaling is not False:
             loss, cv_ece = (temperature_loss, ()) if temperature_loss != "auto" else choose_temperature_loss(probs, y, seed)
             temperature = fit_temperature(probs, y, loss)
+            _warn_at_bound(probs, y, loss, temperature)
             cal = dataclasses.replace(cal, temperature=temperature, temperature_loss=loss, temperature_cv_ece=cv_ece)
         if alpha is None:
             return cal
@@ -384,3 +517,43 @@ def fit(
         scores = cqr_scores(lo, hi, y)
     q = conformal_quantile(scores, alpha)
     return Calibration(task, int(shape[0]), alpha=alpha, score=score, threshold=tuple(float(v) for v in np.ravel(q)))
+
+
+def _warn_at_bound(probs, y: np.ndarray, loss: str, temperature: float) -> None:
+    """Warn (:class:`TemperatureBoundWarning`, one line) when ``temperature`` lies within
+    :data:`BOUND_TOLERANCE` of a bound of :data:`TEMPERATURE_BOUNDS`, or the loss at that bound
+    is no higher than at ``temperature`` (a flat loss leaves the search anywhere in between),
+    naming the bound and the likely reason: few rows, one class, or rows all classified right
+    (the loss falls as ``T → 0``) or all wrong (it falls as ``T → ∞``)."""
+    p = np.asarray(probs, np.float64)
+    if p.ndim == 2:
+        p = p[None]
+    logp = np.log(np.maximum(p, np.finfo(np.float64).tiny))
+    objective = _tempered_nll if loss == "nll" else _tempered_brier
+    at_t = objective(logp, y, temperature)
+    for side, bound in zip(("lower", "upper"), TEMPERATURE_BOUNDS, strict=True):
+        near = abs(math.log(temperature / bound)) <= BOUND_TOLERANCE
+        if not (near or objective(logp, y, bound) <= at_t + 1e-12 * max(1.0, abs(at_t))):
+            continue
+        n, num_classes = len(y), p.shape[2]
+        present = np.unique(y)
+        right = int(np.sum(p.mean(axis=0).argmax(axis=1) == y))
+        reasons = []
+        if n < 2 * num_classes or n < 10:
+            reasons.append("too few rows")
+        if len(present) == 1:
+            reasons.append(f"a single class (index {int(present[0])} of {num_classes})")
+        if side == "lower" and right == n:
+            reasons.append("every row classified right, so sharpening only lowers the loss")
+        elif side == "upper" and right == 0:
+            reasons.append("no row classified right, so flattening only lowers the loss")
+        reason = ", ".join(reasons) or "a loss that barely changes with T"
+        where = "" if near else f" (the calibration {loss} is no higher there than at the fitted T = {temperature:.4g})"
+        warnings.warn(
+            f"temperature scaling ended at the {side} bound T = {bound:g} of its search ({TEMPERATURE_BOUNDS[0]:g} to "
+            f"{TEMPERATURE_BOUNDS[1]:g}){where}: these {n} row(s) do not pin T down, likely from {reason}; calibrate on more "
+            "held-out rows that hold every class",
+            TemperatureBoundWarning,
+            stacklevel=3,
+        )
+        return

@@ -30,6 +30,7 @@ import os
 import numpy as np
 
 from bnnpp import data, evaluation
+from bnnpp.data.tables import read_labelled  # labelled rows of a run: bnnpp evaluate's and bnnpp calibrate's
 from bnnpp.files import atomic_file, atomic_path
 from bnnpp.posterior import Prediction
 
@@ -130,71 +131,12 @@ def other_columns(path: str | os.PathLike, transform: data.FileTransform) -> dic
     return {h: np.asarray(cols[i], dtype=str) for i, h in enumerate(header) if h not in transform.features}
 
 
-def read_labelled(path: str | os.PathLike, transform: data.FileTransform, target: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Labelled new rows for a run: model inputs ``(n, ...)`` float32 (the run's
-    standardisation applied) and targets ``(n,)`` as the model sees them — class indices into
-    ``transform.classes`` (int32), or regression targets standardised with the run's
-    ``y_shift``/``y_scale`` (float32).
-
-    Args:
-        path: a CSV with a header naming the features and the target column, or an ``.npz``
-            with arrays ``x`` and ``y`` (or ``x_test`` and ``y_test``).
-        target: the CSV's target column (default: the run's target).
-
-    Raises a one-line ValueError for a missing column, a label the run never saw, NaN.
-    """
-    path = os.fspath(path)
-    x = _model_inputs(path, transform, data.read_inputs(path, transform))
-    if path.endswith(".npz"):
-        arrays = data.load_npz(path)
-        key = "y" if "x" in arrays else "y_test"
-        if key not in arrays:
-            raise ValueError(f"{path}: labelled rows need an array 'y' beside 'x' (or 'y_test' beside 'x_test')")
-        labels = arrays[key]
-        name = key
-    elif path.endswith(".csv"):
-        name = target or transform.target
-        header, rows = data.read_csv(path, (name,))
-        labels = np.asarray([r[header.index(name)] for r in rows])
-    else:
-        raise ValueError(f"{path}: labelled rows must be a .csv or .npz file")
-    if labels.shape != (len(x),):
-        raise ValueError(f"{path}: {name} must hold one target per row, shape ({len(x)},), got {labels.shape}")
-    if transform.task == "regression":
-        y = data.numeric_column(path, name, [str(v) for v in labels]) if labels.dtype.kind not in "biuf" else labels.astype(np.float64)
-        if not np.all(np.isfinite(y)):
-            raise ValueError(f"{path}: {name} holds NaN or inf: drop or impute those rows")
-        return x, ((y - transform.y_shift) / transform.y_scale).astype(np.float32)
-    if transform.classes is None:  # a built-in set's run: labels are the class indices
-        if not all(_is_number(v) and float(v) == int(float(v)) >= 0 for v in labels.tolist()):
-            raise ValueError(f"{path}: {name} must hold class indices 0, 1, ... for this run")
-        return x, labels.astype(np.float64).astype(np.int32)
-    classes = transform.classes
-    index = {str(c): i for i, c in enumerate(classes)}
-    text = [str(int(float(v))) if isinstance(classes[0], int) and _is_number(v) else str(v) for v in labels.tolist()]
-    unknown = sorted({t for t in text if t not in index})
-    if unknown:
-        raise ValueError(
-            f"{path}: {name} holds label(s) {', '.join(unknown[:5])} the run was not fitted on; its classes are "
-            f"{', '.join(map(str, classes))}"
-        )
-    return x, np.asarray([index[t] for t in text], np.int32)
-
-
 def _model_inputs(path, transform: data.FileTransform, raw: np.ndarray) -> np.ndarray:
     """``transform.inputs(raw)``, its one-line error prefixed with the file ``path``."""
     try:
         return transform.inputs(raw)
     except ValueError as e:
         raise ValueError(f"{os.fspath(path)}: {e}") from None
-
-
-def _is_number(v) -> bool:
-    try:
-        float(v)
-    except (TypeError, ValueError):
-        return False
-    return True
 
 
 def predict_run(

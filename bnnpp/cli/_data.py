@@ -13,7 +13,7 @@ import os
 from bnnpp import data
 from bnnpp.data import IMAGE_SETS, SYNTHETIC, TASKS
 
-__all__ = ["FILE_SUFFIXES", "add_file_flags", "check_builtin", "check_file", "file_record", "is_file_data"]
+__all__ = ["FILE_SUFFIXES", "add_file_flags", "check_builtin", "check_file", "file_record", "is_file_data", "labelled_rows_message"]
 
 FILE_SUFFIXES = (".csv", ".npz")
 """The file types ``--data`` takes besides the built-in names."""
@@ -81,3 +81,21 @@ def file_record(path: str, target: str | None, task: str | None, test_fraction: 
         "seed": seed,
         "sha256": data.file_sha256(absolute),
     }
+
+
+def labelled_rows_message(error: ValueError) -> str:
+    """The one-line message of an error reading ``--data``'s labelled rows (``bnnpp calibrate``):
+    a :class:`~bnnpp.data.MissingColumnError`'s Python hint (``target=``, an ``.npz``) becomes
+    what the command line takes — ``--target COLUMN`` for a missing target column, a header row
+    for missing features (labelled rows have no header-less CSV form); other errors as they are.
+
+    Returns:
+        The message, one line.
+    """
+    from bnnpp.data import MissingColumnError
+
+    if not isinstance(error, MissingColumnError):
+        return str(error)
+    if error.column == "target":
+        return f"{error.detail}: name the file's target column with --target COLUMN"
+    return f"{error.detail}: --data needs a header row naming the run's features and its target (or pass an .npz with arrays x and y)"

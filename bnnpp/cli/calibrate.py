@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from bnnpp.cli._data import labelled_rows_message
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 
@@ -24,7 +25,8 @@ def add_parser(sub) -> None:
         "Classification: temperature scaling of the predictive (Guo et al. 2017; each draw's log-probabilities divided "
         "by one fitted T) and conformal prediction sets (aps, Romano et al. 2020; raps, Angelopoulos et al. 2021). "
         "Writes the calibrated posterior back to RUN/posterior.nc and the calibration to RUN/metrics.json; "
-        "`bnnpp predict` then adds conformal_lower_<pct>/conformal_upper_<pct> or conformal_set_<pct> columns.",
+        "`bnnpp predict` then adds conformal_lower_<pct>/conformal_upper_<pct> or conformal_set_<pct> columns. "
+        "Split conformal needs at least ⌈1/alpha⌉ − 1 rows (9 at alpha 0.1, 19 at 0.05); fewer are refused.",
         formatter_class=DefaultsOnce,
     )
     p.add_argument("run_dir", metavar="RUN", help="run folder written by `bnnpp fit --out RUN`")
@@ -101,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     except (ValueError, TypeError) as e:
-        raise CLIError(str(e)) from None
+        raise CLIError(labelled_rows_message(e) if isinstance(e, ValueError) else str(e)) from None
     cal = result["calibration"]
     parts = [f"{cal['task']} on {result['n']} rows"]
     if cal["task"] == "classification" and cal["temperature"] != 1.0:
@@ -112,4 +114,5 @@ def run(args: argparse.Namespace) -> int:
     if cal["score"] is not None:
         parts.append(f"{cal['score']} at {100 * (1 - cal['alpha']):g}%: threshold {cal['threshold'][0]}")
     print(f"calibrated {result['run_dir']}: {', '.join(parts)}; wrote posterior.nc and metrics.json")
+    print(f"coverage: {result['coverage'] or calibrate.NO_GUARANTEE}")
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from bnnpp import runs
+from bnnpp.cli._data import labelled_rows_message
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
 from bnnpp.data import IMAGE_SETS
@@ -136,7 +137,7 @@ def run(args) -> int:
             shift=1000 if args.shift is None else args.shift,
         )
     except (ValueError, TypeError) as e:
-        raise CLIError(str(e)) from None
+        raise CLIError(labelled_rows_message(e) if isinstance(e, ValueError) else str(e)) from None
     except OSError as e:  # a full disk or a read-only run folder: nothing was moved into it
         raise CLIError(
             f"could not write the evaluation into {args.dir} ({e.strerror or e}); nothing half-written was left: "

@@ -1,11 +1,15 @@
 """A user's own table: a CSV (header row) or an ``.npz`` read into a :class:`~bnnpp.data.Dataset`
 (:func:`from_file`), the :class:`FileTransform` fitted on its training split, and new inputs
-for a model fitted on one (:func:`read_inputs`)."""
+(:func:`read_inputs`) or labelled rows (:func:`read_labelled`) for a model fitted on one.
+
+Errors about a CSV's cells name the column and the file's own line number (1-based, counting
+the header and any blank lines), so the line can be found in an editor."""
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import math
 import os
 import zipfile
 import zlib
@@ -23,13 +27,16 @@ _MISSING = {"", "na", "nan", "n/a", "null", "none", "?"}
 
 
 class MissingColumnError(ValueError):
-    """New inputs lack a feature column the model was fitted on. ``detail`` is the message
-    without the hint, which names how to pass a header-less CSV (``how``: ``by_name=False`` in
-    Python, ``--x FILE`` for ``bnnpp predict``)."""
+    """New inputs lack a column the model was fitted on. ``detail`` is the message without the
+    hint, so that a command can put its own flags in the hint. By default the hint names how to
+    pass a header-less CSV (``how``: ``by_name=False`` in Python, ``--x FILE`` for ``bnnpp
+    predict``); ``hint`` replaces it where there is no such reading (labelled rows).
+    ``column`` is ``"feature"`` or ``"target"``: which kind of column is missing."""
 
-    def __init__(self, detail: str, how: str):
-        super().__init__(f"{detail} (a CSV of values only, without a header, is read with {how})")
+    def __init__(self, detail: str, how: str = "by_name=False", *, hint: str | None = None, column: str = "feature"):
+        super().__init__(f"{detail} ({hint or f'a CSV of values only, without a header, is read with {how}'})")
         self.detail = detail
+        self.column = column
 
 
 @dataclass(frozen=True)
@@ -118,9 +125,22 @@ def file_sha256(path: str | os.PathLike) -> str:
 def _csv_rows(path: str) -> list[list[str]]:
     """The non-blank rows of a UTF-8 CSV file (a leading byte-order mark is dropped); a one-line
     ValueError naming the file for text in another encoding."""
+    return _numbered_rows(path)[0]
+
+
+def _numbered_rows(path: str) -> tuple[list[list[str]], list[int]]:
+    """The non-blank rows of a UTF-8 CSV file (as :func:`_csv_rows`) and the 1-based line of
+    the file each one ends on (blank lines counted)."""
+    rows: list[list[str]] = []
+    lines: list[int] = []
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
-            return [r for r in csv.reader(f) if r and any(c.strip() for c in r)]
+            reader = csv.reader(f)
+            for r in reader:
+                if r and any(c.strip() for c in r):
+                    rows.append(r)
+                    lines.append(reader.line_num)
+        return rows, lines
     except UnicodeDecodeError as e:
         raise ValueError(
             f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); save it as UTF-8, "
@@ -172,35 +192,44 @@ def read_csv(path: str, columns: tuple[str, ...] | None = None) -> tuple[list[st
     """The header and the rows (as strings) of a UTF-8 CSV file (a leading byte-order mark is
     dropped); ``columns``: the names that must be in the header. Raises ValueError for an empty
     file, another encoding, a header without names, ragged rows."""
-    rows = _csv_rows(path)
+    header, rows, _ = read_csv_lines(path, columns)
+    return header, rows
+
+
+def read_csv_lines(path: str, columns: tuple[str, ...] | None = None) -> tuple[list[str], list[list[str]], list[int]]:
+    """:func:`read_csv` and the file's 1-based line number of each data row (counting the header
+    and the blank lines it skips), for messages that name a cell's line."""
+    rows, lines = _numbered_rows(path)
     if len(rows) < 2:
         raise ValueError(f"{path}: needs a header row and at least one data row")
     header = [h.strip() for h in rows[0]]
     if any(not h for h in header) or len(set(header)) != len(header):
         raise ValueError(f"{path}: the header row must name every column once, got {header}")
-    for i, r in enumerate(rows[1:], start=2):
+    for r, line in zip(rows[1:], lines[1:], strict=True):
         if len(r) != len(header):
-            raise ValueError(f"{path}: line {i} has {len(r)} fields but the header has {len(header)}")
+            raise ValueError(f"{path}: line {line} has {len(r)} fields but the header has {len(header)}")
     missing = [c for c in columns or () if c not in header]
     if missing:
         raise ValueError(f"{path}: no column {', '.join(map(repr, missing))}; its columns are {', '.join(header)}")
-    return header, [[c.strip() for c in r] for r in rows[1:]]
+    return header, [[c.strip() for c in r] for r in rows[1:]], lines[1:]
 
 
-def numeric_column(path: str, name: str, cells: list[str]) -> np.ndarray:
-    """A CSV column as float64; one-line ValueError naming the first empty/NaN or non-numeric cell."""
+def numeric_column(path: str, name: str, cells: list[str], lines: list[int] | None = None) -> np.ndarray:
+    """A CSV column as float64; one-line ValueError naming the first empty/NaN or non-numeric
+    cell by its line (``lines``: the file's line of each cell, default ``2, 3, …``)."""
     out = np.empty(len(cells))
     for i, c in enumerate(cells):
+        line = lines[i] if lines is not None else i + 2
         if c.lower() in _MISSING:
-            raise ValueError(f"{path}: column {name!r} has a missing value ({c!r}) on line {i + 2}: drop or impute those rows")
+            raise ValueError(f"{path}: column {name!r} has a missing value ({c!r}) on line {line}: drop or impute those rows")
         try:
             out[i] = float(c)
         except ValueError:
             raise ValueError(
-                f"{path}: column {name!r} is not numeric (line {i + 2}: {c!r}): encode it as numbers or drop the column"
+                f"{path}: column {name!r} is not numeric (line {line}: {c!r}): encode it as numbers or drop the column"
             ) from None
         if not np.isfinite(out[i]):
-            raise ValueError(f"{path}: column {name!r} holds {c!r} on line {i + 2}: drop or impute those rows")
+            raise ValueError(f"{path}: column {name!r} holds {c!r} on line {line}: drop or impute those rows")
     return out
 
 
@@ -240,19 +269,19 @@ def _read_table(path: str, target: str | None) -> tuple[tuple[str, ...], str, np
         )
     if target is None:
         raise ValueError(f"{path}: name the target column (target=..., CLI --target COLUMN)")
-    header, rows = read_csv(path, (target,))
+    header, rows, lines = read_csv_lines(path, (target,))
     features = tuple(h for h in header if h != target)
     if not features:
         raise ValueError(f"{path}: no feature columns besides the target {target!r}")
     cols = list(zip(*rows, strict=True))
-    x = np.stack([numeric_column(path, f, list(cols[header.index(f)])) for f in features], axis=1)
+    x = np.stack([numeric_column(path, f, list(cols[header.index(f)]), lines) for f in features], axis=1)
     labels = list(cols[header.index(target)])
     try:
-        y: np.ndarray = numeric_column(path, target, labels)
+        y: np.ndarray = numeric_column(path, target, labels, lines)
     except ValueError:
         empty = [i for i, c in enumerate(labels) if c.lower() in _MISSING]
         if empty:
-            raise ValueError(f"{path}: column {target!r} has a missing value on line {empty[0] + 2}: drop those rows") from None
+            raise ValueError(f"{path}: column {target!r} has a missing value on line {lines[empty[0]]}: drop those rows") from None
         y = np.asarray(labels)  # text labels: classes
     return features, target, x, y, None, None
 
@@ -401,15 +430,15 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
         raise ValueError(f"{path}: inputs must be a .csv, .npz or .npy file")
     elif by_name:
         try:
-            header, rows = read_csv(path, transform.features)
+            header, rows, lines = read_csv_lines(path, transform.features)
         except ValueError as e:
             if "no column" not in str(e):
                 raise
             raise MissingColumnError(str(e), "by_name=False") from None
         cols = list(zip(*rows, strict=True))
-        x = np.stack([numeric_column(path, f, list(cols[header.index(f)])) for f in transform.features], axis=1)
+        x = np.stack([numeric_column(path, f, list(cols[header.index(f)]), lines) for f in transform.features], axis=1)
     else:
-        rows = _csv_rows(path)
+        rows, lines = _numbered_rows(path)
         if not rows:
             raise ValueError(f"{path}: no rows")
         if any(len(r) != len(transform.features) for r in rows):
@@ -417,9 +446,127 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
                 f"{path}: every row must hold the {len(transform.features)} feature values ({', '.join(transform.features)}), no header"
             )
         cols = list(zip(*rows, strict=True))
-        x = np.stack([numeric_column(path, f, [c.strip() for c in cols[i]]) for i, f in enumerate(transform.features)], axis=1)
+        x = np.stack([numeric_column(path, f, [c.strip() for c in cols[i]], lines) for i, f in enumerate(transform.features)], axis=1)
     if x.ndim < 2 or x.shape[1:] != transform.x_mean.shape:
         raise ValueError(
             f"{path}: inputs must have {_row_shape(transform.x_mean.shape)} per row like the training data, got shape {x.shape}"
         )
     return x
+
+
+LABELLED_HINT = "labelled rows need a CSV header naming the run's features and its target, or an .npz with arrays x and y"
+"""The hint of a :class:`MissingColumnError` for labelled rows, which have no header-less CSV form."""
+
+
+def read_labelled(path: str | os.PathLike, transform: FileTransform, target: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Labelled new rows for a model fitted on a :class:`FileTransform` (or, with
+    ``transform.classes`` ``None`` for a classifier, on class indices).
+
+    Args:
+        path: a CSV with a header naming the features (any order; other columns are ignored)
+            and the target column, or an ``.npz`` with arrays ``x`` and ``y`` (or ``x_test``
+            and ``y_test``).
+        transform: the run's transform (its standardisation is applied to the inputs).
+        target: the CSV's target column (default: ``transform.target``).
+
+    Returns:
+        ``(x, y)``: model inputs ``(n, ...)`` float32 and the targets as the model sees them —
+        class indices into ``transform.classes`` ``(n,)`` int32, or regression targets
+        standardised with ``transform.y_shift``/``y_scale`` ``(n,)`` float32.
+
+    Raises:
+        MissingColumnError: a feature or the target column is not in the CSV's header (one
+            line; ``column`` says which kind, the hint names the Python arguments).
+        ValueError: one line naming the file, the column and the CSV line (or the array index
+            of an ``.npz``) of the first empty, non-numeric, fractional or unknown label.
+    """
+    path = os.fspath(path)
+    try:
+        raw = read_inputs(path, transform)
+    except MissingColumnError as e:
+        raise MissingColumnError(e.detail, hint=LABELLED_HINT) from None
+    try:
+        x = transform.inputs(raw)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+    lines: list[int] | None = None
+    if path.endswith(".npz"):
+        arrays = load_npz(path)
+        name = "y" if "x" in arrays else "y_test"
+        if name not in arrays:
+            raise ValueError(f"{path}: labelled rows need an array 'y' beside 'x' (or 'y_test' beside 'x_test')")
+        labels = arrays[name]
+    elif path.endswith(".csv"):
+        name = target or transform.target
+        try:
+            header, rows, lines = read_csv_lines(path, (name,))
+        except ValueError as e:
+            if "no column" not in str(e):
+                raise
+            how = "target=COLUMN names the file's target column" + ("" if target else f" (the run's target is {name!r})")
+            raise MissingColumnError(str(e), hint=how, column="target") from None
+        labels = np.asarray([r[header.index(name)] for r in rows])
+    else:
+        raise ValueError(f"{path}: labelled rows must be a .csv or .npz file")
+    if labels.shape != (len(x),):
+        raise ValueError(f"{path}: {name} must hold one target per row, shape ({len(x)},), got {labels.shape}")
+    if transform.task == "regression":
+        if labels.dtype.kind in "biuf":
+            y = labels.astype(np.float64)
+            bad = np.flatnonzero(~np.isfinite(y))
+            if bad.size:
+                raise ValueError(f"{path}: array {name!r} holds {y[bad[0]]} at index {bad[0]}: drop or impute those rows")
+        else:
+            y = numeric_column(path, name, [str(v).strip() for v in labels], lines)
+        return x, ((y - transform.y_shift) / transform.y_scale).astype(np.float32)
+    return x, class_indices(path, name, labels, transform.classes, lines)
+
+
+def class_indices(path: str, name: str, labels, classes: tuple | None, lines: list[int] | None = None) -> np.ndarray:
+    """Class labels as indices into ``classes`` (``None``: the labels are the indices 0, 1, …).
+
+    Args:
+        path: the file, for messages.
+        name: the label column (CSV) or array (``.npz``).
+        labels: ``(n,)`` cells as text (a CSV's) or an array of numbers or text (an ``.npz``'s).
+        classes: the sorted class labels a run was fitted on (numbers or text), or ``None``.
+        lines: a CSV's line number of each cell (:func:`read_csv_lines`); ``None`` for an
+            ``.npz``, whose cells are named by their index.
+
+    Returns:
+        ``(n,)`` int32 class indices. A one-line ValueError names the column, the line (or
+        index) and the value of the first empty cell, the first number that is not a whole
+        number where the classes are numbers, and the labels the run was not fitted on.
+    """
+
+    def where(i: int) -> str:
+        return f"column {name!r} on line {lines[i]}" if lines is not None else f"array {name!r} at index {i}"
+
+    numeric = classes is None or (len(classes) > 0 and all(isinstance(c, (int, np.integer)) for c in classes))
+    known = ", ".join(map(str, classes)) if classes is not None else "0, 1, …"
+    keys = []
+    for i, v in enumerate(np.asarray(labels).tolist()):
+        text = str(v).strip()
+        if text.lower() in _MISSING:
+            raise ValueError(f"{path}: {where(i)} has no label ({text!r}): drop that row or give its class")
+        if not numeric:
+            keys.append(text)
+            continue
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"{path}: {where(i)} holds {text!r}, not a class of this run ({known})") from None
+        if not (math.isfinite(number) and number == round(number)) or (classes is None and number < 0):
+            raise ValueError(f"{path}: {where(i)} holds {text}, not a class label: this run's classes are the whole numbers {known}")
+        keys.append(str(int(number)))
+    if classes is None:
+        return np.asarray([int(k) for k in keys], np.int32)
+    index = {str(c): j for j, c in enumerate(classes)}
+    unknown = [i for i, k in enumerate(keys) if k not in index]
+    if unknown:
+        others = sorted({keys[i] for i in unknown} - {keys[unknown[0]]})
+        also = f" (and {len(others)} other unknown label(s): {', '.join(others[:5])}{', …' if len(others) > 5 else ''})" if others else ""
+        raise ValueError(
+            f"{path}: {where(unknown[0])} holds {keys[unknown[0]]!r}, a label the run was not fitted on{also}; its classes are {known}"
+        )
+    return np.asarray([index[k] for k in keys], np.int32)

@@ -407,6 +407,8 @@ class Posterior:
         y = np.asarray(y)
         if y.ndim == 0 or np.ndim(x) == 0 or np.shape(x)[0] != y.shape[0]:
             raise ValueError(f"x and y must hold the same number of calibration rows, got {np.shape(x)} and {y.shape}")
+        if alpha is not None:
+            calibrate.check_rows(y.shape[0], alpha)  # before the calibration rows are predicted
         prediction = self._predict_uncalibrated(x, num_samples, seed)
         fitted = calibrate.fit(
             prediction,

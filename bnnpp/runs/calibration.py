@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import os
 
-from bnnpp import evaluation, files
+from bnnpp import calibrate, evaluation, files
 from bnnpp.data import IMAGE_SETS
+from bnnpp.data.tables import read_labelled
 from bnnpp.inference import load
 from bnnpp.runs.reading import check_run_dir
 
@@ -29,25 +30,37 @@ def calibrate_run(
     """Calibrate a ``bnnpp fit`` run of a table on held-out labelled rows
     (:meth:`bnnpp.Posterior.calibrate`) and write the calibrated posterior back to the run's
     ``posterior.nc`` (atomically; ``bnnpp predict`` then adds the conformal columns) and the
-    calibration to ``metrics.json``'s ``calibration`` entry. A second call replaces the first.
+    calibration to ``metrics.json``'s ``calibration`` entry, with the coverage it guarantees
+    (:meth:`bnnpp.calibrate.Calibration.guarantee`). A second call replaces the first.
+
+    The rows are read and counted before the posterior predicts: fewer than ``alpha`` needs for
+    a finite conformal threshold (:func:`bnnpp.calibrate.check_rows`) are refused at once.
 
     Args:
         run_dir: the run folder.
-        data_file: labelled rows not used for fitting (:func:`bnnpp.tables.read_labelled`: a
-            CSV naming the features and the target, or an ``.npz`` with ``x`` and ``y``).
+        data_file: labelled rows not used for fitting (:func:`bnnpp.data.tables.read_labelled`:
+            a CSV naming the features and the target, or an ``.npz`` with ``x`` and ``y``).
         target: the CSV's target column (default: the run's).
         alpha, score, temperature_scaling, temperature_loss, randomized, raps_lambda, raps_k: see
             :func:`bnnpp.calibrate.fit`.
         num_samples, seed: the draws and seed of the calibration prediction.
 
     Returns:
-        ``{"run_dir", "data", "n", "calibration"}`` (the :class:`~bnnpp.calibrate.Calibration`
-        as a dict), also written to ``metrics.json``.
+        ``{"run_dir", "data", "n", "calibration", "coverage"}``: the
+        :class:`~bnnpp.calibrate.Calibration` as a dict and its
+        :meth:`~bnnpp.calibrate.Calibration.guarantee` (``None`` for temperature scaling
+        alone), also written to ``metrics.json`` (without ``run_dir``).
+
+    Raises:
+        ValueError: one line, for an image run, too few rows for ``alpha``, or a bad file
+            (:class:`bnnpp.data.MissingColumnError` for a missing feature or target column).
     """
     from bnnpp import tables
 
     if num_samples is not None:
         evaluation.check_count(num_samples, "num_samples")
+    if alpha is not None:
+        calibrate.check_alpha(alpha)
     run_dir, report = check_run_dir(run_dir, images=False)
     if report.get("data") in IMAGE_SETS:
         raise ValueError(
@@ -55,7 +68,8 @@ def calibrate_run(
         )
     posterior = load(os.path.join(run_dir, "posterior.nc"))
     transform = tables.run_transform(report, posterior)
-    x, y = tables.read_labelled(data_file, transform, target)
+    x, y = read_labelled(data_file, transform, target)
+    calibrate.check_rows(len(y), alpha)  # before the posterior predicts
     calibrated = posterior.calibrate(
         x,
         y,
@@ -74,6 +88,7 @@ def calibrate_run(
         "data": os.path.abspath(os.fspath(data_file)),
         "n": int(len(y)),
         "calibration": calibrated.calibration.to_dict(),
+        "coverage": calibrated.calibration.guarantee(),
     }
     calibrated.save(os.path.join(run_dir, "posterior.nc"), include_data=posterior.has_data)
     with files.atomic_file(os.path.join(run_dir, "metrics.json"), "w") as f:

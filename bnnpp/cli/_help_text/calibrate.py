@@ -14,7 +14,8 @@ HELP = ('usage: bnnpp calibrate [-h] --data FILE [--target TARGET] [--alpha ALPH
  "each draw's log-probabilities divided by one fitted T) and conformal prediction sets (aps, Romano\n"
  'et al. 2020; raps, Angelopoulos et al. 2021). Writes the calibrated posterior back to\n'
  'RUN/posterior.nc and the calibration to RUN/metrics.json; `bnnpp predict` then adds\n'
- 'conformal_lower_<pct>/conformal_upper_<pct> or conformal_set_<pct> columns.\n'
+ 'conformal_lower_<pct>/conformal_upper_<pct> or conformal_set_<pct> columns. Split conformal needs\n'
+ 'at least ⌈1/alpha⌉ − 1 rows (9 at alpha 0.1, 19 at 0.05); fewer are refused.\n'
  '\n'
  'positional arguments:\n'
  '  RUN                   run folder written by `bnnpp fit --out RUN`\n'
