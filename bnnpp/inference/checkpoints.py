@@ -13,8 +13,13 @@ model — a bnnpp network's ``spec()``, else the function's name and its latent 
 data shapes and a hash of the data, chunk size) is stored with it, and resuming with another
 raises a one-line ``ValueError`` naming what differs. A SHA-256 digest over the checkpoint's
 metadata and arrays is stored with them: a checkpoint edited by hand (its step, its next chunk)
-or damaged is refused, never resumed. A checkpoint that cannot be written (a full disk) is a
-one-line warning and the fit goes on; the previous checkpoint stays the one to resume from.
+or damaged is refused, never resumed. Once orbax has written a checkpoint, the size and SHA-256
+of every file in its ``arrays/`` folder go to ``bnnpp_checksums.json`` in the step's folder
+(written atomically); resuming checks them before orbax reads anything, so a truncated, changed
+or missing array file is a one-line ``ValueError`` naming the file, never a storage-layer error
+(a checkpoint without that file is checked by its digest once orbax has read it, and an error
+orbax raises reading it is one line too). A checkpoint that cannot be written (a full disk) is
+a one-line warning and the fit goes on; the previous checkpoint stays the one to resume from.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -192,6 +199,130 @@ def _digest(meta: dict, arrays: dict) -> str:
     return h.hexdigest()
 
 
+CHECKSUMS = "bnnpp_checksums.json"
+"""The file, in a checkpoint's step folder, recording the size and SHA-256 of each array file."""
+
+_ARRAYS = "arrays"  # the orbax item holding the arrays: a folder of the step folder
+
+
+def _sha256(path: str) -> str:
+    """The SHA-256 of a file's bytes, as hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _array_files(step_dir: str) -> list[str]:
+    """The files under ``step_dir/arrays``, as sorted ``/``-separated paths relative to ``step_dir``."""
+    out = []
+    for root, _, names in os.walk(os.path.join(step_dir, _ARRAYS)):
+        for name in names:
+            out.append(os.path.relpath(os.path.join(root, name), step_dir).replace(os.sep, "/"))
+    return sorted(out)
+
+
+def _write_checksums(step_dir: str) -> None:
+    """Record the size and SHA-256 of every array file of a written checkpoint in its
+    :data:`CHECKSUMS` (a temporary file renamed into place). Returns ``None``; raises ``OSError``
+    when the folder cannot be read or written (the temporary file is removed)."""
+    files = {}
+    for rel in _array_files(step_dir):
+        path = os.path.join(step_dir, rel)
+        files[rel] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+    target = os.path.join(step_dir, CHECKSUMS)
+    tmp = f"{target}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"format": 1, "files": files}, f, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def _file_damage(step_dir: str) -> tuple[bool, str | None]:
+    """Check a checkpoint's array files against its :data:`CHECKSUMS`, reading no file through
+    orbax. Returns ``(recorded, problem)``: ``recorded`` is whether the checkpoint has the record
+    (without it nothing is checked here), ``problem`` the first file
+    that does not match, as ``"arrays/d/… is missing"``, ``"… has 10 bytes, 1006 expected"`` or
+    ``"… does not match its checksum"``, or ``None`` when every file matches."""
+    path = os.path.join(step_dir, CHECKSUMS)
+    if not os.path.lexists(path):
+        return False, None
+    try:
+        with open(path) as f:
+            files = json.load(f)["files"]
+        items = sorted((str(rel), int(v["bytes"]), str(v["sha256"])) for rel, v in files.items())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return True, f"{CHECKSUMS} cannot be read"
+    if not items:
+        return True, f"{CHECKSUMS} lists no array file"
+    for rel, size, _ in items:  # sizes first: a truncated file is named without hashing the others
+        full = os.path.join(step_dir, *rel.split("/"))
+        if not os.path.isfile(full):
+            return True, f"{rel} is missing"
+        actual = os.path.getsize(full)
+        if actual != size:
+            return True, f"{rel} has {actual} bytes, {size} expected"
+    for rel, _, digest in items:
+        try:
+            actual_digest = _sha256(os.path.join(step_dir, *rel.split("/")))
+        except OSError as e:
+            return True, f"{rel} cannot be read ({e.strerror or type(e).__name__})"
+        if actual_digest != digest:
+            return True, f"{rel} does not match its checksum"
+    return True, None
+
+
+def _storage_error(e: BaseException, step_dir: str) -> str:
+    """A one-line account of an error orbax or tensorstore raised reading a checkpoint: the file
+    it names (relative to the step folder) and the last clause of the message, without the
+    storage spec tensorstore appends. Returns at most about 200 characters."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+    text = lines[0] if lines else type(e).__name__
+    for tail in (" [tensorstore_spec=", " [source locations="):
+        text = text.split(tail, 1)[0]
+    prefix = os.path.abspath(step_dir) + os.sep
+    named = [f for f in re.findall(r'local file "([^"]+)"', text) if not f.endswith(("/", os.sep))]
+    if named:
+        rel = named[-1][len(prefix) :] if named[-1].startswith(prefix) else named[-1]
+        return f"{rel.replace(os.sep, '/')} cannot be read: {text.rsplit(': ', 1)[-1][:120]}"
+    text = text.replace(prefix, "")
+    return f"{type(e).__name__}: {text if len(text) <= 160 else text[:157] + '...'}"
+
+
+def _closed_loop_report(unraisable) -> bool:
+    """Whether an unraisable exception is a storage read finishing after orbax closed its event
+    loop: ``RuntimeError: Event loop is closed`` raised in ``call_soon_threadsafe``."""
+    exc, tb = unraisable.exc_value, unraisable.exc_traceback
+    if not isinstance(exc, RuntimeError) or str(exc) != "Event loop is closed" or tb is None:
+        return False
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "call_soon_threadsafe":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+class _QuietClosedLoop:
+    """``sys.unraisablehook`` while orbax restores: drops the reports of
+    :func:`_closed_loop_report` (when a read fails, the reads still in flight finish on
+    tensorstore's threads after orbax closed its loop, each printing a traceback) and passes
+    every other to the hook it replaced."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable) -> None:
+        if not _closed_loop_report(unraisable):
+            self.previous(unraisable)
+
+
 def _leaves(prefix: str, tree) -> tuple[dict[str, np.ndarray], list[list]]:
     """Non-empty leaves as ``{prefix_i: array}`` (orbax refuses empty arrays) and every leaf's
     (shape, dtype) so that empty ones can be rebuilt."""
@@ -282,6 +413,14 @@ class Checkpointer:
             self._last_time = time.monotonic()  # try again when the next one is due, not after every chunk
             self._last_step = step
             return False
+        try:
+            _write_checksums(os.path.join(self.directory, str(int(step))))
+        except OSError as e:  # the checkpoint stands: resuming checks it by its digest, as one written without checksums
+            warnings.warn(
+                f"checkpoint at step {step} written without its file checksums: {e.strerror or type(e).__name__}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self._last_time, self._last_step = time.monotonic(), step
         self.saved_step = step
         return True
@@ -293,6 +432,28 @@ class Checkpointer:
                 if "orbax-checkpoint-tmp" in name:
                     shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
 
+    def _close_manager(self) -> None:
+        """Close the orbax manager (its threads and files) and forget it; a later use makes a new one."""
+        manager, self._manager_ = self._manager_, None
+        if manager is not None:
+            with contextlib.suppress(Exception):
+                manager.close()
+
+    def _damaged(self, step: int, problem: str) -> str:
+        """The one-line refusal of the damaged checkpoint of ``step``: the file and what is wrong
+        with it, and the choices (an undamaged copy, the previous checkpoint when it is intact,
+        or starting over). Returns the message."""
+        where = os.path.join(self.directory, str(step))
+        earlier = ""
+        with contextlib.suppress(OSError):
+            steps = sorted((int(n) for n in os.listdir(self.directory) if n.isdigit() and int(n) < step), reverse=True)
+            if steps and _file_damage(os.path.join(self.directory, str(steps[0]))) == (True, None):
+                earlier = f" or from its step {steps[0]} checkpoint (delete {where} first)"
+        return (
+            f"the checkpoint {where} is damaged ({problem}): resume from an undamaged copy of {self.directory}{earlier}, "
+            f"or delete {self.directory} to start over"
+        )
+
     def latest(self) -> int | None:
         """The step of the newest checkpoint, or ``None``."""
         if not os.path.isdir(self.directory):
@@ -303,16 +464,28 @@ class Checkpointer:
         """The newest checkpoint as ``(rs, pieces, next_unit, val_log, step)``.
 
         Raises:
-            ValueError: the checkpoint belongs to another configuration, or is unreadable.
+            ValueError: the checkpoint belongs to another configuration, or is damaged or
+                unreadable: one line naming the file (an array file that does not match its
+                recorded checksum is found before orbax reads anything) and the choices.
         """
         ocp = self._ocp
         step = self.latest()
+        where = os.path.join(self.directory, str(step))
+        _, problem = _file_damage(where)
+        if problem is not None:  # before orbax reads a byte: a damaged file never reaches the storage layer
+            raise ValueError(self._damaged(step, problem))
+        previous = sys.unraisablehook
+        quiet = previous if isinstance(previous, _QuietClosedLoop) else _QuietClosedLoop(previous)
+        sys.unraisablehook = quiet
         try:
             restored = self._manager.restore(step, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(), meta=ocp.args.JsonRestore()))
         except Exception as e:  # orbax raises many types for a damaged folder
-            raise ValueError(f"cannot read the checkpoint in {self.directory} ({type(e).__name__}: {e}); delete it to start over") from None
+            # the hook stays: reads still in flight report the closed loop after this returns
+            self._close_manager()
+            raise ValueError(self._damaged(step, _storage_error(e, where))) from None
+        if sys.unraisablehook is quiet:
+            sys.unraisablehook = previous
         meta, arrays = restored["meta"], restored["arrays"]
-        where = os.path.join(self.directory, str(step))
         if not isinstance(meta, dict) or "digest" not in meta:
             raise ValueError(
                 f"the checkpoint {where} was written by an older bnnpp (no model record, no checksum): it cannot be checked "
