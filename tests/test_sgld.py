@@ -181,7 +181,7 @@ def test_batch_gradient_estimates_average_to_the_full_gradient():
 
 def test_sample_stats_step_size_per_draw():
     x, y = _data()
-    opts = {**FAST, "schedule": "polynomial", "step_size": 1e-3, "decay_steps": 20.0}
+    opts = {**FAST, "schedule": "polynomial", "step_size": 1e-3, "decay_steps": 20.0, "preconditioner": "adaptive"}
     post = bnnpp.fit(linreg, (x, y), method="sgld", seed=0, progress=False, **opts)
     assert post.samples["w"].shape == (2, 50, 3)
     stats = post.to_arviz().sample_stats
@@ -266,3 +266,21 @@ def test_defaults_sample_a_cnn_where_plain_sgld_from_a_uniform_start_overflows()
     assert metrics.accuracy(post.predict(x[:500]).mean, y[:500]) > 0.3  # 0.75 seen
     with pytest.raises(RuntimeError, match="NaN/inf"), pytest.warns(RuntimeWarning):
         bnnpp.fit(bnnpp.models.lenet5(), (x, y), method="sgld", seed=0, progress=False, variant="sgld", init_loc="uniform", **small)
+
+
+def test_fisher_metric_samples_at_its_own_step_and_auto_picks_it_off_networks(moons):
+    """preconditioner="fisher": after the burn-in the kept steps run at fisher_step_size times
+    the schedule's shape; "auto" is fisher for a hand-written model, adaptive for a network."""
+    from bnnpp.inference.sgld import SGLDOptions, _preconditioner
+
+    x, y = _data()
+    opts = {**FAST, "schedule": "polynomial", "step_size": 1e-3, "decay_steps": 20.0, "fisher_step_size": 0.1}
+    post = bnnpp.fit(linreg, (x, y), method="sgld", seed=0, progress=False, **opts)
+    sched = Schedule.from_options({**DEFAULTS, **opts})
+    kept = post.to_arviz().sample_stats.step_size.values[0]
+    np.testing.assert_allclose(kept, 0.1 * sched.step_size_at(sched.kept_steps()) / 1e-3, rtol=1e-6)
+    assert np.all(np.isfinite(post.samples["w"]))
+    net = bnnpp.models.mlp((3,), num_classes=2)
+    assert _preconditioner(SGLDOptions(), linreg, x, y) == "fisher"
+    assert _preconditioner(SGLDOptions(), net, moons.x_train, moons.y_train) == "adaptive"
+    assert _preconditioner(SGLDOptions(variant="sgld"), linreg, x, y) is None

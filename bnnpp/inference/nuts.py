@@ -14,7 +14,7 @@ the vmapped sweep.
 Chains: ``chain_method="vectorized"`` (default) steps all chains together (``vmap``: each
 iteration lasts as long as the chain with the deepest tree); on a CPU with several cores the
 runner splits them into groups, one thread and core each (:mod:`bnnpp.inference.chain_threads`:
-the moons defaults on 2 cores 230 → 141 s; the same starts, not the same numbers); ``"sequential"`` steps them one
+the same starts, not the same numbers); ``"sequential"`` steps them one
 after another inside each iteration (``lax.map``); ``"parallel"`` splits the chain axis over
 one device per chain (the runner's ``members`` mesh axis), which needs
 ``num_chains ≤ jax.device_count()`` — on a CPU set
@@ -31,8 +31,8 @@ steps), ``energy`` (Hamiltonian) and ``lp`` (the log joint density on the uncons
 Device: ``device="auto"`` (default) runs a small NUTS problem on the CPU even when JAX's default
 device is a GPU: NUTS takes one small kernel launch after another inside its ``while_loop``, so
 for a tiny network the launches, not the arithmetic, set the pace. "Small" is
-``parameters × training rows ≤`` :data:`SMALL_NUTS_WORK` (``benchmarks/README.md`` has the
-measurement it comes from). ``device="cpu"`` always uses the CPU, ``"default"`` JAX's default
+``parameters × training rows ≤`` :data:`SMALL_NUTS_WORK` (an empirical crossover of one CPU
+core against one GPU's launch latency). ``device="cpu"`` always uses the CPU, ``"default"`` JAX's default
 device; with ``devices``/``mesh`` the chains go where the mesh says. ``extras["device"]``
 records the platform.
 
@@ -180,7 +180,7 @@ class NUTSOptions(Options):
 
 
 DEFAULTS = NUTSOptions.defaults()
-"""Every option's default (the dict of bnnpp 0.1)."""
+"""Every option's default, as a dict (option name → value)."""
 
 
 def noncentered(site) -> LocScaleReparam | None:
@@ -191,10 +191,9 @@ def noncentered(site) -> LocScaleReparam | None:
     between a layer's weights and its scale when the data say little about the weights.
 
     It is off by default because with informative data the centred form is the better one
-    (the classic trade-off); on the moons and circles nets neither form removes the
-    divergences, whose posteriors also have the symmetries of hidden units
-    (``benchmarks/README.md`` has the counts). Try it when a
-    layer's scale is weakly identified (little data, wide layers)."""
+    (the classic trade-off; Papaspiliopoulos et al. 2007, Betancourt & Girolami 2015); on a
+    network's weights neither form removes the divergences that come from the symmetries of
+    hidden units. Try it when a layer's scale is weakly identified (little data, wide layers)."""
     if site["type"] != "sample" or site.get("is_observed") or site["name"].endswith("_decentered"):
         return None  # (the standardised site LocScaleReparam creates is left alone)
     base = unwrap(site["fn"], BATCH_WRAPPERS)
@@ -379,7 +378,7 @@ def build(model, x, y, options: NUTSOptions, start: dict | None = None, info: Mo
             emit_steps=np.arange(warmup, warmup + draws),
             # not with a dense mass matrix: its adaptation's batched LAPACK calls (Cholesky) from two
             # programs at once would share XLA's CPU thread pool, where batched LAPACK calls have
-            # waited on each other for ever (benchmarks/README.md, the Pathfinder hang)
+            # can wait on each other for ever
             independent_chains=options.chain_method == "vectorized" and not options.dense_mass,
         ),
         Hooks(finalize=functools.partial(_finalize, float(options.target_accept_prob), n_params)),
