@@ -1,6 +1,6 @@
 """Atomic file output: a file, or a set of files, appears complete or not at all.
 
-Every writer in bnnpp and its benchmarks goes through these helpers instead of writing to a
+Every writer in bnnpp goes through these helpers instead of writing to a
 temporary name and renaming it by hand:
 
 - :func:`atomic_path` yields a temporary path beside the target, for writers that need a path
@@ -44,6 +44,7 @@ __all__ = [
     "atomic_path",
     "bnnpp_files",
     "check_free_space",
+    "check_path_length",
     "check_writable",
     "publish_folder",
     "publish_run",
@@ -99,6 +100,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[str]:
         The temporary path (a ``str``), in ``path``'s folder, with ``path``'s extension.
     """
     path = real_file(path)
+    check_path_length(path)
     folder = os.path.dirname(path)
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"{folder} is a file, not a folder: choose another path")
@@ -174,11 +176,43 @@ def publish_folder(out_dir: str | os.PathLike, prefix: str = ".bnnpp-") -> Itera
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+NAME_MARGIN = 32
+"""Characters a written name may need beyond the user's: the temporary and lock names beside a
+target (``.<name>.<8 hex>.ext``, ``.bnnpp-new-<name>-<random>``, ``.<name>.lock``)."""
+
+
+def check_path_length(path: str | os.PathLike) -> None:
+    """Raise a one-line ``ValueError`` when ``path`` (absolute) or one of its names is longer than
+    the file system takes (``PC_PATH_MAX``, ``PC_NAME_MAX`` of its nearest existing folder), less
+    :data:`NAME_MARGIN` for the temporary names written beside it: found before any folder is
+    made, not half-way through creating them."""
+    path = os.path.abspath(os.fspath(path))
+    where = path
+    while not os.path.isdir(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    try:
+        name_max, path_max = os.pathconf(where, "PC_NAME_MAX"), os.pathconf(where, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or no answer: nothing to check
+        return
+    longest = max((p for p in path.split(os.sep) if p), key=lambda p: len(p.encode()), default="")
+    if len(longest.encode()) > name_max - NAME_MARGIN:
+        raise ValueError(
+            f"{path}: a name in it is too long ({len(longest.encode())} bytes; this file system takes {name_max}, less "
+            f"{NAME_MARGIN} for the temporary names written beside it): shorten it"
+        )
+    if len(path.encode()) > path_max - NAME_MARGIN:
+        raise ValueError(
+            f"{path[:60]}...: the path is too long ({len(path.encode())} bytes; this file system takes {path_max}): use a shorter one"
+        )
+
+
 def check_writable(folder: str | os.PathLike) -> None:
     """Raise a one-line ``ValueError`` unless files can be written into ``folder``: the folder
-    itself when it exists, else the nearest existing parent (where it would be created). A
-    probe file is written and removed; nothing is created otherwise."""
+    itself when it exists, else the nearest existing parent (where it would be created); a path
+    too long is refused first (:func:`check_path_length`). A probe file is written and
+    removed; nothing is created otherwise."""
     folder = os.path.abspath(os.fspath(folder))
+    check_path_length(folder)
     target = folder
     while not os.path.exists(target):
         parent = os.path.dirname(target)

@@ -8,7 +8,7 @@ are trained together: their numbers and seeds become arrays, and one ``jax.vmap`
 runs init, every optimisation step (``lax.scan``), posterior sampling and test prediction for
 the whole group, compiled once. Fitting the same configurations one by one with
 :func:`bnnpp.fit` gives the same numbers (``tests/test_sweep.py``), only slower: each fit
-compiles its own programs (``benchmarks/sweep.py`` measures both in one run).
+compiles its own programs.
 """
 
 from __future__ import annotations
@@ -234,8 +234,8 @@ def sweep(
     if not datasets:
         raise ValueError("pass at least one dataset, e.g. [bnnpp.data.moons()]")
     seeds = [int(s) for s in seeds]
-    if not seeds or any(s < 0 for s in seeds):
-        raise ValueError(f"seeds must be a non-empty list of integers ≥ 0, got {seeds!r}")
+    if not seeds or any(not 0 <= s < 2**32 for s in seeds):
+        raise ValueError(f"seeds must be a non-empty list of integers ≥ 0 and < 2**32, got {seeds!r}")
     for d in datasets:
         if d.task != "classification":
             raise ValueError(

@@ -277,7 +277,7 @@ def test_cli_label_and_column_messages(runs, tmp_path, capsys):
     run = str(runs["classification"])
     frac = _csv(tmp_path / "frac.csv", ["a", "b", "y"], _rows([0, 1, 1.5, 0, 2.5]))
     err = _one_line_error(capsys, ["calibrate", run, "--data", str(frac)])
-    assert "column 'y' on line 4 holds 1.5, not a class label" in err and "-1" not in err, err
+    assert "column 'y' on line 4 holds 1.5, not a class label" in err and "label(s) -1" not in err, err
     empty = _csv(tmp_path / "empty.csv", ["a", "b", "y"], _rows([0, 1, 0, "", 1]))
     err = _one_line_error(capsys, ["calibrate", run, "--data", str(empty)])
     assert "column 'y' on line 5 has no label" in err, err

@@ -65,7 +65,9 @@ def _flag(dest: str) -> str:
 
 
 def _hidden(text: str) -> tuple[int, ...]:
-    if text.strip() in ("", "none"):
+    if not text.strip():  # an unset shell variable, not a choice: no hidden layers is spelled "none"
+        raise argparse.ArgumentTypeError("--hidden is empty: give widths such as 5,5, or none for no hidden layer")
+    if text.strip() == "none":
         return ()
     try:
         return tuple(int(t) for t in text.split(","))

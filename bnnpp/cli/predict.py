@@ -8,7 +8,7 @@ import os
 
 from bnnpp.cli._errors import CLIError
 from bnnpp.cli._help import DefaultsOnce
-from bnnpp.files import check_writable, real_file
+from bnnpp.files import check_path_length, check_writable, real_file
 
 __all__ = ["add_parser", "run"]
 
@@ -54,7 +54,10 @@ def add_parser(sub) -> None:
 
 def _levels(text: str) -> tuple[float, ...]:
     try:
-        return tuple(float(t) for t in text.split(",") if t.strip())
+        levels = tuple(float(t) for t in text.split(",") if t.strip())
+        if not levels:
+            raise ValueError(text)
+        return levels
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers between 0 and 1 such as 0.05,0.5,0.95, got {text!r}") from None
 
@@ -84,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         target = real_file(args.out)  # a link is written through, a dangling one refused: before anything compiles
     except ValueError as e:
         raise CLIError(f"--out {e}") from None
+    _refuse_run_files(args.run_dir, target)
     parent = os.path.dirname(target)
     if not os.path.isdir(parent):
         raise CLIError(f"--out {args.out}: folder {parent} does not exist")
@@ -91,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--out {args.out} is a folder: name a .csv or .npz file to write")
     try:
         check_writable(parent)  # before the posterior is read and predicted
+        check_path_length(target)
     except ValueError as e:
         raise CLIError(f"--out {args.out}: {e}") from None
     try:
@@ -116,3 +121,24 @@ def run(args: argparse.Namespace) -> int:
     n = len(next(iter(table.values())))
     print(f"wrote {args.out}: {n} rows, columns {', '.join(table)}")
     return 0
+
+
+def _refuse_run_files(run_dir: str, target: str) -> None:
+    """Refuse an ``--out`` that would replace the run's own files (its posterior, reports) or
+    the data file it was fitted on (``metrics.json``'s ``data``), in one line."""
+    import json
+
+    from bnnpp.files import bnnpp_files
+
+    run = os.path.realpath(run_dir)
+    if os.path.dirname(target) == run and os.path.basename(target) in bnnpp_files(run) | {"posterior.nc", "config.toml"}:
+        raise CLIError(f"--out {target} is one of the run's own files: choose another name")
+    try:
+        with open(os.path.join(run, "metrics.json")) as f:
+            fitted_on = json.load(f).get("data")
+    except (OSError, ValueError, AttributeError):
+        return  # a damaged run folder is reported when it is read
+    if isinstance(fitted_on, str) and os.path.isfile(fitted_on) and os.path.exists(target) and os.path.samefile(fitted_on, target):
+        raise CLIError(
+            f"--out {target} is the file the run was fitted on: writing it would replace your training rows; choose another name"
+        )

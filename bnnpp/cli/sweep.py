@@ -79,6 +79,8 @@ def _build(args):
     records = [file_record(d, args.target, args.task, args.test_fraction, 0) for d in args.data if is_file_data(d)]
     if records and args.data_noise is not None:
         raise ValueError(f"--data-noise applies to the built-in sets, not to your file {records[0]['data']}")
+    if not args.seeds or any(not 0 <= s < 2**32 for s in args.seeds):  # before any dataset is read (bnnpp.sweep.run checks it too)
+        raise ValueError(f"seeds must be a non-empty list of integers ≥ 0 and < 2**32, got {args.seeds!r}")
     configs = sweep.grid(args.priors, args.hyperpriors, args.fixed_scales)
     backend = get_method(args.method)
     options = {}

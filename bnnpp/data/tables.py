@@ -141,10 +141,15 @@ def _numbered_rows(path: str) -> tuple[list[list[str]], list[int]]:
                     rows.append(r)
                     lines.append(reader.line_num)
         return rows, lines
+    except csv.Error as e:  # e.g. a cell longer than the csv module's field limit, a NUL byte in a quoted cell
+        raise ValueError(f"{path}: not a readable CSV file near line {reader.line_num} ({e}); check that line") from None
     except UnicodeDecodeError as e:
+        with open(path, "rb") as raw:
+            bom = raw.read(2)
+        source = "utf-16" if bom in (b"\xff\xfe", b"\xfe\xff") else "latin1"
         raise ValueError(
             f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); save it as UTF-8, "
-            f"e.g. iconv -f latin1 -t utf-8 {os.path.basename(path)} > fixed.csv"
+            f"e.g. iconv -f {source} -t utf-8 {os.path.basename(path)} > fixed.csv"
         ) from None
 
 
@@ -196,6 +201,15 @@ def read_csv(path: str, columns: tuple[str, ...] | None = None) -> tuple[list[st
     return header, rows
 
 
+def _is_number(text: str) -> bool:
+    """Whether ``text`` parses as a float (``nan`` and ``inf`` included)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def read_csv_lines(path: str, columns: tuple[str, ...] | None = None) -> tuple[list[str], list[list[str]], list[int]]:
     """:func:`read_csv` and the file's 1-based line number of each data row (counting the header
     and the blank lines it skips), for messages that name a cell's line."""
@@ -203,6 +217,12 @@ def read_csv_lines(path: str, columns: tuple[str, ...] | None = None) -> tuple[l
     if len(rows) < 2:
         raise ValueError(f"{path}: needs a header row and at least one data row")
     header = [h.strip() for h in rows[0]]
+    if len(header) == 1:
+        for sep, name in ((";", "semicolon"), ("\t", "tab")):
+            if sep in header[0]:
+                raise ValueError(f"{path}: the header {header[0]!r} looks {name}-separated; bnnpp reads comma-separated CSV: convert it")
+    if all(_is_number(h) for h in header):
+        raise ValueError(f"{path}: the first row holds numbers ({', '.join(header[:3])}, ...), not column names: add a header row")
     if any(not h for h in header) or len(set(header)) != len(header):
         raise ValueError(f"{path}: the header row must name every column once, got {header}")
     for r, line in zip(rows[1:], lines[1:], strict=True):
@@ -223,6 +243,8 @@ def numeric_column(path: str, name: str, cells: list[str], lines: list[int] | No
         if c.lower() in _MISSING:
             raise ValueError(f"{path}: column {name!r} has a missing value ({c!r}) on line {line}: drop or impute those rows")
         try:
+            if "_" in c:  # Python's float() reads 1_000 as 1000; a CSV cell with a digit separator is text
+                raise ValueError(c)
             out[i] = float(c)
         except ValueError:
             raise ValueError(
@@ -288,7 +310,9 @@ def _read_table(path: str, target: str | None) -> tuple[tuple[str, ...], str, np
 
 def _infer_task(y: np.ndarray, task: str | None, path: str) -> str:
     numeric = y.dtype.kind in "biuf"
-    integer = numeric and bool(np.all(np.asarray(y, np.float64) == np.round(np.asarray(y, np.float64))))
+    values = np.asarray(y, np.float64) if numeric else None
+    # whole numbers a label can be: beyond 2**53 every float64 is "whole", which says nothing
+    integer = numeric and bool(np.all((values == np.round(values)) & (np.abs(values) < 2.0**53)))
     if task is not None:
         if task not in TASKS:
             raise ValueError(f"task must be one of {', '.join(TASKS)} (or None to infer it), got {task!r}")
@@ -447,6 +471,8 @@ def read_inputs(path: str | os.PathLike, transform: FileTransform, *, by_name: b
             )
         cols = list(zip(*rows, strict=True))
         x = np.stack([numeric_column(path, f, [c.strip() for c in cols[i]], lines) for i, f in enumerate(transform.features)], axis=1)
+    if x.ndim >= 1 and x.shape[0] == 0:
+        raise ValueError(f"{path}: no rows to predict")
     if x.ndim < 2 or x.shape[1:] != transform.x_mean.shape:
         raise ValueError(
             f"{path}: inputs must have {_row_shape(transform.x_mean.shape)} per row like the training data, got shape {x.shape}"

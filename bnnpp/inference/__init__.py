@@ -61,7 +61,6 @@ MAX_SEED = 2**32
 """Seeds are integers in [0, MAX_SEED) (JAX's PRNG keys hold 32 bits of seed per word)."""
 
 
-# over 80 lines: 53 of them the docstring of the public entry point
 def fit(
     model,
     data: Any,
@@ -143,6 +142,8 @@ def fit(
     chosen.check_available()
     parsed = chosen.parse(options)
     seed = seed_integer(seed)
+    if not isinstance(progress, bool) and type(progress).__name__ != "bool_":
+        raise TypeError(f"progress must be True or False, got {progress!r}")
     refuse_flax_module(model)
     if not callable(model):
         raise TypeError(f"model must be a NumPyro model function model(x, y=None), got {model!r}")

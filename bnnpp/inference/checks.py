@@ -28,8 +28,16 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
         x, y = data
     else:
         raise TypeError("data must be (x, y) or a bnnpp.data.Dataset")
+    for name, a in (("x", x), ("y", y)):
+        if np.ma.isMaskedArray(a) and np.ma.is_masked(a):
+            raise ValueError(
+                f"{name} is a masked array with masked entries: drop or impute those rows (the values under the mask would be used)"
+            )
+        if hasattr(a, "dtype") and np.iscomplexobj(a):  # (a list's numbers are cast below, where a complex one fails)
+            raise TypeError(f"{name} is complex ({a.dtype}): pass real numbers")
     try:
-        x = np.asarray(x, dtype=np.float32)
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused below
+            x = np.asarray(x, dtype=np.float32)
         y = np.asarray(y)
     except (TypeError, ValueError) as e:
         raise TypeError(f"x and y must be numeric arrays ({e})") from None
@@ -37,6 +45,8 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
         raise TypeError(f"y must be numeric, got dtype {y.dtype}")
     if x.ndim == 0 or x.shape[0] == 0:
         raise ValueError("data is empty: x needs at least one row")
+    if 0 in x.shape[1:]:
+        raise ValueError(f"x has no features (shape {x.shape}): give every row at least one input")
     rank = getattr(model, "input_rank", None)
     if rank is not None and x.ndim != rank:
         hint = "; reshape a single feature with x.reshape(-1, 1)" if x.ndim == 1 and rank == 2 else ""
@@ -51,6 +61,9 @@ def check_data(data: Any, model: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("x contains NaN or inf: drop or impute those rows before fitting")
     if not np.all(np.isfinite(y.astype(np.float64))):
         raise ValueError("y contains NaN or inf: drop or impute those rows before fitting")
+    with np.errstate(over="ignore"):
+        if not np.all(np.isfinite(y.astype(np.float32))):
+            raise ValueError("y holds values beyond float32's range (±3.4e38), which the fit computes in: rescale the targets")
     if likelihood in ("categorical", "bernoulli"):
         k = int(getattr(model, "num_classes", 2) or 2)
         if np.any(y != np.round(y)):

@@ -25,6 +25,7 @@ lengths once the number of training rows is known, before the method is built.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -116,16 +117,16 @@ def init_loc_option(default: str = "auto"):
     (:data:`bnnpp.inference.joint.WIDE_START_INPUTS`), fan_in for them on more. Every other site (prior scales, noise, the
     weights of models without bnnpp layers) starts U(±init_radius) on its unconstrained space.
 
-    Why (benchmarks/README.md, start values): U(±2) on hundreds of inputs saturates the first
-    layer and leaves logits in the hundreds, an over-confident optimum (MNIST: temperature 24);
-    under a hierarchical prior a point estimate of the weights and their scale together slides
-    from Glorot-small weights into the spike at scale → 0 (the 32-point sinusoid: test NLL 2.2×
-    NUTS's), while U(±2/sqrt(fan_in)) keeps the data there (MAP 1.1× against 1.4× from U(±2),
-    and 2–6× against 16× on the cubic). Ensembles and mc_dropout take ``"auto_wide"``: the
-    members' spread on small data comes from the wide start (sinusoid 1.1–1.2× NUTS's NLL against
-    1.5–1.7× from fan_in), and mc_dropout's moons accuracy fell to 0.847 from fan_in; on UCI's
-    6–13 inputs the wide start left the hierarchical ensemble's members at outputs far off the
-    data (yacht test LL −6.2 against −0.09 from fan_in), hence fan_in there."""
+    Why: U(±2) on hundreds of inputs saturates the first layer (pre-activation sd ≈
+    2·sqrt(fan_in/3)) and leaves logits in the hundreds, an over-confident optimum; under a
+    hierarchical prior the joint density of the weights and their scale is unbounded as both
+    shrink together (the funnel of Neal 2003, "Slice sampling", §8), so a point estimate started
+    from Glorot-small weights slides into the spike at scale → 0, while U(±2/sqrt(fan_in)) starts
+    the weights at a scale where the likelihood's pull outweighs the prior's. Ensembles and
+    mc_dropout take ``"auto_wide"``: on few inputs the members' spread comes from their
+    independent wide starts (Lakshminarayanan et al. 2017), which a narrow start removes; on many
+    inputs the wide start saturates the first layer as above and leaves the members' outputs far
+    off the data, hence fan_in there."""
     return option(
         default,
         "start values per layer: glorot (weights U(±sqrt(6/(fan_in+fan_out))), biases 0), fan_in (U(±init_radius/"
@@ -197,14 +198,15 @@ def one_of(name: str, value, choices: tuple) -> None:
 
 def schedule_option() -> Any:
     """The ``schedule`` field of a method whose Adam rate :func:`optimizer_of` may decay:
-    ``"cosine"`` (default: to 0 over the run) or ``"constant"``. The evidence for the default
-    is in benchmarks/README.md (vi_schedule): better UCI validation optima for advi and bbb,
-    at the price of narrower bands off the data on the sinusoid. Declare it together with
-    the exclusive pair ``("optimizer", "schedule")``."""
+    ``"cosine"`` (default: to 0 over the run; cosine annealing, Loshchilov & Hutter 2017,
+    eq. 5) or ``"constant"``. An empirical default: the decay settles advi and bbb in lower
+    validation optima, at the price of narrower predictive bands off the data (the last iterates
+    no longer carry the noise of a constant rate). Declare it together with the exclusive pair
+    ``("optimizer", "schedule")``."""
     return option(
         "cosine",
-        "learning-rate curve: cosine (decays to 0 over the run: better optima on UCI, narrower bands off the data "
-        "on the sinusoid; benchmarks/README.md) or constant",
+        "learning-rate curve: cosine (decays to 0 over the run, Loshchilov & Hutter 2017: lower optima, narrower bands "
+        "off the data) or constant",
         choices=("cosine", "constant"),
     )
 
@@ -417,7 +419,11 @@ class Options:
                 raise ValueError(cls.refused[name])
         unknown = sorted(set(given) - set(cls.names()))
         if unknown:
-            raise ValueError(f"method {method!r} does not take option(s) {', '.join(unknown)}; it takes: {', '.join(sorted(cls.names()))}")
+            close = difflib.get_close_matches(unknown[0], cls.names(), n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise ValueError(
+                f"method {method!r} does not take option(s) {', '.join(unknown)}; {hint}it takes: {', '.join(sorted(cls.names()))}"
+            )
         for a, b in cls.exclusive:
             if a in given and b in given:
                 raise ValueError(f"pass either {a} or {b}, not both: {a} replaces {b}")

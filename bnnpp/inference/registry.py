@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import inspect
 import warnings
@@ -24,9 +25,30 @@ from bnnpp.inference.options import Options
 from bnnpp.inference.runner import run
 from bnnpp.inference.sharding import global_rows
 from bnnpp.inference.start import digest
+from bnnpp.introspection import num_parameters
+from bnnpp.introspection.checks import available_memory
 from bnnpp.posterior import Posterior
 
 __all__ = ["Backend", "Method", "get_backend", "get_method", "register", "registered", "tempered"]
+
+
+def check_draw_memory(method: str, options: Options, info: ModelInfo) -> None:
+    """Refuse, in one line before anything compiles, a fit whose kept draws alone would not fit in
+    this machine's memory: ``num_samples × num_chains × members`` copies of the latent
+    parameters (float32; an option a method lacks counts 1)."""
+    copies = 1
+    for name in ("num_samples", "num_chains", "members"):
+        value = getattr(options, name, None)
+        copies *= int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value > 0 else 1
+    params = num_parameters(info.sites)
+    need = copies * params * 4
+    memory = available_memory()
+    if memory is not None and need > memory:
+        counts = " × ".join(f"{n} {getattr(options, n)}" for n in ("num_samples", "num_chains", "members") if getattr(options, n, None))
+        raise ValueError(
+            f"{method}: {counts} copies of the model's {params:,} parameters need about {need / 2**30:,.0f} GiB, more than this "
+            f"machine's {memory / 2**30:.0f} GiB: lower num_samples (or num_chains / members)"
+        )
 
 
 @dataclass(frozen=True)
@@ -131,6 +153,7 @@ class Method:
         if info is None:
             info = ModelInfo.of(model, *((x, y) if rows is None else global_rows(x, y, rows.total)))
         info.check_rows(self.name, getattr(options, "batch_size", None), rows)
+        check_draw_memory(self.name, options, info)
         devices, mesh, device = options.placement(info, devices, mesh)
         given_model = model
         model = tempered(model, getattr(options, "temperature", 1.0))
@@ -241,7 +264,9 @@ def registered() -> tuple[str, ...]:
 def get_method(name: str) -> Method:
     """The method registered as ``name``; ValueError listing the registered ones otherwise."""
     if name not in _REGISTRY:
-        raise ValueError(f"unknown method {name!r}; registered methods: {', '.join(registered())}")
+        close = difflib.get_close_matches(str(name), registered(), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise ValueError(f"unknown method {name!r}; {hint}registered methods: {', '.join(registered())}")
     return _REGISTRY[name]
 
 

@@ -348,7 +348,12 @@ class Posterior:
     def _predict_uncalibrated(self, x: Any, num_samples: int | None, seed: Any) -> Prediction:
         """:meth:`predict` without the calibration."""
         seed = seed_integer(seed)
-        x = np.asarray(x, dtype=np.float32)
+        if np.ma.isMaskedArray(x) and np.ma.is_masked(x):
+            raise ValueError("x is a masked array with masked entries: drop or impute those rows (the values under the mask would be used)")
+        if hasattr(x, "dtype") and np.iscomplexobj(x):
+            raise TypeError(f"x is complex ({x.dtype}): pass real numbers")
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused below
+            x = np.asarray(x, dtype=np.float32)
         if x.shape[1:] != self.x.shape[1:]:
             raise ValueError(f"x must have shape (n, {', '.join(map(str, self.x.shape[1:]))}), got {x.shape}")
         if x.shape[0] == 0:
