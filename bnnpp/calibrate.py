@@ -44,8 +44,8 @@ c])²`` (Brier 1950), also a proper scoring rule but bounded per row (≤ 2), wh
 label gets probability p adds ``−log p`` to the NLL without bound. When a few confidently
 misclassified rows carry most of the calibration NLL, as in a deep ensemble that is already
 calibrated on the bulk of its rows, the NLL-optimal ``T`` softens every confident, correct
-prediction to pay for them and raises the ECE; the Brier-optimal ``T`` weighs the rows evenly
-(``benchmarks/README.md``, temperature scaling, has the measurements). ``temperature_loss="auto"``
+prediction to pay for them and raises the ECE; the Brier-optimal ``T`` weighs the rows evenly.
+``temperature_loss="auto"``
 (the default) picks one of the two on the calibration split alone: it is cut into 5 folds, each
 loss's ``T`` is fitted on four and applied to the fifth, and the loss whose out-of-fold
 predictions have the lower ECE (15 equal-width bins, Guo et al.) fits the final ``T`` on the

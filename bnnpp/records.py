@@ -2,8 +2,8 @@
 ``bnnpp compare``'s ``compare.json`` (:class:`CompareResult`) and an image evaluation's
 ``evaluation.json`` (:class:`EvaluationReport`).
 
-Each record's :meth:`to_json` gives the dict written to disk, with the same keys in the same
-order as before the records existed, and ``from_json`` reads one back. Tables inside them (a
+Each record's :meth:`to_json` gives the dict written to disk, with its keys in a fixed order
+(the file format), and ``from_json`` reads one back. Tables inside them (a
 method's scores, the test metrics) stay dicts keyed by metric name. For code written against
 the dicts, a record also answers ``record["key"]``, ``record.get("key")``, ``"key" in record``
 and ``{**record}`` from :meth:`to_json` (read-only: set attributes to change one).

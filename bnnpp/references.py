@@ -1,7 +1,7 @@
 """Reference posteriors, built once and cached: the long multi-chain run (normally NUTS) that
 ``bnnpp compare --reference`` measures every method against (Izmailov et al. 2021, sec. 5).
 
-A reference is expensive (minutes of NUTS on moons) and the same for every comparison of one
+A reference is expensive (a long multi-chain sampler run) and the same for every comparison of one
 model on one dataset, so :func:`reference_posterior` saves it as a posterior file
 (:meth:`~bnnpp.Posterior.save`) in a cache folder, named by a hash of everything that decides
 its draws: what a checkpoint must agree with to resume (the method, its options, the seed, the

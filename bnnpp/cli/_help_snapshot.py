@@ -2,8 +2,8 @@
 prints it, which ``bnnpp COMMAND --help`` shows without importing JAX, NumPyro or the method
 registry: ``python -m bnnpp.cli._help_snapshot`` (after changing a command's flags or a
 method's options; ``tests/test_fast_start.py`` fails until then). The snapshot is a package,
-one module per command plus an ``__init__`` that gathers them into ``HELP``, so that no
-generated file grows past the length of a hand-written one."""
+one module per command plus an ``__init__`` that gathers them into ``HELP``, so that each
+generated file holds one command's help."""
 
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def load_data(args) -> tuple[bnnpp.data.Dataset, dict | None]:
 
 
 def _build(args):
-    # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs, not
+    # bnnpp.compare imports ArviZ and matplotlib (heavy imports): loaded when this command runs, not
     # when any `bnnpp` command starts
     from bnnpp.compare import check_methods
 
@@ -186,7 +186,7 @@ def _build(args):
 
 
 def run(args) -> int:
-    # bnnpp.compare imports ArviZ and matplotlib (~1.5 s): loaded when this command runs
+    # bnnpp.compare imports ArviZ and matplotlib (heavy imports): loaded when this command runs
     from bnnpp.compare import REFERENCE_OPTIONS, base_options, compare_methods
 
     t0 = time.perf_counter()

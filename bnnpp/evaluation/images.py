@@ -192,7 +192,7 @@ def _ood_report(
 
 def _figures(x_test, y_test, s, ood_scores, tau, test) -> dict[str, Any]:
     """The evaluation figures by file name."""
-    # bnnpp.plots imports matplotlib (~0.5 s): loaded on first use, not at command start-up
+    # bnnpp.plots imports matplotlib (a heavy import): loaded on first use, not at command start-up
     from bnnpp import plots
 
     def grid(entries, title):

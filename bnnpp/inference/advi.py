@@ -165,7 +165,7 @@ class ADVIOptions(Options):
 
 
 DEFAULTS = ADVIOptions.defaults()
-"""Every option's default (the dict of bnnpp 0.1)."""
+"""Every option's default, as a dict (option name → value)."""
 
 
 class ADVIInfo(NamedTuple):
@@ -177,7 +177,7 @@ class ADVIInfo(NamedTuple):
 
 
 def _keys(root) -> Keys:
-    # bnnpp 0.1's derivation, so that a seed gives the same fit as before
+    # a fixed derivation, so that a seed gives the same fit in every version that keeps it
     key_init, key_draw = jax.random.split(root)
     return Keys(init=key_init, steps=key_init, data=jax.random.fold_in(key_init, 1), sample=key_draw)
 
@@ -292,8 +292,7 @@ def _init_locations(model, x, y, options: ADVIOptions):
     biases 0 — as bbb starts — and every other site (scales, noise, sites of a hand-written
     model) U(±init_radius) on its unconstrained space. Weights drawn U(±2) instead start the
     network saturated or exploding (a 50-unit layer on standardised inputs has pre-activations
-    of sd ≈ 8), and the fit does not recover from it within the default steps
-    (``benchmarks/README.md``, "VI defaults")."""
+    of sd ≈ 8), and the fit does not recover from it within the default steps."""
     if options.init_loc == "uniform":
         return init_to_uniform(radius=options.init_radius)
     limits, biases = glorot_limits(find_layers(model, *probe_rows(model, x, y)))

@@ -1,11 +1,7 @@
 """Independent chains on a multi-core CPU: the chains in groups, one thread each.
 
 XLA's CPU runtime runs one program on about one core, so a NUTS fit whose chains are
-``vmap``-ped into one program leaves the other cores idle (on this project's 2-core machine the
-4 moons chains ran at 94 µs a gradient step together, 54 µs as two groups of two, each in its
-own thread: ``benchmarks/results/chain_threads_micro.md``; the NUTS moons defaults went from 230 to
-141 s, ``benchmarks/README.md``, "NUTS's chains on both cores"; mclmc's moons fit 64 → 49 s,
-"Fifth pass"). The runner therefore
+``vmap``-ped into one program leaves the other cores idle. The runner therefore
 compiles the chunk for ``num_chains / groups`` chains and calls it on each group of chains from
 its own thread; the groups' states and rows are joined again after every chunk, so the
 progress bar, the checkpoints, the NaN guard and the posterior see one fit.
@@ -19,8 +15,8 @@ it; the warm-up runs as one program, the kept steps in groups, the shared parts 
 ``devices``/``mesh``) on a CPU backend, on a machine with at least two cores. Every chain
 starts where ``init`` put it, with its own key, but the draws need not be the one-program fit's
 number for number: the vmapped width can change float32 rounding, which the samplers'
-trajectories amplify (mclmc on moons: 8 chains in groups of 4 gave the one-program draws bit for
-bit, 4 chains in groups of 2 did not; NUTS's 4 chains in groups of 2 did not either).
+trajectories amplify (whether a grouping reproduces the one-program draws bit for bit depends on
+the vector widths XLA picks for each program).
 ``tests/test_chain_threads.py`` checks grouped fits against a conjugate posterior, and the
 join itself.
 
@@ -42,8 +38,9 @@ __all__ = ["MIN_GROUPED_STEPS", "chain_groups", "group_shape", "threaded"]
 ENV = "BNNPP_CHAIN_THREADS"
 MIN_GROUPED_STEPS = 500
 """The fewest steps after ``RunSpec.chains_from`` for which a sampler with a shared warm-up
-gets its chains grouped: the grouped chunk is a second program, whose compile (a few seconds
-for the moons net) must be paid back by the kept steps run on both cores."""
+gets its chains grouped: the grouped chunk is a second program, whose compile must be paid back
+by the kept steps run on several cores. An empirical default: fewer steps rarely repay the
+compile, more leave shorter runs on one core."""
 
 
 def _cores() -> int:

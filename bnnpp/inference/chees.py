@@ -2,9 +2,9 @@
 lock-step, from BlackJAX's ``dynamic_hmc`` kernel and ``chees_adaptation`` tuner.
 
 Experimental, and not registered by default: ``import bnnpp.inference.chees`` registers
-``method="chees"``. With its defaults it has not converged on the networks it was measured on
-(R-hat above 1.01 on moons and on the hierarchical sinusoid, with divergences;
-benchmarks/README.md, samplers); ``mclmc`` is the many-chain sampler to use.
+``method="chees"``. With its defaults it need not converge on a network's posterior (R-hat
+above 1.01, with divergences, on small classifiers and hierarchical regressions); ``mclmc`` is
+the many-chain sampler to use.
 
 All ``num_chains`` chains share one step size ε and one trajectory length T. A transition
 runs ``ceil(h_i · T / ε)`` leapfrog steps, ``h_i`` the i-th Halton number in (0, 1) (the
@@ -25,12 +25,12 @@ The ``num_samples`` kept steps use the warm-up's moving averages of ε and T (an
 mass matrix). Starts: ``init_loc="uniform"`` (default) starts every chain uniformly in
 (−``init_radius``, ``init_radius``), as NUTS does; ``"pathfinder"`` draws the chains' starts
 from a few Pathfinder paths' Gaussians (:func:`bnnpp.inference.pathfinder.starts`). It is
-not the default: its L-BFGS program more than doubled the compile time on the moons
-network, and the chains converge from uniform starts (benchmarks/README.md, samplers).
+not the default: its L-BFGS program is a second, larger program to compile, and the chains
+converge from uniform starts.
 Statistics and extras: :mod:`bnnpp.inference.manychain`.
 
 Two defaults depart from BlackJAX's ChEES, both for the posteriors of networks with
-hierarchical scales (measured in benchmarks/README.md, samplers):
+hierarchical scales:
 
 * the chains run on the non-centred form of the model (``noncentered=True``, every
   location-scale weight ``w = loc + scale · z``, :func:`bnnpp.inference.nuts.noncentered`),
@@ -39,10 +39,10 @@ hierarchical scales (measured in benchmarks/README.md, samplers):
   quarter period of a unit-variance direction in the whitened coordinates, the rule
   BlackJAX's own length floor applies to the slowest direction). On a network's posterior
   the criterion can tune T several times shorter than that, centred or not, and the chains
-  then do not mix (benchmarks/README.md, samplers). The criterion measures the chains' spread about their common
+  then do not mix. The criterion measures the chains' spread about their common
   mean, so it assumes one mode, and a network's chains sit in different modes (its
-  hidden-unit permutations); which of that and the few chains' noisy gradient shortens T was
-  not isolated. The floor acts on the trajectory used, not on the criterion's state.
+  hidden-unit permutations); the few chains' noisy gradient of the criterion can shorten T as
+  well. The floor acts on the trajectory used, not on the criterion's state.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ register(
         CheesOptions,
         build=build,
         summary="experimental ChEES-HMC (BlackJAX): many chains in lock-step, step size and trajectory length tuned in "
-        "warm-up; does not converge with its defaults on the networks measured",
+        "warm-up; need not converge with its defaults on a network's posterior",
         requires=functools.partial(blackjax_missing, "chees"),
         smoke={"num_chains": 2, "num_warmup": 20, "num_samples": 10, "init_loc": "uniform"},
     )

@@ -14,16 +14,16 @@ predictive whose sd at the training inputs (the observation noise together with 
 the mean over draws) is far below the data's noise has fitted the training targets' noise, and
 is over-confident everywhere. The noise is estimated there by a local-linear fit to each row's
 nearest neighbours (:func:`local_linear_noise_sd`): the nearest-neighbour difference grows with
-the function's slope (on 20 points of the cubic y = x³ + N(0, 3²) it gave 5.6 for a noise sd
-of 3, and a good MAP fit looked over-fitted), the local-linear one with its curvature only. A
+the function's slope (its square has mean 2σ² + E[(f(x_i) − f(x_j(i)))²], so on a steep function
+a good fit would look over-fitted), the local-linear one with its curvature only. A
 Gaussian predictive of sd r·σ for data of noise sd σ loses log r + 1/(2r²) − 1/2 nats per
-point against the right sd (0.82 at r = 0.5) before any error of its mean. On more rows the
-check stays quiet: with several inputs the function varies between neighbours too (UCI yacht:
-0.35 of the targets' sd, where good fits reach 0.017–0.026), as on few rows of exact targets,
-where a tiny noise is right; the line says so. The same warning goes to a fit with
-draws whose predictive sd hardly grows away from the training inputs (:func:`outside_growth`):
-on small data the posterior over the function is wide outside the data (NUTS's sd grows 5–10×
-on ``benchmarks/small_data.py``'s problems), and a fit that is as sure there as at the data
+point against the right sd (0.81 at r = 0.5) before any error of its mean. On more rows the
+check stays quiet: with several inputs the neighbours lie far apart (their distance shrinks only
+as n^(−1/d)) and the function varies between them too, so the estimate over-states the noise, as
+on few rows of exact targets, where a tiny noise is right; the line says so. The same warning
+goes to a fit with draws whose predictive sd hardly grows away from the training inputs
+(:func:`outside_growth`): on small data the posterior over the function widens outside the
+data, back towards the prior's spread, and a fit that is as sure there as at the data
 understates it. Point estimates (one draw) are not judged on that: they have no spread.
 """
 
@@ -65,21 +65,20 @@ __all__ = [
 
 COLLAPSE_NOISE_RATIO = 0.7
 """A fit collapsed when its root mean observation variance is at least this share of the
-targets' sd (on the 20-point cubic of ``benchmarks/small_data.py`` an ensemble whose mean has
-R² 0.84 has a noise sd of 0.63 of the targets') ..."""
+targets' sd (a noise variance of 0.7² = 0.49 of the targets' leaves the inputs at most about half
+of their variance to explain) ..."""
 COLLAPSE_NEIGHBOUR_RATIO = 2.0
 """... and at least this many times the nearest-neighbour noise estimate
-(:func:`neighbour_noise_sd`). On the issue-35 sinusoid (true noise sd 1, targets' sd 6.5) the
-estimate is 0.90: a collapsed fit's noise sd of 5–7 is 6–8 times it, a good fit's about 1.
-On targets that do not depend on the inputs the estimate is near the targets' sd and the
-check stays quiet."""
+(:func:`neighbour_noise_sd`). The estimate is consistent for the noise sd, so a good fit's
+noise sd is near it and a collapsed one's near the targets' sd; twice it leaves room for the
+estimate's upward bias on a sloped function (module docstring). On targets that do not depend
+on the inputs the estimate is near the targets' sd and the check stays quiet."""
 COLLAPSE_RESIDUAL_RATIO = 0.5
 """... while the predictive mean misses the targets by at least this share of that noise sd (its
 residual sd, √(1 − R²) × the targets' sd): a noise sd the mean's own errors do not show is an
-over-dispersed predictive, not signal left in the noise. On UCI yacht (validation part of split
-0, 6 inputs, a per-row sd head under N(0, s²), s ~ HalfNormal(1)) laplace's mean had R² 1.00 and
-a root mean noise sd of 1.11 targets' sds (a few draws of the log-scale output far out), and the
-line said the fit explained the targets as noise."""
+over-dispersed predictive, not signal left in the noise: a per-row sd head whose log-scale
+output lands far out in a few draws inflates the root mean noise sd while the mean fits the
+targets."""
 MAX_ROWS = 2000
 """The check reads at most this many training rows (the first ones) ..."""
 MAX_DRAWS = 100
@@ -92,31 +91,33 @@ SUITABILITY_KEY = "suitability_warning"
 :func:`sparse_inputs_note`, swag's small-data line) records that line: ``posterior.stats.extras`` and ``metrics.json``."""
 
 SMALL_DATA_ROWS = 200
-"""Issue 35's small data (20–200 training rows): a fit on at most this many rows under a hierarchical prior by a method
-that does not suit the case says so after the fit (swag and multiswag under any prior; ``benchmarks/README.md``)."""
+"""Small data (20–200 training rows, where the posterior over the function is far wider than any one fit): a fit on at
+most this many rows under a hierarchical prior by a method that does not suit the case says so after the fit (swag and
+multiswag under any prior)."""
 
 
 OVERFIT_RATIO = 0.5
 """A fit on at most :data:`SMALL_DATA_ROWS` rows over-fitted when its predictive sd at the
 training inputs is below this share of the local-linear noise estimate
-(:func:`local_linear_noise_sd`; module docstring). Measured on ``benchmarks/small_data.py``:
-``benchmarks/README.md``, the over-confidence check."""
+(:func:`local_linear_noise_sd`; module docstring): a Gaussian predictive at half the noise sd
+loses 0.81 nats per point before any error of its mean. An empirical default: a higher ratio
+flags good fits through the estimate's own error on 20–200 rows, a lower one passes fits that
+lose most of that."""
 
 
 OVERFIT_ROWS_PER_AXIS = 5
 """The over-fit part judges a fit only when its n rows in d input columns are dense enough for
 the local-linear estimate, n ≥ this ** d (about this many rows along each axis: d ≤ 2 on small
-data, d = 3 from 125 rows): on 100 rows of UCI yacht (6 inputs) the estimate was 2.08 where NUTS's
-predictive sd at the training inputs was 0.104 and its test NLL −0.67, so the line fired on the
-reference itself (``benchmarks/studies/overconfidence_many_inputs.py``). The 1-d and 2-d problems
-it was tuned on pass."""
+data, d = 3 from 125 rows): on sparser rows the d + 2 neighbours lie too far apart for the
+function to be near linear between them, the estimate takes its variation for noise, and the
+line would fire on the exact posterior itself. An empirical default."""
 
 ENSEMBLE_ROWS_PER_AXIS = 3
 """An ensemble's or map's regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical prior says it does not
 suit the data when its n rows in d inputs are sparser than this many rows along each axis, n < this ** d (d = 4 below 81
-rows; :func:`sparse_inputs_note`). Measured at 100 rows of UCI sets (6–13 inputs) as raw data: the ensemble's test NLL
-1.2–5.6× NUTS's, laplace's 1.04–1.9×; denser rows (power-plant, 1-d and 2-d problems) 0.98–1.25× (``benchmarks/README.md``,
-the ensemble on sparse rows)."""
+rows; :func:`sparse_inputs_note`): on sparser rows each member interpolates its rows and most of the input space lies
+far from any of them, where the members' spread does not cover their error. An empirical default: a higher density
+flags ensembles whose spread does cover it, a lower one passes sparse fits that are sure where they miss."""
 
 GROWTH_RATIO = 1.5
 """... and over-confident away from the data when its predictive sd grows less than this many
@@ -237,14 +238,14 @@ def _fix(posterior, collapsed: bool = False) -> str:
         return f"standardise x and y to unit scale before fitting, or {exact}"
     stats = getattr(posterior, "stats", None)
     if collapsed and posterior.method in ("map", "laplace", "ensemble") and getattr(stats, "options", {}).get("init_loc") == "glorot":
-        # map, laplace and ensemble from Glorot weights under a hierarchical prior collapsed on the sinusoid and cubic of
-        # benchmarks/small_data.py where the U(±2) start fitted (benchmarks/README.md, the Glorot start on small data)
+        # from Glorot-small weights a joint point estimate under a hierarchical prior slides into the spike at scale -> 0
+        # (Neal 2003's funnel; bnnpp.inference.options.init_loc_option), which a U(±2) start stays clear of
         return f"fit again with init_loc='uniform' (the Glorot start's small weights let the prior's scales shrink), or {exact}"
     if sampler:
         return exact
     if not collapsed and _non_normal_prior(posterior):
-        # under the blog regression's scale mixture (benchmarks/small_data.py) laplace's sd did not grow away from the
-        # data (0.83x) and the ensemble's grew on one side only in 5 of 6 seeds; NUTS's grew 5.3x
+        # under a heavy-tailed or mixture prior neither the mode's curvature (laplace) nor the members' spread (ensemble)
+        # follows the exact posterior's widening away from the data
         return "under a prior other than Normal fit with method='nuts' (exact on small data; laplace and ensemble stayed sure there)"
     others = " or ".join(f"method='{m}'" for m in ("laplace", "ensemble") if m != posterior.method)
     return f"fit with {others} (they keep the data on small sets), or method='nuts' (exact on small data)"
@@ -300,7 +301,7 @@ def collapse_message(posterior) -> str | None:
     noise, target_sd, x, y, r2 = fit["noise"], fit["target_sd"], fit["x"], fit["y"], fit["r2"]
     residual = np.sqrt(max(1.0 - r2, 0.0)) * target_sd  # the predictive mean's residual sd
     # a noise sd near the targets' that the mean's errors show, or a mean that misses them by that much whatever its
-    # noise (mc_dropout's flat hierarchical fit on UCI yacht: R² 0.00, sd 0.69 of the targets', softplus(0) of a zero head)
+    # noise (a network whose weights all shrank to zero: a constant mean, and softplus(0) from a per-row sd head)
     noisy = noise >= COLLAPSE_NOISE_RATIO * target_sd and residual >= COLLAPSE_RESIDUAL_RATIO * noise
     flat = residual >= COLLAPSE_NOISE_RATIO * target_sd
     if not (noisy or flat):
@@ -335,10 +336,9 @@ def outside_growth(posterior, x, sd_at_data: float | None = None) -> float | Non
     (there is no "away" from them).
 
     Per side because a fit can be wide on one side of the data and as sure as at the data on
-    the other: five ReLU ensemble members that extrapolate the same slope past one end of the
-    blog regression (``benchmarks/small_data.py``) grew 3.2× at x = −0.9 and 0.94× at 0.9, and
-    the average over both sides (2.4×) hid it (``benchmarks/README.md``, the over-confidence
-    check)."""
+    the other: ReLU ensemble members that extrapolate the same slope past one end of the data
+    agree there while they spread past the other, and an average over both sides hides the sure
+    side."""
     draws = posterior.num_chains * posterior.num_draws
     if draws < 2:
         return None
@@ -404,7 +404,7 @@ def overconfidence_message(posterior) -> str | None:
 
 
 def small_hierarchical_regression(model, x, y, layers=None) -> bool:
-    """Whether a fit of ``model`` on ``(x, y)`` is issue 35's case: regression, at most :data:`SMALL_DATA_ROWS` rows, a
+    """Whether a fit of ``model`` on ``(x, y)`` is the small-data case: regression, at most :data:`SMALL_DATA_ROWS` rows, a
     hierarchical prior on bnnpp layers (:func:`~bnnpp.inference.evidence.hierarchical`: a sampled layer scale, under
     Normal, Laplace, Cauchy or other weights); ``layers``: the model's
     :func:`~bnnpp.inference.variational_layers.find_layers` when the caller has them, else traced only when needed."""
@@ -425,37 +425,40 @@ def mean_field_small_data_note(method: str, n: int, held: bool = True) -> str:
     """The line a mean-field method (bbb, advi's ``guide="normal"``) prints after a regression fit on at most
     :data:`SMALL_DATA_ROWS` rows under a hierarchical prior, naming the methods that suit the case. ``held``: the layer
     scales held at an evidence-trained MAP's (the default under Normal weights): its sd grows too little off the data
-    (sinusoid: 1.1–1.2× against NUTS's 7–10×). Else (factors of q: Laplace or Cauchy weights, ``"variational"``) it
-    shrinks them and explains targets as noise (sinusoid, Laplace weights: advi 1.96×, bbb 1.75× NUTS's test NLL)."""
+    (a factorised Gaussian q cannot widen between or beyond the data as the posterior does: Foong et al. 2020, "On the
+    expressiveness of approximate inference in Bayesian neural networks"). Else (factors of q: Laplace or Cauchy weights,
+    ``"variational"``) it shrinks them and explains targets as noise (mean-field VI's pull towards the prior and a
+    constant function: Coker et al. 2022, "Wide mean-field Bayesian neural networks ignore the data")."""
     if not held:
         return (
             f"{method} under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) with the layer scales "
-            "in its mean-field q shrinks them and explains part of the targets as noise (benchmarks/README.md, small "
-            "regression data; the evidence that holds them needs Normal weight priors): fit method='laplace', "
-            "method='ensemble' or method='nuts'"
+            "in its mean-field q shrinks them and explains part of the targets as noise (the evidence that holds them "
+            "needs Normal weight priors): fit method='laplace', method='ensemble' or method='nuts'"
         )
     return (
         f"{method} under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) under-states how the "
-        "predictive sd grows away from the training inputs (its mean-field q; benchmarks/README.md, small regression "
-        "data): for uncertainty outside the data fit method='laplace', method='ensemble' or method='nuts'"
+        "predictive sd grows away from the training inputs (its mean-field q): for uncertainty outside the data fit "
+        "method='laplace', method='ensemble' or method='nuts'"
     )
 
 
 def dropout_small_data_note(method: str, n: int) -> str:
     """mc_dropout's line after a regression fit on at most :data:`SMALL_DATA_ROWS` rows under a hierarchical
-    prior: 1.23–1.96× NUTS's test NLL on ``benchmarks/small_data.py``, sd growth 1.2–1.9× on three of four problems."""
+    prior: the spread of its predictive is set by the fixed dropout rate, not by the data (Osband 2016, "Risk versus
+    uncertainty in deep learning: Bayes, bootstrap and the dangers of dropout"), so it fits the mean loosely and
+    under-states how the sd grows away from the data."""
     return (
         f"{method} under a hierarchical prior on small data ({n} rows, at most {SMALL_DATA_ROWS}) fits the mean loosely and "
-        "under-states how the predictive sd grows away from the training inputs (benchmarks/README.md, mc_dropout under "
-        "hierarchical priors): fit method='laplace', method='ensemble' or method='nuts'"
+        "under-states how the predictive sd grows away from the training inputs: fit method='laplace', method='ensemble' "
+        "or method='nuts'"
     )
 
 
 def sparse_inputs_note(method: str, model, x, y, layers=None) -> str | None:
     """The line ``ensemble`` or ``map`` prints after a regression fit on n ≤ :data:`SMALL_DATA_ROWS` rows in d inputs under
     a hierarchical prior (:func:`small_hierarchical_regression`) when n < :data:`ENSEMBLE_ROWS_PER_AXIS` ** d, else
-    ``None``: each member (map: the mode) fits its rows, nothing covers its error between them (map, Friedman's #1 on
-    100 rows: 1.96× NUTS's NLL); it names the fits that do. ``layers`` as :func:`small_hierarchical_regression`'s."""
+    ``None``: each member (map: the mode) fits its rows, nothing covers its error between them; it names the fits that
+    do. ``layers`` as :func:`small_hierarchical_regression`'s."""
     n, d = int(np.shape(x)[0]), int(np.prod(np.shape(x)[1:]))
     if np.log(n) >= d * np.log(ENSEMBLE_ROWS_PER_AXIS) or not small_hierarchical_regression(model, x, y, layers):
         return None
@@ -463,8 +466,7 @@ def sparse_inputs_note(method: str, model, x, y, layers=None) -> str | None:
     why = "the point estimate fits the rows and has no spread between them" if method == "map" else why
     return (
         f"{method} under a hierarchical prior on {n} rows in {d} inputs (fewer than {ENSEMBLE_ROWS_PER_AXIS}**{d}) can be "
-        f"sure where it misses: {why} (benchmarks/README.md, the ensemble on sparse rows): for calibrated predictions fit "
-        "method='laplace' or method='nuts'"
+        f"sure where it misses: {why}; for calibrated predictions fit method='laplace' or method='nuts'"
     )
 
 

@@ -24,9 +24,8 @@ members at once; with ``"in_turn"`` each compiled chunk of steps runs member 0 t
 of its steps, then member 1, ... (the runner's ``Hooks.member_step``), on the same
 minibatches and keys, so the fit is the same up to float reassociation. On a CPU a step of
 all members sweeps every member's parameters, gradients and Adam moments through memory;
-once those exceed the cache (MNIST 2×400: 5 × 7.7 MB against a 32 MB L3) each vmapped
-step pays main-memory traffic that a member stepped on its own does not (per member 1.11×
-one MAP fit's time vmapped, 1.00× in turn; benchmarks/studies/results/ensemble_cost.md). The
+once those exceed the last-level cache each vmapped step pays main-memory traffic that a
+member stepped on its own does not. The
 default ``"auto"`` therefore steps members in turn on a CPU above :data:`IN_TURN_BYTES` of
 members' state and vmaps them otherwise (small nets, where one wide step beats five narrow
 ones, and accelerators). Either way it is one program, compiled once.
@@ -77,9 +76,8 @@ __all__ = ["COPY_ROWS_LIMIT", "IN_TURN_BYTES", "EnsembleInfo", "EnsembleOptions"
 ADVERSARIAL_RANGE_FRACTION = 0.01
 """``adversarial_epsilon="auto"``: ε is this fraction of each input's range on the training rows
 (Lakshminarayanan et al. 2017, their experimental set-up in §3: ε = 0.01 × the range of the
-training data along each input). Measured on UCI concrete's 8 first splits (the members under
-N(0, 1); benchmarks/README.md, the ensemble's adversarial default): test LL −3.41 → −2.96
-(heteroscedastic, split 4's −6.62 → −3.67) and −3.25 → −3.00 (Gaussian)."""
+training data along each input), the paper's adversarial training that smooths each member's
+predictive around the training inputs (their §2.3)."""
 
 
 def adversarial_epsilon_check(name: str, value) -> None:
@@ -100,8 +98,8 @@ def adversarial_epsilon_for(choice, hyperparameters: str, x, network: bool = Tru
     (``x.shape[1:]``, float32; 0 where an input is constant) for a ``network`` (a bnnpp regression
     network) whose members' resolved ``hyperparameters`` are ``"map"`` (fitted jointly with the
     weights); else 0: under the evidence (its updates take the plain likelihood), for classifiers
-    (not measured), for a user's own NumPyro model (its members stay the posterior's modes) and
-    for inputs that are not floating point."""
+    (an empirical default: the step is for regression networks only), for a user's own NumPyro
+    model (its members stay the posterior's modes) and for inputs that are not floating point."""
     if choice != "auto":
         return float(choice)
     if not network or hyperparameters != "map" or not jnp.issubdtype(x.dtype, jnp.floating):
@@ -190,16 +188,14 @@ class EnsembleInfo(NamedTuple):
 
 IN_TURN_BYTES = 20 << 20
 """``layout="auto"`` steps the members in turn on a CPU when their training state — parameters,
-gradients and Adam's two moments, ``M × P × 4`` float32 numbers — is larger than this (20 MiB).
+gradients and Adam's two moments, ``M × P × 4`` float32 numbers — is larger than this (20 MiB,
+about the last-level cache of a desktop or small server CPU).
 
-Measured on the 2-core CPU here (32 MiB L3; MNIST 2×width ReLU MLPs, 5 members, one epoch of
-128-row batches; run time per member over one MAP fit's, vmap / in turn;
-``benchmarks/studies/results/ensemble_cost.md``, layouts table): 7 MiB (2×100) 0.70 / 0.93,
-15 MiB (2×200) 0.86 / 0.97, 25 MiB (2×300) 1.00 / 1.00, 36 MiB (2×400) 1.11 / 0.99,
-97 MiB (2×800) 1.34 / 1.01. Past the cache every vmapped step sweeps all members' state
-through main memory, while a member stepped alone keeps its own in cache from one step to
-the next; below it one wide step beats five narrow ones. On accelerators ``auto`` is always
-vmap (their parallelism is the point; no such cache effect was measured)."""
+Past the cache every vmapped step sweeps all members' state through main memory, while a
+member stepped alone keeps its own in cache from one step to the next; below it one wide step
+beats several narrow ones. An empirical default: a lower bound gives up the wide step on nets
+that fit in cache, a higher one pays main-memory traffic at every step. On accelerators
+``auto`` is always vmap (their parallelism is the point)."""
 
 
 def resolve_layout(layout: str, members: int, params: int, backend: str | None = None) -> str:
@@ -230,7 +226,6 @@ def map_options(options, **overrides) -> MAPOptions:
     return MAPOptions(**{"hyperparameters": "map", **given, **overrides})
 
 
-# over 80 lines: 32 of them the docstring; the rest closures over one model and the options
 def vmapped_map(
     model,
     x,
@@ -247,8 +242,7 @@ def vmapped_map(
     ``members_per_batch = b``: the step vmaps ``b`` members at a time and loops over the
     groups inside the program (``jax.lax.map(..., batch_size=b)``; ``None``: one vmap over all);
     the result is the same, only memory and time differ (fewer members at once need less
-    memory; on 2 CPU cores it was slower than both one vmap over all and the members in turn
-    through each chunk, benchmarks/studies/results/ensemble_cost.md).
+    memory, at the price of a sequential loop over the groups inside every step).
 
     Rows ``(B, D)`` (rank-2 inputs) are copied to every member, ``(M, B, D)``, when the
     minibatch is smaller than twice a member's parameters (``B·D < 2P``) and the copy has at
@@ -256,8 +250,8 @@ def vmapped_map(
     the first layer's weight, ``x @ W`` with ``W`` ``(M, D, H)`` becomes one matmul against
     ``(D, M·H)``, which XLA CPU pays for with a transpose of ``W`` and of its gradient (about
     ``2P`` numbers) at every step; with a copy it is one batched matmul on ``M·B·D`` copied
-    numbers. MNIST 2×400 in batches of 128 copies; moons' 700 rows of a 47-weight net are
-    shared, one wide first-layer matmul (benchmarks/README.md, ensemble). Inputs with more axes
+    numbers. E.g. a 784-400-400-10 net in batches of 128 copies; 700 rows of a 2-input,
+    47-weight net are shared, one wide first-layer matmul. Inputs with more axes
     (images) stay shared: there the folded form is one convolution with ``M·C`` filters,
     cheaper than the grouped convolution a copy would give.
 
@@ -288,9 +282,8 @@ def vmapped_map(
     copy_rows = x.ndim == 2 and batch * x.shape[1] < 2 * params and members * batch * x.shape[1] <= COPY_ROWS_LIMIT
 
     def init(key, data):
-        # a loop over members, not a vmap: the same values, and init runs once, but the vmapped
-        # init (threefry loops batched over members) compiled about twice as long as MAP's
-        # whole init and dominated the ensemble's extra compile time (benchmarks/README.md)
+        # a loop over members, not a vmap: the same values, and init runs once, while the vmapped
+        # init (threefry loops batched over members) is a larger program to compile than MAP's whole init
         states = jax.lax.map(lambda m: one.init(jax.random.fold_in(key, m), data), jnp.arange(members))
         if given is None:
             return states
@@ -341,7 +334,7 @@ def build(model, x, y, options: EnsembleOptions, start: dict | None = None) -> A
     num_steps = options.steps_for(x.shape[0])
     layers = find_layers(model, *probe_rows(model, x, y))  # once, for the three rules below
     hyperparameters = member_hyperparameters(options.hyperparameters, model, x, y, layers)
-    # the measured case (UCI regression); classification nets (MNIST) keep the plain MAP members
+    # the adversarial step is for regression networks; classification nets keep the plain MAP members
     network = getattr(model, "task", None) == "regression" and bool(layers)
     epsilon = adversarial_epsilon_for(options.adversarial_epsilon, hyperparameters, x, network)
     epsilon_mean = None if isinstance(epsilon, jax.core.Tracer) else float(np.mean(epsilon))

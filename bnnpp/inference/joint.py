@@ -119,16 +119,14 @@ def glorot_limits(layers: dict) -> tuple[dict[str, float], frozenset]:
 
 WIDE_START_INPUTS = 2
 """``init_loc="auto_wide"`` starts hierarchical layers U(±radius) only when the network's first
-layer has at most this many inputs; with more, U(±radius/sqrt(fan_in)) as ``"auto"``. On one
-input the wide start is what gives an ensemble's members their disagreement away from the data
-(the sinusoid's sd grows 5.7–7.3× from it, 1.3–1.4× from the fan_in start; the cubic's 4–5× against
-1.3–1.8×, ``results/small_data_ensemble_start*.md``) and mc_dropout its moons accuracy (2 inputs;
-0.847 from fan_in). On UCI's 6–13 standardised inputs U(±2) in every layer starts the members with a
-mean output spread over 6–23 targets' sds (0.4–1.2 from fan_in), and the hierarchical ensemble
-never came back: on yacht's first two splits (heteroscedastic) test LL −6.20, RMSE 61, against
-0.05, 0.55 from fan_in (``benchmarks/studies/results/ensemble_start_uci.md``); boston −6.32,
-RMSE 65 (three splits, a stopped run; ``benchmarks/README.md``). Measured on 6 (yacht) and 13
-(boston) inputs; 3–5 were not."""
+layer has at most this many inputs; with more, U(±radius/sqrt(fan_in)) as ``"auto"``. On one or
+two inputs the wide start is what gives an ensemble's members their disagreement away from the
+data (independent random starts, Lakshminarayanan et al. 2017) and mc_dropout a fit of a curved
+boundary. On more standardised inputs U(±radius) in every layer starts the members' outputs many
+targets' sds off the data (a first-layer pre-activation sd of about radius·sqrt(fan_in/3),
+compounded by every later layer), and a hierarchical ensemble's members do not come back from
+there. An empirical bound: the wide start's spread grows with the number of inputs, and 2 is the
+largest count at which it still helps."""
 
 
 def init_start(init_loc: str, layers: dict):

@@ -220,7 +220,6 @@ def max_bits(num_steps: int) -> int:
     return int(min(30, max(4, math.ceil(math.log2(num_steps + 2)) + 1)))
 
 
-# over 80 lines: init/step/emit are closures over one model, its sampler and the options
 def build_many_chain(model, x, y, options, sampler: Sampler, *, name: str, start: dict | None = None, thinning: int = 1) -> Algorithm:
     """The :class:`Algorithm` of a lock-step many-chain sampler (module docstring). ``start``:
     site → unconstrained value of ``model``'s sites where every chain starts (the others as

@@ -95,7 +95,7 @@ class MAPOptions(Options):
 
 
 DEFAULTS = MAPOptions.defaults()
-"""Every option's default (the dict of bnnpp 0.1)."""
+"""Every option's default, as a dict (option name → value)."""
 
 
 class MAPState(NamedTuple):
@@ -112,8 +112,8 @@ class MAPInfo(NamedTuple):
 
 
 def map_keys(root) -> Keys:
-    """The keys of a MAP fit from its root key (bnnpp 0.1's derivation, so that a seed gives the
-    same fit as before)."""
+    """The keys of a MAP fit from its root key (a fixed derivation: a seed gives the same fit in
+    every version that keeps it)."""
     key_init, key_model = jax.random.split(root)
     return Keys(init=key_init, steps=key_model, data=jax.random.fold_in(key_init, 1), sample=key_model)
 
@@ -126,17 +126,18 @@ def evidence_plan_of(model, x, y, options) -> Any:
     :data:`~bnnpp.inference.evidence.FULL_LIMIT` weights, where only the diagonal GGN is
     affordable; a tempered fit, ``temperature != 1``, whose evidence would be of another model).
 
-    Why ``"auto"`` is map's default: on the small regression problems of
-    ``benchmarks/small_data.py`` (a hierarchical or fixed Normal prior, a learned noise sd,
-    20–100 rows) the joint MAP collapses to a flat mean or fits the noise (1.1–2.2× NUTS's test
-    NLL), the evidence-trained MAP reaches 1.0–1.1× (benchmarks/README.md)."""
+    Why ``"auto"`` is map's default: on small regression data (a hierarchical or fixed Normal
+    prior, a learned noise sd, tens of rows) the joint MAP of the weights, their scales and the
+    noise collapses to a flat mean (the scales' spike at 0) or fits the noise (the noise sd's
+    maximum sits at the training residuals), while the evidence (MacKay 1992; Immer et al. 2021)
+    integrates the weights out around the mode and charges the fit for the parameters it spends."""
     choice = getattr(options, "hyperparameters", "map")
     if choice == "map" or (choice == "auto" and getattr(options, "temperature", 1.0) != 1.0):
         return None
     plan = evidence_plan(model, x, y, required=choice == "evidence")
     if choice == "auto" and plan is not None and plan.structure != "full":
-        # large nets: the diagonal GGN's log determinant is only an upper bound, and plenty of
-        # data pins the scales anyway (MNIST 2x400: 0.910 -> 0.901 test accuracy with it)
+        # large nets: the diagonal GGN's log determinant is only an upper bound (Hadamard's
+        # inequality), and plenty of data pins the scales anyway
         return None
     return plan
 
@@ -228,16 +229,15 @@ def map_start(model, x, y, num_steps: int, batch_size: int | None = None, hyperp
     as :class:`MAPOptions`' (``"evidence"``: the prior scales and noise by the evidence).
 
     Returns ``start(key, data) -> {site: unconstrained value}``, the MAP position."""
-    # map's own start ("auto": U(±2/sqrt(fan_in)) for hierarchical layers, Glorot for fixed-scale ones). The wide U(±2)
-    # start used before gave the sinusoid's advi/bbb a little more sd growth (1.6-2.0x against 1.1-1.2x, both far
-    # below NUTS's 7-10x and warned), but on UCI energy's heteroscedastic net it stalled in 5 of 8 seeds at a
-    # train RMSE of 4-23 target sds (benchmarks/README.md, "map_start's start"); this start fitted all 8
+    # map's own start ("auto": U(±2/sqrt(fan_in)) for hierarchical layers, Glorot for fixed-scale ones): a wide U(±2)
+    # start saturates the first layer on several inputs, and a heteroscedastic net's log-scale output can stall far
+    # off the data from there (bnnpp.inference.options.init_loc_option)
     options = MAPOptions(num_steps=num_steps, batch_size=batch_size, hyperparameters=hyperparameters, init_loc="auto")
     one = build(model, x, y, options)
     n = x.shape[0]
 
-    # the fallback start, taken when the run goes non-finite (a heteroscedastic net on UCI energy from U(±2): its
-    # log-scale output overflowed): Glorot-scale layers everywhere, a fresh draw
+    # the fallback start, taken when the run goes non-finite (e.g. a heteroscedastic net whose log-scale output
+    # overflows): Glorot-scale layers everywhere, a fresh draw
     fallback = build(model, x, y, replace(options, init_loc="glorot"))
 
     def start(key, data):

@@ -15,8 +15,8 @@ derivation and a draw is ``M`` with rows zeroed.
 point estimates of the objective but trained by the Laplace-GGN evidence at the means ``M``
 every ``evidence_every`` steps (:mod:`bnnpp.inference.evidence`, as ``map`` and the ensemble):
 the joint point estimate runs to the spike of the prior at scale → 0, where every weight is
-zero and the predictive a constant (UCI yacht under ``N(0, s²)``, ``s ~ HalfNormal(1)``: R² of
-the mean 0.00; ``benchmarks/README.md``, mc_dropout under hierarchical priors).
+zero and the predictive a constant (the density of ``N(w | 0, s²)`` at ``w = 0`` grows without
+bound as ``s → 0``).
 
 **The objective** (Gal & Ghahramani 2016, §3 and appendix; Gal et al. 2017, eq. 3) is minimised with
 Adam::

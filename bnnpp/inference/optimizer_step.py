@@ -4,8 +4,8 @@ XLA:CPU copies an elementwise producer into every fusion that consumes it. An op
 reads each gradient leaf several times — Adam's first moment, its second moment and, through
 them, the update — so the elementwise tail of the backward pass (a prior's derivative, the
 chain rule through σ = softplus(ρ), a transpose of the weight gradient) is recomputed in each
-of those fusions. On bnnpp's MNIST 2×400 Bayes-by-Backprop step that was a fifth of the step
-(6.7 → 5.4 ms; ``benchmarks/README.md``, mnist_bbb, eleventh session).
+of those fusions, which on a Bayes-by-Backprop step of a wide dense network is a sizeable share
+of the step's work.
 
 :func:`apply_optimizer` runs the update inside a conditional whose two branches are the same
 function: a conditional's operands are buffers, so the gradients are materialised once, and

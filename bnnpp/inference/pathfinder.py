@@ -160,7 +160,7 @@ def approximate(key, logdensity: Callable, u0: dict, num_elbo_draws: int, *, max
 
     Vmapped, each iterate's matrix inverse and QR become two batched LAPACK calls that
     XLA's CPU runtime can run at the same time, and two such calls can wait on each other
-    for ever inside jaxlib's ``jax::ParallelBatchMap`` (benchmarks/README.md, samplers).
+    for ever inside jaxlib's ``jax::ParallelBatchMap``.
     Scored one at a time, every LAPACK call has a batch of one.
 
     Returns:

@@ -33,7 +33,7 @@ It owns, once for all methods:
 
 :func:`trace_fit` is the same fit as one pure function, without the guard, the bar or the
 host; :func:`guarded_trace_fit` adds the guard's stop at the first non-finite step: what
-:func:`bnnpp.sweep.sweep` and ``benchmarks/uci.py`` ``vmap`` over seeds, hyperparameters and splits.
+:func:`bnnpp.sweep.sweep` and other batch drivers ``vmap`` over seeds, hyperparameters and splits.
 Both, with the unit of work and the chunk, live in :mod:`bnnpp.inference.chunks`.
 
 :func:`run` reads top to bottom in five stages: **plan** (where the fit runs, its keys, units
@@ -96,8 +96,7 @@ def default_chunk_size(num_units: int, updates: int = 20, minimum: int = 10, max
     ``minimum`` steps (or all of them): every chunk call returns a fresh copy of the state
     and checks it, which on a wide net costs about as much as a step. At most ``maximum``
     steps, so that a long run's bar moves and Ctrl-C (which stops after the current chunk)
-    answers within seconds: 10,000 steps of the moons net are about a second here, where a
-    twentieth of a 5-million-step run was half a minute."""
+    answers promptly on a long run, where a fixed share of the steps would grow with its length."""
     return max(1, min(num_units, maximum, max(minimum, math.ceil(num_units / updates))))
 
 

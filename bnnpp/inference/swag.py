@@ -22,9 +22,8 @@ only the filled columns are used (``K`` is then the number collected).
 The SWAG-phase rate: SGD on a loss whose Hessian has largest eigenvalue ``λ`` is stable only
 at rates below ``2/λ`` (near a mode the iterate's component along that eigenvector is
 multiplied by ``1 − η λ`` each step), and ``λ`` of the per-example loss grows with the inverse
-noise variance of a regression: on data with little noise (UCI yacht and energy) a fixed rate
-of 0.01 is many times past ``2/λ`` and diverges (``benchmarks/README.md``, swag_rate, has the
-measurements). By default (``swag_learning_rate=None``) each member measures ``λ`` at the end
+noise variance of a regression: on data with little noise a fixed rate such as 0.01 can be
+many times past ``2/λ``, and SGD diverges. By default (``swag_learning_rate=None``) each member measures ``λ`` at the end
 of its pretraining, by :data:`POWER_ITERATIONS` steps of the power iteration on Hessian-vector
 products of the per-example loss over :data:`PROBE_ROWS` evenly spaced training rows, and runs
 SGD at ``min(RATE_CAP, RATE_FACTOR / λ)``.
@@ -263,7 +262,6 @@ def swag_draw(key, m: SWAGMoments) -> jax.Array:
     return m.mean + jnp.sqrt(var / 2.0) * z1 + low_rank
 
 
-# over 80 lines: init/step/sample are closures over one model, its sites and the options
 def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algorithm:
     """SWAG (``options.members == 1``) or MultiSWAG as an :class:`Algorithm`. ``start``: the
     (first member's) MAP pretraining starts there (:func:`bnnpp.inference.ensemble.vmapped_map`).
@@ -273,8 +271,8 @@ def build(model, x, y, options: SWAGOptions, start: dict | None = None) -> Algor
     """
     options = options.resolve(int(x.shape[0]))  # num_steps / epochs → pretrain_steps, swag_epochs (idempotent)
     members, n = int(options.members), int(x.shape[0])
-    # small data: a hierarchical prior (any task), or regression under any prior: on benchmarks/small_data.py's
-    # fixed-prior problems multiswag's sd grew 0.87-1.9x against NUTS's 5-7x (benchmarks/README.md, small data)
+    # small data: a hierarchical prior (any task), or regression under any prior: SWAG's Gaussian, fitted to the SGD
+    # iterates about one mode, does not widen away from the data as the posterior does there
     small = None  # the case named by the small-data line, if any
     if n <= SMALL_DATA_ROWS and hierarchical_normal(find_layers(model, *probe_rows(model, x, y))):
         small = "small data under a hierarchical prior"
@@ -404,7 +402,7 @@ def _extras(state: SWAGState, members: int, options: SWAGOptions, n: int, small:
     # Around a mode, constant-rate SGD raises the mean loss by about lr·tr(H·C)/4 (Mandt et al.
     # 2017, §3), small against the loss itself; a mean above 1.5× the pretrained loss (plus
     # 0.5 nat per example) means the iterates diverged or wandered off, and the Gaussian they
-    # give is far wider than the posterior (the sinusoid at rate 0.05 reached weights of 650).
+    # give is far wider than the posterior.
     left = swag_loss > pretrain_loss + 0.5 * np.abs(pretrain_loss) + 0.5 * n
     if np.any(left):
         warnings.warn(

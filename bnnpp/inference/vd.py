@@ -243,7 +243,6 @@ def vd_layers(model, x, y) -> dict[str, dict]:
     return latent_layers(model, x, y, "vd", "puts its noise on the weights of bnnpp layers")
 
 
-# over 80 lines: init/step/sample and the three variants are closures over one model, its layers and the options
 def build(model, x, y, options: VDOptions, start: dict | None = None) -> Algorithm:
     """Gaussian / variational / sparse variational dropout as an :class:`Algorithm`;
     ``start``: site → unconstrained start value of θ and the other sites

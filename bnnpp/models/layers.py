@@ -108,10 +108,9 @@ def _dense_default(name: str, x: jnp.ndarray, units: int, prior: Prior, scale) -
     if x.ndim == 2:
         # The same numbers as x @ w + b, written transposed: a caller that holds its
         # activations features × rows (MLP does) passes x = hT.T, and XLA cancels the
-        # transposes, so the matmul's output has the rows as its minor axis. On XLA CPU that
-        # layout is ~3x faster for narrow layers (2-5-5-2 on 700 rows; benchmarks/README.md).
-        # The bias goes inside the transpose: added outside, XLA kept the transposes and the
-        # moons step was 2x slower.
+        # transposes, so the matmul's output has the rows as its minor axis, which XLA CPU
+        # vectorises for narrow layers (a few units over many rows). The bias goes inside the
+        # transpose: added outside, XLA keeps the transposes.
         return (w.T @ x.T + b[:, None]).T
     return x @ w + b.reshape((1,) * (x.ndim - 1) + (units,))
 

@@ -34,8 +34,7 @@ class CategoricalLogits(dist.CategoricalLogits):
     numbers. :class:`MLP` holds its logits as ``(C, n)`` and hands the distribution their
     transpose; moving the axis back cancels that transpose, so the
     reductions over the C classes run with the n rows as the minor axis, which XLA CPU
-    vectorises (NumPyro's ``take_along_axis`` over a trailing axis of 2 classes took about a
-    third of a 5-member moons ensemble's step; benchmarks/README.md, ensemble_cost). A
+    vectorises (NumPyro's ``take_along_axis`` over a trailing axis of a few classes does not). A
     label outside ``0..C-1`` has log-probability −inf, as with NumPyro's."""
 
     @validate_sample

@@ -113,8 +113,8 @@ def decision_map(
     g0, g1, grid = _grid(x, resolution, margin)
     probs = np.asarray(predict(grid).probs)
     names = _class_names(probs.shape[-1], class_names)
-    # fixed margins, not layout="constrained": its layout pass was half of drawing this figure
-    # (a run folder's write time, benchmarks/quickstart.py), and two panels need no solver
+    # fixed margins, not layout="constrained": its layout pass costs as much as drawing the
+    # panels, and two panels need no solver
     fig = Figure(figsize=(10, 4.2))
     fig.subplots_adjust(left=0.06, right=0.98, bottom=0.12, top=0.84 if title else 0.9, wspace=0.25)
     axes = fig.subplots(1, 2)

@@ -209,7 +209,7 @@ def _classification_scores(posterior, dataset: data.Dataset, predict, draws: int
     """``(scores, selective, figures)`` of a classifier on ``dataset``'s test rows: the
     :meth:`~bnnpp.posterior.Prediction.scores`, the selective-prediction table and the figures
     by file name (``reliability.png``, ``selective.png``, ``decision_map.png`` for 2-D inputs)."""
-    from bnnpp import plots  # matplotlib (~0.5 s) loads when a run is evaluated
+    from bnnpp import plots  # matplotlib (a heavy import) loads when a run is evaluated
 
     x2d = dataset.x_test.ndim == 2
     probs = evaluation.predict_probs(
@@ -235,7 +235,7 @@ def _regression_scores(posterior, dataset: data.Dataset, predict, draws: int, se
     """``(scores, selective, figures)`` of a regression on ``dataset``'s test rows in the targets'
     original units: the scores, the selective-prediction table (``None`` for several targets)
     and the figures by file name (``selective.png``, ``regression.png``)."""
-    from bnnpp import plots  # matplotlib (~0.5 s) loads when a run is evaluated
+    from bnnpp import plots  # matplotlib (a heavy import) loads when a run is evaluated
 
     standardised = predict(dataset.x_test)
     prediction = evaluation.in_original_units(standardised, float(dataset.y_shift), float(dataset.y_scale))

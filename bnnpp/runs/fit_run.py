@@ -58,7 +58,7 @@ def loss_figure(posterior, title: str = ""):
     the term spans more than two decades, so early steps do not flatten the end), and the
     validation error after each scored chunk when the fit had validation data, as a
     matplotlib Figure; ``None`` when the method keeps no loss trace (nuts, sgld)."""
-    # matplotlib (~0.5 s to import) loads on first use, not when the `bnnpp` command starts
+    # matplotlib (a heavy import) loads on first use, not when the `bnnpp` command starts
     from matplotlib.figure import Figure
 
     info = posterior.info
@@ -89,7 +89,7 @@ FIGURE_DRAWS = 200
 """Posterior draws a run's figure uses (evenly spaced over all draws): the decision map's
 mean and sd over 200 draws differ from those over 1000 by a Monte-Carlo error of about
 sd/√200 < 0.04 in probability, invisible in the picture, and the grid's prediction is 5x
-cheaper (``benchmarks/quickstart.py`` measures the write time)."""
+cheaper."""
 
 
 def class_names(dataset: data.Dataset) -> tuple | None:
@@ -143,7 +143,7 @@ def figure(posterior, dataset: data.Dataset):
     Returns:
         ``(figure, file_name)``.
     """
-    # bnnpp.plots imports matplotlib (~0.5 s): loaded on first use, not at command start-up
+    # bnnpp.plots imports matplotlib (a heavy import): loaded on first use, not at command start-up
     from bnnpp import plots
 
     title = f"{dataset.name}: {posterior.info['method']}"
@@ -250,7 +250,7 @@ def fit_record(posterior, model, record: dict, *, seed: int, test: dict, seconds
 
 
 WRITER_MODULES = ("arviz", "xarray", "h5netcdf")
-"""What writing a run folder imports (about 1 s of CPU): :func:`preload_writers` loads them."""
+"""The heavy modules writing a run folder imports: :func:`preload_writers` loads them ahead of the write."""
 
 
 def preload_writers() -> threading.Thread:

@@ -25,7 +25,7 @@ def write_compare_figures(folder: str | os.PathLike, posteriors: dict, dataset: 
     Returns:
         The file names written.
     """
-    # ArviZ and matplotlib (~1.5 s to import) load on first use, not at command start-up
+    # ArviZ and matplotlib (heavy imports) load on first use, not at command start-up
     from bnnpp import diagnostics, plots
 
     figs: dict = {}

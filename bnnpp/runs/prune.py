@@ -102,7 +102,7 @@ def prune_run(
     names = ["prune.json", "prune.md"]
     with files.publish_folder(run_dir, prefix=".prune-") as tmp:
         if snr_values is not None:
-            # bnnpp.plots imports matplotlib (~0.5 s): loaded on first use, not at command start-up
+            # bnnpp.plots imports matplotlib (a heavy import): loaded on first use, not at command start-up
             from bnnpp import plots
 
             fig = plots.snr_histogram(snr_values, report["snr_cutoffs"], title=f"{report['data']}, {report['method']}: weight SNR")

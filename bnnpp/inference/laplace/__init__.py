@@ -23,11 +23,11 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
    * ``hessian="auto"`` (default): ``ggn`` for a regression (Gaussian likelihood) whose MAP learned
      a hierarchical Normal prior's scales by the evidence with the full GGN (networks of at most
      :data:`bnnpp.inference.evidence.FULL_LIMIT` weights) — the posterior then has the curvature
-     its hyperparameters were chosen with; ``kron`` for other networks of bnnpp layers; ``full``
-     otherwise. On 100 rows of UCI yacht (6 inputs, 401 weights) K-FAC's posterior was sure of a
-     mean that missed (test NLL 7.9; the full GGN's −0.29, NUTS's −0.67; ``benchmarks/README.md``);
-     on moons and circles the full GGN's predictive was the less sure one (circles: 0.072 against
-     K-FAC's 0.041 and NUTS's 0.023), so classification keeps ``kron``.
+     its hyperparameters were chosen with, where K-FAC, which drops the blocks between layers and
+     factorises each layer's block (Martens & Grosse 2015, §3), can leave a small regression sure
+     of a mean that misses; ``kron`` for other networks of bnnpp layers; ``full`` otherwise.
+     Classification keeps ``kron`` (an empirical default: on small classifiers the full GGN's
+     linearised predictive comes out less sure than the exact posterior's, K-FAC's closer to it).
 
    Sites outside θ (the other layers under ``last_layer``, hierarchical prior scales and a
    learned noise sd under GGN) stay at their MAP values. **Hierarchical hyperpriors**: under
@@ -53,8 +53,9 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
    ``"validation"`` (diag/kron) starts from the evidence's δ and multiplies it by the factor c
    of :data:`VALIDATION_FACTORS` (10⁻² … 10³) whose linearised predictive has the highest log
    predictive density on ``validation_data`` — laplace-torch's grid search (Daxberger et al.
-   2021, §4), for networks whose evidence-optimal δ predicts under-confidently (MNIST 2×400
-   over every layer, measured in ``benchmarks/README.md``).
+   2021, §4), for networks whose evidence-optimal δ predicts under-confidently (a Laplace over
+   every layer of a large network; Ritter, Botev & Barber 2018 tune their prior precision
+   and data-size multiplier on validation data for the same reason).
 4. **Draws and prediction**: ``num_samples`` draws θ ~ N(θ*, H⁻¹) with the other sites at their
    MAP (and a learned noise sd at its evidence value). ``predictive="mc"`` predicts through the
    network at the draws; ``"linearised"`` (default) uses the GLM predictive of Immer, Korzepa &
@@ -64,8 +65,8 @@ et al. 2021, "Laplace Redux"), fitted post hoc.
    draws (``mutual_information`` > 0); ``link="probit"`` is the probit approximation
    (MacKay 1992; multiclass: Lu, Ie & Sha 2020, eq. 7), softmax(f* / sqrt(1 + π/8 · v)) with v
    the per-class variance of f_lin, the same prediction for every draw; by ignoring the
-   covariance between logits it moves more decisions away from the MAP's
-   (``benchmarks/README.md``). PSIS-LOO / WAIC score this predictive: ``Posterior.log_likelihood`` of a
+   covariance between logits it moves more decisions away from the MAP's. PSIS-LOO / WAIC score
+   this predictive: ``Posterior.log_likelihood`` of a
    linearised fit is the per-draw log predictive density of the training labels.
 
 The log marginal likelihood at the chosen δ (and σ) is ``info["log_marginal_likelihood"]``
@@ -138,8 +139,8 @@ class LaplaceOptions(map_estimate.MAPOptions):
         flag="steps",
     )
 
-    # map's "auto": the evidence-trained MAP (and, under prior_precision="auto", its prior and noise) made laplace better
-    # on the small-data problems (benchmarks/README.md)
+    # map's "auto": the evidence-trained MAP (and, under prior_precision="auto", its prior and noise) gives laplace the
+    # hyperparameters that maximise a Laplace evidence (MacKay 1992) rather than a joint MAP's, which shrinks the noise
     hyperparameters: str = option("auto", map_estimate.HYPERPARAMETERS_HELP, choices=map_estimate.HYPERPARAMETERS)
     subset: str = option("all", "Laplace over every latent site or the last layer's weights", choices=("all", "last_layer"))
     hessian: str = option(
@@ -258,19 +259,18 @@ def build(model, x, y, options: LaplaceOptions, start: dict | None = None, info:
 def joint_map_note(model, x, y, hyperparameters: str, layers: dict | None = None) -> str | None:
     """The line laplace prints after a regression fit on small data under a hierarchical prior on weights that are not
     Normal (Laplace, Cauchy, ...; :func:`~bnnpp.inference.collapse.small_hierarchical_regression`), where the MAP's
-    scales and noise are a joint MAP's (the evidence needs Normal weights), else ``None``. Measured: the 20-point cubic
-    under Laplace weights with an inverse-gamma variance, 1.34-1.58x NUTS's test NLL over three fit seeds and two data
-    draws (the sinusoid 1.03x), against 1.10-1.13x under Normal weights, whose evidence learns the scales and noise
-    (``benchmarks/README.md``, other hierarchical priors). ``layers``: the model's
-    :func:`~bnnpp.inference.variational_layers.find_layers`, when the caller has them."""
+    scales and noise are a joint MAP's (the evidence needs Normal weights), else ``None``: a joint MAP of the noise sd
+    sits at the training residuals, below the noise, where the evidence (MacKay 1992) under Normal weights accounts for
+    the parameters the fit spends. ``layers``: the model's :func:`~bnnpp.inference.variational_layers.find_layers`, when
+    the caller has them."""
     layers = find_layers(model, *probe_rows(model, x, y)) if layers is None else layers
     if hyperparameters == "evidence" or not small_hierarchical_regression(model, x, y, layers) or hierarchical_normal(layers):
         return None
     return (
         f"laplace under a hierarchical prior on non-Normal weights on small data ({int(np.shape(x)[0])} rows) takes the "
-        "layer scales and the noise from a joint MAP, which shrinks the noise towards the training residuals "
-        "(benchmarks/README.md, other hierarchical priors): for a learned noise use Normal weights "
-        "(priors.normal(scale=...), whose evidence learns it), or fit method='ensemble' or method='nuts'"
+        "layer scales and the noise from a joint MAP, which shrinks the noise towards the training residuals: "
+        "for a learned noise use Normal weights (priors.normal(scale=...), whose evidence learns it), or fit "
+        "method='ensemble' or method='nuts'"
     )
 
 

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
 __all__ = ["_laplace"]
 
 
-# over 80 lines: one traceable function per curvature branch (full/diag/kron) sharing the split of the MAP
 def _laplace(model, x, y, u, p: _Plan, options: LaplaceOptions) -> dict:
     """The approximation's params (see :class:`LaplaceGaussian`) at the MAP ``u``, traceable."""
     theta = {k: u[k] for k in sorted(p.subset)}  # sorted: the flattening order of ravel_pytree

@@ -58,8 +58,7 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
     hessian = options.hessian
     precision = options.precision
     # the MAP's hyperparameters already maximise a Laplace-GGN evidence (the full GGN on small nets,
-    # per layer, with the noise): re-tuning one δ and σ on the K-FAC evidence at the end threw that away
-    # (the cubic of benchmarks/small_data.py: σ 3.4 -> 17, test NLL 1.02x -> 1.55x NUTS's)
+    # per layer, with the noise): re-tuning one δ and σ on the coarser K-FAC evidence at the end would throw that away
     # (a hierarchical prior: the MAP's evidence learned its scales; under a fixed-scale prior it learned only the
     # noise, and laplace's own evidence still tunes δ, which may recover a better prior scale than the model's)
     kind = None  # the likelihood's kind, once traced
@@ -67,10 +66,10 @@ def plan(model, x, y, options: LaplaceOptions, sites: dict | None = None) -> _Pl
     from_map = evidence is not None and not evidence.fixed_prior
     if hessian == "auto":
         # the posterior takes the curvature its hyperparameters were learned with: the full GGN where the
-        # evidence-trained MAP of a regression used it (at most FULL_LIMIT weights); K-FAC under-covered 100 rows of UCI yacht
-        # (test NLL 7.9 against the full GGN's -0.29, NUTS -0.67; benchmarks/README.md, "Many inputs")
-        # regression only: on moons and circles splits the full GGN's linearised predictive was less sure than K-FAC's
-        # and NUTS's (circles noise 0.1: test NLL 0.072 against 0.041 and 0.023; benchmarks/README.md)
+        # evidence-trained MAP of a regression used it (at most FULL_LIMIT weights), where K-FAC's layer-wise blocks
+        # (Martens & Grosse 2015, §3) can leave the posterior sure of a mean that misses
+        # regression only: for small classifiers the full GGN's linearised predictive comes out less sure than the exact
+        # posterior's, K-FAC's closer to it (an empirical default; the package docstring)
         kind = _likelihood_kind(model, x, y) if from_map and evidence.structure == "full" else None
         hessian = ("ggn" if kind == "gaussian" else "kron") if layers else "full"
     if precision == "auto":
