@@ -132,7 +132,7 @@ def test_start_values_must_be_real_finite_float32_and_in_the_support(init, error
 
 
 @pytest.mark.parametrize(
-    ("latent", "observed", "bad"), [("", "y", "''"), ("chain", "y", "'chain'"), ("m", "draw", "'draw'"), ("m", "", "''")]
+    ("latent", "observed", "bad"), [("", "y", "''"), ("m", "chain", "'chain'"), ("m", "draw", "'draw'"), ("m", "", "''")]
 )
 def test_site_names_a_posterior_cannot_store_are_refused_before_compiling(latent, observed, bad, compile_counter):
     before = compile_counter()
@@ -178,3 +178,9 @@ def test_a_map_fit_with_an_absurd_learning_rate_says_so(moons, learning_rate, ma
     model = bnnpp.models.mlp(hidden=(8,), likelihood="categorical", num_classes=2)
     with pytest.warns(FitHealthWarning, match=match):
         bnnpp.fit(model, moons, method="map", num_steps=200, learning_rate=learning_rate, progress=False)
+
+
+def test_a_latent_site_named_chain_is_stored_and_reloaded(tmp_path):
+    post = bnnpp.fit(named("chain", "y"), (X, Y), method="map", num_steps=10, progress=False)
+    post.save(tmp_path / "p.nc")
+    np.testing.assert_array_equal(bnnpp.load(tmp_path / "p.nc", model=named("chain", "y")).samples["chain"], post.samples["chain"])

@@ -425,7 +425,7 @@ class Options:
                 f"method {method!r} does not take option(s) {', '.join(unknown)}; {hint}it takes: {', '.join(sorted(cls.names()))}"
             )
         for a, b in cls.exclusive:
-            if a in given and b in given:
+            if given.get(a) is not None and given.get(b) is not None:  # None is an option's "unset"
                 raise ValueError(f"pass either {a} or {b}, not both: {a} replaces {b}")
         return cls(**given)
 

@@ -48,21 +48,23 @@ def refuse_flax_module(model) -> None:
 
 
 STORED_DIMS = ("chain", "draw")
-"""ArviZ's dimensions of every stored group: no site may take their names."""
+"""ArviZ's dimensions of every stored group. A latent site may take their names (it is stored
+under another and renamed back on load); the observed site may not: its name is the variable
+of the log-likelihood and observed-data groups."""
 
 
 def _check_names(found: dict) -> None:
-    """One-line ValueError for a site name a posterior cannot store: empty, not a string, or one
-    of ArviZ's dimensions (:data:`STORED_DIMS`), which xarray would refuse only when the fit is
-    written."""
+    """One-line ValueError for a site name a posterior cannot store: empty or not a string, or an
+    observed site named after one of ArviZ's dimensions (:data:`STORED_DIMS`), which xarray
+    would refuse only when the fit is written."""
     for site_name, site in found.items():
         name = (
             site_name if site.get("renamed_from") is None else site["renamed_from"]
         )  # the user's name of a site bnnpp renamed (the observed one)
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"the model has a site named {name!r}: give every numpyro.sample/deterministic site a non-empty name")
-        if name in STORED_DIMS:
-            raise ValueError(f"the model has a site named {name!r}, the name of ArviZ's {name} dimension: rename the site")
+        if name in STORED_DIMS and site.get("is_observed"):
+            raise ValueError(f"the model observes a site named {name!r}, the name of ArviZ's {name} dimension: rename the site")
 
 
 MODEL_ERRORS = (ValueError, TypeError, NotImplementedError, AssertionError)

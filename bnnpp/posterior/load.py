@@ -24,7 +24,7 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     """Read a posterior written by :meth:`Posterior.save`.
 
     Args:
-        path: the ``.nc`` file.
+        path: the ``.nc`` file, or a ``bnnpp fit`` run folder (its ``posterior.nc``).
         model: the NumPyro model, needed only when the file came from a custom model (a
             ``bnnpp.models`` network is rebuilt from the spec stored in the file). Its latent
             sites are checked against the file's (names and shapes, by one abstract trace);
@@ -39,8 +39,12 @@ def load(path: str | os.PathLike, model: Callable | None = None) -> Posterior:
     """
     path = os.fspath(path)
     refuse_flax_module(model)  # a bare Flax module is not a model: wrap it with from_flax
+    if os.path.isdir(path) and os.path.isfile(os.path.join(path, "posterior.nc")):  # a `bnnpp fit` run folder
+        path = os.path.join(path, "posterior.nc")
     if not os.path.isfile(path):
-        raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save")
+        raise ValueError(f"no posterior file at {path}: pass the .nc file written by Posterior.save (or a bnnpp fit run folder)")
+    if os.path.getsize(path) == 0:
+        raise ValueError(f"{path} is empty (0 bytes): pass a file written by Posterior.save")
     groups = read_groups(path)
     meta, sites = _checked_meta(groups, path)
     variables = {k: meta["variables"].get(k, k) for k in sites}
