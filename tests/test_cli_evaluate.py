@@ -148,7 +148,7 @@ def test_bad_run_dirs(command, tmp_path, capsys):
     if command == "prune":
         _bad([command, str(tmp_path)], capsys, "works on image runs")
     else:  # a table run is evaluated: this one's posterior.nc is not a posterior
-        _bad([command, str(tmp_path)], capsys, "is not a readable netCDF file")
+        _bad([command, str(tmp_path)], capsys, "is empty (0 bytes)")
         _bad([command, str(tmp_path), "--tau", "0.3"], capsys, "--tau apply to image runs")
 
 
