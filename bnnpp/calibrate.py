@@ -77,10 +77,10 @@ from bnnpp.temperature import AUTO_MIN_ROWS as AUTO_MIN_ROWS
 from bnnpp.temperature import TEMPERATURE_BOUNDS as TEMPERATURE_BOUNDS
 from bnnpp.temperature import TEMPERATURE_LOSS_CHOICES as TEMPERATURE_LOSS_CHOICES
 from bnnpp.temperature import TEMPERATURE_LOSSES as TEMPERATURE_LOSSES
-from bnnpp.temperature import _tempered_brier, _tempered_nll
 from bnnpp.temperature import check_temperature_loss as check_temperature_loss
 from bnnpp.temperature import choose_temperature_loss as choose_temperature_loss
 from bnnpp.temperature import fit_temperature as fit_temperature
+from bnnpp.temperature import log_probs, tempered_loss
 from bnnpp.temperature import scale_probs as scale_probs
 
 __all__ = [
@@ -528,8 +528,8 @@ def _warn_at_bound(probs, y: np.ndarray, loss: str, temperature: float) -> None:
     p = np.asarray(probs, np.float64)
     if p.ndim == 2:
         p = p[None]
-    logp = np.log(np.maximum(p, np.finfo(np.float64).tiny))
-    objective = _tempered_nll if loss == "nll" else _tempered_brier
+    logp = log_probs(p)
+    objective = tempered_loss(loss)
     at_t = objective(logp, y, temperature)
     for side, bound in zip(("lower", "upper"), TEMPERATURE_BOUNDS, strict=True):
         near = abs(math.log(temperature / bound)) <= BOUND_TOLERANCE

@@ -21,7 +21,9 @@ __all__ = [
     "check_temperature_loss",
     "choose_temperature_loss",
     "fit_temperature",
+    "log_probs",
     "scale_probs",
+    "tempered_loss",
 ]
 
 TEMPERATURE_LOSSES = ("nll", "brier")
@@ -47,6 +49,21 @@ def scale_probs(probs, temperature: float) -> np.ndarray:
     logp -= logp.max(axis=-1, keepdims=True)
     e = np.exp(logp)
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+def log_probs(probs) -> np.ndarray:
+    """Per-draw class log-probabilities ``(S, n, C)`` float64 of ``probs`` ``(S, n, C)`` or
+    ``(n, C)`` (one draw), floored at the smallest positive float64 before the log."""
+    p = np.asarray(probs, np.float64)
+    if p.ndim == 2:
+        p = p[None]
+    return np.log(np.maximum(p, np.finfo(np.float64).tiny))
+
+
+def tempered_loss(loss: str):
+    """The calibration loss ``f(logp, y, T) -> float`` of :data:`TEMPERATURE_LOSSES` ``loss`` at
+    temperature ``T`` (``logp`` from :func:`log_probs`)."""
+    return _tempered_nll if loss == "nll" else _tempered_brier
 
 
 def _tempered_nll(logp: np.ndarray, y: np.ndarray, temperature: float) -> float:
@@ -91,11 +108,8 @@ def fit_temperature(probs, y, loss: str = "nll") -> float:
     """
     from scipy.optimize import minimize_scalar
 
-    objective = _tempered_nll if check_temperature_loss(loss, TEMPERATURE_LOSSES) == "nll" else _tempered_brier
-    p = np.asarray(probs, np.float64)
-    if p.ndim == 2:
-        p = p[None]
-    logp = np.log(np.maximum(p, np.finfo(np.float64).tiny))
+    objective = tempered_loss(check_temperature_loss(loss, TEMPERATURE_LOSSES))
+    logp = log_probs(probs)
     y = np.asarray(y, np.int64)
     lo, hi = np.log(TEMPERATURE_BOUNDS)
     result = minimize_scalar(lambda t: objective(logp, y, math.exp(t)), bounds=(lo, hi), method="bounded", options={"xatol": 1e-5})
